@@ -1,0 +1,45 @@
+# oar-rl: two commands do everything on a fresh machine.
+#   make demo   -- set up, then run the embedded default (no download, CPU)
+#   make test   -- set up, then run the whole test suite
+PYTHON ?= python3
+VENV   := .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.oar-rl-installed
+
+.PHONY: setup test demo demo-quick lint format clean
+
+setup: $(STAMP)
+
+# Re-runs only when pyproject.toml changes. On a machine without CUDA, torch==2.13.0 (the CPU build)
+# is installed first so that nothing pulls multi-GB CUDA wheels; with CUDA any recent torch works.
+$(STAMP): pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi >/dev/null 2>&1; then \
+		$(PY) -m pip install -q "torch>=2.4"; \
+	else \
+		$(PY) -m pip install -q torch==2.13.0; \
+	fi
+	$(PY) -m pip install -q -e ".[dev]"
+	touch $(STAMP)
+
+test: setup
+	$(VENV)/bin/ruff check src tests benchmarks
+	$(PY) -m pytest -q tests
+
+demo: setup
+	$(VENV)/bin/oar-rl demo --out demo_out
+
+demo-quick: setup
+	$(VENV)/bin/oar-rl demo --out demo_out --quick
+
+lint: setup
+	$(VENV)/bin/ruff check src tests benchmarks
+	$(VENV)/bin/ruff format --check src tests benchmarks
+
+format: setup
+	$(VENV)/bin/ruff check --fix src tests benchmarks
+	$(VENV)/bin/ruff format src tests benchmarks
+
+clean:
+	rm -rf $(VENV) build dist *.egg-info .pytest_cache .ruff_cache

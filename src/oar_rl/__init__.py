@@ -1,0 +1,64 @@
+"""oar-rl: Outcome-grounded Advantage Reshaping (OAR) for GRPO, on top of Hugging Face TRL.
+
+The public names below are imported lazily, so `import oar_rl` stays fast and the pure tensor
+functions can be used without importing TRL.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+__version__ = "0.1.0"
+
+_EXPORTS: dict[str, str] = {
+    # Eq. 6, 14, 16-17
+    "normalize_importance": "oar_rl.reshape",
+    "bilevel_weights": "oar_rl.reshape",
+    "entropy_shaped_advantages": "oar_rl.reshape",
+    "token_advantages": "oar_rl.reshape",
+    # Eq. 27-28
+    "ess_ratio": "oar_rl.metrics",
+    "top_advantage_mass": "oar_rl.metrics",
+    # importance scorers and probes
+    "perturbation_importance": "oar_rl.importance",
+    "gradient_importance": "oar_rl.importance",
+    "entropy_importance": "oar_rl.importance",
+    "random_importance": "oar_rl.importance",
+    "answer_span_mask": "oar_rl.probes",
+    # evaluation
+    "pass_at_k": "oar_rl.evaluation",
+    "mean_at_n": "oar_rl.evaluation",
+    # the TRL seam
+    "OARConfig": "oar_rl.trainer",
+    "OARTrainer": "oar_rl.trainer",
+}
+
+__all__ = [*sorted(_EXPORTS), "__version__"]
+
+if TYPE_CHECKING:  # pragma: no cover
+    from oar_rl.evaluation import mean_at_n, pass_at_k
+    from oar_rl.importance import (
+        entropy_importance,
+        gradient_importance,
+        perturbation_importance,
+        random_importance,
+    )
+    from oar_rl.metrics import ess_ratio, top_advantage_mass
+    from oar_rl.probes import answer_span_mask
+    from oar_rl.reshape import (
+        bilevel_weights,
+        entropy_shaped_advantages,
+        normalize_importance,
+        token_advantages,
+    )
+    from oar_rl.trainer import OARConfig, OARTrainer
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'oar_rl' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value

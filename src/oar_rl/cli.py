@@ -1,0 +1,46 @@
+"""The `oar-rl` command: one sub-command per module, imported only when used.
+
+Each sub-command module exposes `main(argv: list[str]) -> int` and owns its own argument parser,
+so `oar-rl demo --help` stays fast and a broken optional dependency of one command cannot break
+the others.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+
+COMMANDS: dict[str, tuple[str, str]] = {
+    "demo": ("oar_rl.demo", "train GRPO, OAR-G and OAR-P on the embedded arithmetic task and write a report"),
+    "train": ("oar_rl.train", "GRPO/OAR training from a YAML recipe (TRL's parser; --key value overrides)"),
+    "eval": ("oar_rl.evaluation", "sample n completions per problem and report unbiased pass@k"),
+}
+
+
+def _usage() -> str:
+    lines = ["usage: oar-rl <command> [options]", "", "commands:"]
+    lines += [f"  {name:<10} {help_}" for name, (_, help_) in COMMANDS.items()]
+    lines += ["", "Run `oar-rl <command> --help` for a command's options."]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or argv[0] in {"-h", "--help"}:
+        print(_usage())
+        return 0
+    if argv[0] in {"-V", "--version"}:
+        from oar_rl import __version__
+
+        print(f"oar-rl {__version__}")
+        return 0
+    name, rest = argv[0], argv[1:]
+    if name not in COMMANDS:
+        print(f"oar-rl: unknown command {name!r}; valid commands: {', '.join(COMMANDS)}", file=sys.stderr)
+        return 2
+    module = importlib.import_module(COMMANDS[name][0])
+    return int(module.main(rest) or 0)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    raise SystemExit(main())
