@@ -7,7 +7,7 @@ functions can be used without importing TRL.
 from __future__ import annotations
 
 import importlib
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 __version__ = "0.1.0"
 
@@ -35,24 +35,6 @@ _EXPORTS: dict[str, str] = {
 }
 
 __all__ = [*sorted(_EXPORTS), "__version__"]
-
-if TYPE_CHECKING:  # pragma: no cover
-    from oar_rl.evaluation import mean_at_n, pass_at_k
-    from oar_rl.importance import (
-        entropy_importance,
-        gradient_importance,
-        perturbation_importance,
-        random_importance,
-    )
-    from oar_rl.metrics import ess_ratio, top_advantage_mass
-    from oar_rl.probes import answer_span_mask
-    from oar_rl.reshape import (
-        bilevel_weights,
-        entropy_shaped_advantages,
-        normalize_importance,
-        token_advantages,
-    )
-    from oar_rl.trainer import OARConfig, OARTrainer
 
 
 def __getattr__(name: str) -> Any:
