@@ -1,0 +1,285 @@
+"""Advantage reshaping: the paper's Eq. 6, 14, 16 and 17 as pure tensor functions.
+
+Shapes: B sequences, C completion positions. `mask` is 1 on real completion tokens and 0 on padding
+(bool or any real dtype holding only 0/1). Every function is vectorised over the batch (no Python loop
+over rows or tokens) and returns float32.
+
+Where this departs from the paper, and why:
+
+- Eq. 16 writes the threshold as a fixed value tau on the normalised scale but the text calls it "the
+  70th percentile within a sequence"; the authors' released fragment uses a per-row quantile. Both are
+  offered: `threshold="quantile"` (default, q = linear quantile of the row's valid scores at level tau,
+  exactly `torch.quantile`) and `threshold="value"` (q = tau).
+- The suppressed branch takes an optional `floor` (the released fragment uses 0.1) so that no token's
+  advantage is zeroed outright; the default 0.0 is the paper's Eq. 16.
+- Importance scores are non-negative by construction (a KL divergence, an absolute value); tiny negative
+  values from float rounding are clamped to 0 before the log-transform. NaN or inf raise.
+- A row whose gated weights are all 0 (possible with `threshold="value"` and floor 0) gets uniform
+  weights 1: Eq. 17 would divide by zero there, and uniform weights are plain GRPO for that row.
+- Rows with no valid token get all-zero outputs (there is nothing to weight).
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import torch
+
+Threshold = Literal["quantile", "value"]
+EPS = 1e-8
+
+
+# ----------------------------------------------------------------------------------------------------
+# input checks (cheap, vectorised; they raise instead of letting a NaN through)
+# ----------------------------------------------------------------------------------------------------
+def _check_mask(mask: torch.Tensor, shape: torch.Size, name: str = "mask") -> torch.Tensor:
+    if not isinstance(mask, torch.Tensor):
+        raise ValueError(f"{name} must be a torch.Tensor of 0/1 values, got {type(mask).__name__}")
+    if mask.shape != shape:
+        raise ValueError(
+            f"{name} has shape {tuple(mask.shape)}, expected {tuple(shape)} (same as the scores)"
+        )
+    if mask.dtype != torch.bool:
+        if mask.is_complex():
+            raise ValueError(f"{name} must be bool or real-valued 0/1, got dtype {mask.dtype}")
+        bad = (mask != 0) & (mask != 1)
+        if bool(bad.any()):
+            value = mask[bad].flatten()[0].item()
+            raise ValueError(f"{name} must contain only 0 and 1 (1 = real token, 0 = padding); found {value}")
+        mask = mask.bool()
+    return mask
+
+
+def _check_scores(x: torch.Tensor, name: str) -> None:
+    if not isinstance(x, torch.Tensor):
+        raise ValueError(f"{name} must be a floating-point torch.Tensor, got {type(x).__name__}")
+    if x.dim() != 2:
+        raise ValueError(f"{name} must have shape (B, C), got {tuple(x.shape)}")
+    if not x.is_floating_point():
+        raise ValueError(f"{name} must be a floating-point tensor, got dtype {x.dtype}")
+
+
+def _check_finite(x: torch.Tensor, mask: torch.Tensor, name: str) -> None:
+    bad = ~torch.isfinite(x) & mask
+    if bool(bad.any()):
+        row, col = (int(i) for i in bad.nonzero()[0])
+        raise ValueError(
+            f"{name} must be finite on valid tokens; found {x[row, col].item()} at row {row}, position {col}"
+        )
+
+
+def _check_unit(value: float, name: str) -> None:
+    if not (0.0 <= float(value) <= 1.0):
+        raise ValueError(f"{name} must be in [0, 1], got {value}")
+
+
+# ----------------------------------------------------------------------------------------------------
+# Eq. 14
+# ----------------------------------------------------------------------------------------------------
+def normalize_importance(scores: torch.Tensor, mask: torch.Tensor, *, eps: float = EPS) -> torch.Tensor:
+    """Eq. 14 per row: I_bar = log(1 + I), then min-max over the row's valid tokens.
+
+    Args:
+        scores: (B, C) raw importance I_t >= 0 (tiny negative rounding errors are clamped to 0).
+        mask: (B, C) 1 on valid completion tokens, 0 on padding.
+        eps: the smoothing constant of Eq. 14's denominator.
+
+    Returns:
+        (B, C) float32 normalised importance in [0, 1); 0 on padding. A row whose valid scores are all
+        equal (including a single-token row) maps to all zeros.
+    """
+    _check_scores(scores, "scores")
+    mask = _check_mask(mask, scores.shape)
+    _check_finite(scores, mask, "scores")
+    bar = torch.log1p(scores.float().clamp_min(0.0))  # (B, C)
+    big = torch.finfo(torch.float32).max
+    row_min = torch.where(mask, bar, big).amin(dim=1, keepdim=True)  # (B, 1)
+    row_max = torch.where(mask, bar, -big).amax(dim=1, keepdim=True)  # (B, 1)
+    span = (row_max - row_min).clamp_min(0.0)  # (B, 1); rows without valid tokens are masked out below
+    normalized = (bar - row_min) / (span + eps)  # (B, C)
+    return torch.where(mask, normalized, torch.zeros_like(normalized))
+
+
+# ----------------------------------------------------------------------------------------------------
+# Eq. 16-17
+# ----------------------------------------------------------------------------------------------------
+def masked_quantile(values: torch.Tensor, mask: torch.Tensor, q: float) -> torch.Tensor:
+    """Per-row linear quantile of the valid entries: `torch.quantile(row[mask_row], q)` for every row.
+
+    Vectorised: invalid entries are sorted to the end, then the two order statistics around
+    q·(T−1) are interpolated. Rows with no valid entry return 0 (`torch.quantile` would raise).
+
+    Args:
+        values: (B, C) float. mask: (B, C) bool. q: level in [0, 1].
+
+    Returns:
+        (B,) float32.
+    """
+    values = values.float()
+    counts = mask.sum(dim=1)  # (B,)
+    sorted_vals = (
+        torch.where(mask, values, torch.full_like(values, float("inf"))).sort(dim=1).values
+    )  # (B, C)
+    pos = q * (counts - 1).clamp_min(0).to(values.dtype)  # (B,)
+    lo = pos.floor().long()
+    hi = pos.ceil().long()
+    v_lo = sorted_vals.gather(1, lo[:, None]).squeeze(1)  # (B,)
+    v_hi = sorted_vals.gather(1, hi[:, None]).squeeze(1)  # (B,)
+    frac = pos - lo.to(values.dtype)
+    out = v_lo + frac * (v_hi - v_lo)
+    out = torch.where(frac == 0, v_lo, out)  # avoid inf - inf when lo == hi at a padded slot
+    return torch.where(counts > 0, out, torch.zeros_like(out))
+
+
+def rescale_sum(weights: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Eq. 17: scale each row's valid weights so they sum to the row's token count T_i.
+
+    Rows whose valid weights sum to 0 get uniform weights 1. Padding gets 0.
+
+    Args:
+        weights: (B, C) non-negative. mask: (B, C) 0/1.
+
+    Returns:
+        (B, C) float32 with `(out * mask).sum(1) == mask.sum(1)`.
+    """
+    _check_scores(weights, "weights")
+    mask = _check_mask(mask, weights.shape)
+    _check_finite(weights, mask, "weights")
+    if bool((weights < 0)[mask].any()):
+        raise ValueError(f"weights must be non-negative on valid tokens; found {weights[mask].min().item()}")
+    w = torch.where(mask, weights.float(), torch.zeros((), dtype=torch.float32, device=weights.device))
+    total = w.sum(dim=1, keepdim=True)  # (B, 1)
+    count = mask.sum(dim=1, keepdim=True).float()  # (B, 1)
+    uniform = mask.float()
+    scaled = w * (count / total.clamp_min(torch.finfo(torch.float32).tiny))
+    return torch.where(total > 0, scaled, uniform)
+
+
+def bilevel_weights(
+    normalized: torch.Tensor,
+    mask: torch.Tensor,
+    *,
+    tau: float = 0.4,
+    beta: float = 2.0,
+    threshold: Threshold = "quantile",
+    floor: float = 0.0,
+    eps: float = EPS,
+) -> torch.Tensor:
+    """Eq. 16-17: bi-level gating of normalised importance, then sum-preserving renormalisation.
+
+    With cut q (the row's `tau`-quantile of valid Î for `threshold="quantile"`, or `tau` itself for
+    `"value"`)::
+
+        ω = max(Î / (q + ε), floor)          if Î < q      (noise suppression)
+        ω = 1 + β (Î − q) / (1 − q + ε)      if Î ≥ q      (signal boosting)
+        ω̃ = ω · T / Σ_valid ω                                (Eq. 17)
+
+    Args:
+        normalized: (B, C) Î in [0, 1] (from `normalize_importance`).
+        mask: (B, C) 0/1. tau: level or value of the cut, in [0, 1]. beta: boost, >= 0.
+        threshold: "quantile" or "value". floor: minimum suppressed weight, in [0, 1].
+
+    Returns:
+        (B, C) float32 ω̃: each row's valid weights sum to its token count; 0 on padding; a row whose
+        gated weights are all 0 gets uniform weights 1.
+    """
+    _check_scores(normalized, "normalized")
+    mask = _check_mask(mask, normalized.shape)
+    _check_finite(normalized, mask, "normalized")
+    _check_unit(tau, "tau")
+    _check_unit(floor, "floor")
+    if not float(beta) >= 0.0:
+        raise ValueError(f"beta must be >= 0 (0 = no boosting), got {beta}")
+    if threshold == "quantile":
+        q = masked_quantile(normalized, mask, float(tau))[:, None]  # (B, 1)
+    elif threshold == "value":
+        q = torch.full((normalized.shape[0], 1), float(tau), device=normalized.device)  # (B, 1)
+    else:
+        raise ValueError(f"threshold must be 'quantile' or 'value', got {threshold!r}")
+    x = normalized.float()  # (B, C)
+    low = (x / (q + eps)).clamp_min(float(floor))  # (B, C)
+    high = 1.0 + float(beta) * (x - q) / (1.0 - q + eps)  # (B, C)
+    omega = torch.where(x < q, low, high)  # (B, C)
+    return rescale_sum(torch.where(mask, omega, torch.zeros_like(omega)), mask)
+
+
+def token_advantages(
+    advantages: torch.Tensor,
+    importance: torch.Tensor,
+    mask: torch.Tensor,
+    *,
+    scored_mask: torch.Tensor | None = None,
+    tau: float = 0.4,
+    beta: float = 2.0,
+    threshold: Threshold = "quantile",
+    floor: float = 0.0,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Eq. 14-17 then Eq. 15: A_t = A_i · ω̃_t.
+
+    Only tokens in `scored_mask` (default: all valid tokens) are normalised and gated; they share
+    their own count, and valid tokens outside it (e.g. the answer span under an answer-span probe)
+    keep weight 1. Each row's valid weights therefore sum to its token count T_i, and the row's
+    token advantages sum to A_i · T_i.
+
+    Args:
+        advantages: (B,) sequence advantages A_i.
+        importance: (B, C) raw importance I_t.
+        mask: (B, C) 0/1 valid completion tokens.
+        scored_mask: (B, C) 0/1 subset of `mask` that was scored, or None for all of `mask`.
+
+    Returns:
+        (token_advantages (B, C), weights (B, C)), both float32 and 0 on padding.
+    """
+    _check_scores(importance, "importance")
+    mask = _check_mask(mask, importance.shape)
+    if not isinstance(advantages, torch.Tensor) or advantages.shape != importance.shape[:1]:
+        shape = tuple(advantages.shape) if isinstance(advantages, torch.Tensor) else type(advantages).__name__
+        raise ValueError(f"advantages must be a (B,) tensor with B={importance.shape[0]}, got {shape}")
+    if not bool(torch.isfinite(advantages).all()):
+        raise ValueError(f"advantages must be finite, got {advantages.tolist()}")
+    scored = mask if scored_mask is None else _check_mask(scored_mask, importance.shape, "scored_mask") & mask
+    normalized = normalize_importance(importance, scored)  # (B, C)
+    gated = bilevel_weights(
+        normalized, scored, tau=tau, beta=beta, threshold=threshold, floor=floor
+    )  # (B, C)
+    weights = torch.where(scored, gated, mask.float())  # (B, C): unscored valid tokens keep 1
+    return advantages.float()[:, None] * weights, weights
+
+
+# ----------------------------------------------------------------------------------------------------
+# Eq. 6 (the entropy baseline, Cheng et al. 2025)
+# ----------------------------------------------------------------------------------------------------
+def entropy_shaped_advantages(
+    advantages: torch.Tensor,
+    entropies: torch.Tensor,
+    mask: torch.Tensor,
+    *,
+    alpha: float = 0.4,
+    kappa: float = 2.0,
+) -> torch.Tensor:
+    """Eq. 6: Ã_t = A + min(α · sg(H_t), |A| / κ).
+
+    The bonus is non-negative whatever the sign of A (as in Cheng et al. 2025), and the result is not
+    renormalised -- that is the baseline's documented weakness (paper, Appendix A.1.2).
+
+    Args:
+        advantages: (B,) sequence advantages. entropies: (B, C) token entropies H_t (detached here).
+        mask: (B, C) 0/1. alpha: >= 0. kappa: > 0.
+
+    Returns:
+        (B, C) float32 token advantages; 0 on padding.
+    """
+    _check_scores(entropies, "entropies")
+    mask = _check_mask(mask, entropies.shape)
+    _check_finite(entropies, mask, "entropies")
+    if not isinstance(advantages, torch.Tensor) or advantages.shape != entropies.shape[:1]:
+        shape = tuple(advantages.shape) if isinstance(advantages, torch.Tensor) else type(advantages).__name__
+        raise ValueError(f"advantages must be a (B,) tensor with B={entropies.shape[0]}, got {shape}")
+    if not float(alpha) >= 0.0:
+        raise ValueError(f"alpha must be >= 0, got {alpha}")
+    if not float(kappa) > 0.0:
+        raise ValueError(f"kappa must be > 0, got {kappa}")
+    a = advantages.detach().float()[:, None]  # (B, 1)
+    bonus = torch.minimum(float(alpha) * entropies.detach().float(), a.abs() / float(kappa))  # (B, C)
+    shaped = a + bonus  # (B, C)
+    return torch.where(mask, shaped, torch.zeros_like(shaped))
