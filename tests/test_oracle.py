@@ -1,0 +1,99 @@
+"""Counterfactual oracle (paper §5.1, Eq. 19) and causal-token recall."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from oar_rl.analysis.oracle import alternative_tokens, causal_recall, counterfactual_oracle
+from oar_rl.tiny import build_char_tokenizer, tiny_qwen2
+
+
+@pytest.fixture(scope="module")
+def setup():
+    tok = build_char_tokenizer()
+    model = tiny_qwen2(len(tok), seed=3).double()
+    return model, tok
+
+
+def test_alternative_is_argmax_other_than_actual(setup):
+    model, tok = setup
+    prompt = torch.tensor(tok("12+3=")["input_ids"])
+    completion = torch.tensor(tok("15 ok")["input_ids"])
+    alt = alternative_tokens(model, prompt, completion)
+    ids = torch.cat([prompt, completion])[None]
+    logits = model(ids).logits[0, prompt.numel() - 1 : -1]  # full logits: fine for a 10-token reference
+    for t in range(completion.numel()):
+        ranked = logits[t].argsort(descending=True).tolist()
+        want = ranked[1] if ranked[0] == int(completion[t]) else ranked[0]
+        assert int(alt[t]) == want
+
+
+def test_oracle_matches_serial_reference(setup):
+    model, tok = setup
+    prompt = torch.tensor(tok("Q:7*6?")["input_ids"])
+    completion = torch.tensor(tok("ab1c2d")["input_ids"])
+
+    def checker(text: str) -> bool:  # a deterministic "verifier" sensitive to the decoded suffix
+        return sum(ch.isdigit() for ch in text) % 2 == 0
+
+    got = counterfactual_oracle(model, tok, prompt, completion, checker, max_new_tokens=5, batch_size=4)
+    alt = alternative_tokens(model, prompt, completion)
+    original = checker(tok.decode(completion))
+    for t in range(completion.numel()):  # one unbatched greedy decode per position
+        seq = torch.cat([prompt, completion[:t], alt[t : t + 1]])[None]
+        if int(alt[t]) in (tok.eos_token_id, tok.pad_token_id):
+            text = tok.decode(completion[:t], skip_special_tokens=True)
+        else:
+            out = model.generate(
+                input_ids=seq,
+                attention_mask=torch.ones_like(seq),
+                do_sample=False,
+                max_new_tokens=5,
+                pad_token_id=tok.pad_token_id,
+                eos_token_id=tok.eos_token_id,
+            )
+            text = tok.decode(out[0, prompt.numel() :], skip_special_tokens=True)
+        assert bool(got[t]) == (checker(text) != original), t
+
+
+def test_oracle_positions_and_bad_input(setup):
+    model, tok = setup
+    prompt = torch.tensor(tok("1+1=")["input_ids"])
+    completion = torch.tensor(tok("2")["input_ids"])
+    labels = counterfactual_oracle(
+        model, tok, prompt, completion, lambda s: s.strip() == "2", max_new_tokens=2
+    )
+    assert labels.tolist() == [True]  # any other first token breaks the exact answer "2"
+    assert counterfactual_oracle(model, tok, prompt, completion[:0], lambda s: True).numel() == 0
+    with pytest.raises(ValueError, match="1-D"):
+        counterfactual_oracle(model, tok, prompt[None], completion, lambda s: True)
+    with pytest.raises(ValueError, match="positions"):
+        counterfactual_oracle(model, tok, prompt, completion, lambda s: True, positions=[3])
+    with pytest.raises(ValueError, match="batch_size"):
+        counterfactual_oracle(model, tok, prompt, completion, lambda s: True, batch_size=0)
+
+
+def test_causal_recall_hand_case():
+    # row 0: 10 tokens, pivots at 2 and 7; scores rank token 7 first, token 2 sixth
+    scores = torch.tensor([[0.1, 0.2, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0, 0.0, 0.05]])
+    labels = torch.zeros(1, 10, dtype=torch.bool)
+    labels[0, [2, 7]] = True
+    mask = torch.ones(1, 10, dtype=torch.bool)
+    rec = causal_recall(scores, labels, mask, ks=(0.1, 0.5, 0.6, 1.0))
+    # top-1: {7} -> 1/2 ; top-5: {7,6,5,4,3} -> 1/2 ; top-6 adds 2 -> 1 ; all -> 1
+    assert rec == {0.1: 0.5, 0.5: 0.5, 0.6: 1.0, 1.0: 1.0}
+
+
+def test_causal_recall_skips_rows_without_pivots_and_ignores_padding():
+    scores = torch.tensor([[3.0, 2.0, 1.0, 9.0], [1.0, 2.0, 3.0, 4.0]])
+    labels = torch.tensor([[False, False, True, True], [False, False, False, False]])
+    mask = torch.tensor([[1, 1, 1, 0], [1, 1, 1, 1]])
+    rec = causal_recall(scores, labels, mask, ks=(0.34, 1.0))
+    # row 0: valid tokens 0..2 (the padded pivot at 3 does not count); round(.34*3)=1 keeps token 0
+    assert rec == {0.34: 0.0, 1.0: 1.0}
+    assert causal_recall(scores, labels & False, mask, ks=(0.5,)) == {0.5: 0.0}
+    with pytest.raises(ValueError, match="ks"):
+        causal_recall(scores, labels, mask, ks=(0.0,))
+    with pytest.raises(ValueError, match="shape"):
+        causal_recall(scores, labels[:, :2], mask)
