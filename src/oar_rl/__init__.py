@@ -17,6 +17,7 @@ _EXPORTS: dict[str, str] = {
     "bilevel_weights": "oar_rl.reshape",
     "entropy_shaped_advantages": "oar_rl.reshape",
     "token_advantages": "oar_rl.reshape",
+    "rescale_sum": "oar_rl.reshape",
     # Eq. 27-28
     "ess_ratio": "oar_rl.metrics",
     "top_advantage_mass": "oar_rl.metrics",
@@ -26,6 +27,9 @@ _EXPORTS: dict[str, str] = {
     "entropy_importance": "oar_rl.importance",
     "random_importance": "oar_rl.importance",
     "answer_span_mask": "oar_rl.probes",
+    # analysis (paper §5.1)
+    "counterfactual_oracle": "oar_rl.analysis.oracle",
+    "causal_recall": "oar_rl.analysis.oracle",
     # evaluation
     "pass_at_k": "oar_rl.evaluation",
     "mean_at_n": "oar_rl.evaluation",
