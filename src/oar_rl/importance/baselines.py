@@ -1,0 +1,95 @@
+"""Baseline importance scores: token entropy (Cheng et al. 2025) and uniform random (paper §4).
+
+- :func:`entropy_importance`: H_t of the old policy's next-token distribution that produced token t,
+  i.e. the softmax of the logits at full position P + t − 1 (divided by the sampling temperature, as
+  TRL does for its entropies). The body runs ``batch_size`` rows at a time and the LM head
+  ``chunk_size`` positions at a time, so memory is O(chunk_size · V), never (B, C, V).
+- :func:`random_importance`: w ~ U(0, 1) per valid token (the paper's "GRPO + Random Credit"); the
+  sum-preserving rescale of Eq. 17 is applied downstream like for every other score.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import Tensor, nn
+from tqdm.auto import tqdm
+
+from oar_rl.probes import _check_mask, body_hidden, eval_mode, head_logits, prepare_batch
+
+
+def entropy_importance(
+    model: nn.Module,
+    prompt_ids: Tensor,
+    prompt_mask: Tensor,
+    completion_ids: Tensor,
+    completion_mask: Tensor,
+    *,
+    chunk_size: int = 1024,
+    batch_size: int | None = None,
+    temperature: float = 1.0,
+    progress: bool = False,
+) -> Tensor:
+    """Entropy H_t = −Σ_v π(v) log π(v) of the distribution that sampled completion token t.
+
+    Args:
+        model: a Hugging Face causal LM (plain or PEFT-wrapped), the policy that generated the batch.
+        prompt_ids: (B, P) left-padded, P ≥ 1 (the first completion token is predicted from the prompt).
+        prompt_mask: (B, P).
+        completion_ids: (B, C) right-padded.
+        completion_mask: (B, C).
+        chunk_size: completion positions per LM-head call.
+        batch_size: rows per body forward (None: all rows at once).
+        temperature: sampling temperature (> 0); logits are divided by it.
+        progress: show a tqdm bar over the row chunks.
+
+    Returns:
+        (B, C) float32 on the model's device; 0 on padding.
+    """
+    if isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size < 1:
+        raise ValueError(f"chunk_size must be a positive int, got {chunk_size!r}")
+    if batch_size is not None and (
+        isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1
+    ):
+        raise ValueError(f"batch_size must be a positive int or None, got {batch_size!r}")
+    if not isinstance(temperature, (int, float)) or not math.isfinite(temperature) or temperature <= 0:
+        raise ValueError(f"temperature must be a finite number > 0, got {temperature!r}")
+    batch = prepare_batch(model, prompt_ids, prompt_mask, completion_ids, completion_mask)
+    P = batch.prompt_len
+    B, C = batch.completion_mask.shape
+    out = torch.zeros(B, C, dtype=torch.float32, device=batch.input_ids.device)
+    if not bool(batch.completion_mask.any()):
+        return out
+    if P == 0:
+        raise ValueError("prompt_ids has width 0: the first completion token has no predicting position")
+    rows_all = batch.completion_mask.any(dim=1).nonzero().flatten()  # (B',)
+    step = batch_size or B
+    with torch.no_grad(), eval_mode(model):
+        for lo in tqdm(range(0, rows_all.shape[0], step), desc="entropy", unit="chunk", disable=not progress):
+            rows = rows_all[lo : lo + step]  # (n,)
+            valid = batch.completion_mask[rows]  # (n, C)
+            last = int(valid.any(dim=0).nonzero().max())  # last completion column with a valid token
+            L = P + last  # positions P-1 .. P+last-1 predict completion tokens 0 .. last
+            hidden = body_hidden(model, batch.attention_mask[rows, :L], input_ids=batch.input_ids[rows, :L])
+            r, t = valid.nonzero(as_tuple=True)  # (M,), (M,)
+            h = hidden[r, P + t - 1]  # (M, H)
+            ent = torch.empty(h.shape[0], dtype=torch.float32, device=h.device)  # (M,)
+            for a in range(0, h.shape[0], chunk_size):
+                logp = torch.log_softmax(
+                    head_logits(model, h[a : a + chunk_size]) / temperature, dim=-1
+                )  # (m, V)
+                ent[a : a + chunk_size] = -(logp.exp() * logp).sum(dim=-1).float()
+            out[rows[r], t] = ent
+    return out
+
+
+def random_importance(completion_mask: Tensor, *, generator: torch.Generator | None = None) -> Tensor:
+    """(B, C) float32: U(0, 1) on valid tokens (drawn on the CPU with `generator`), 0 on padding."""
+    _check_mask(completion_mask, "completion_mask")
+    if completion_mask.ndim != 2:
+        raise ValueError(f"completion_mask must be 2-D (B, C), got shape {tuple(completion_mask.shape)}")
+    if generator is not None and generator.device.type != "cpu":
+        raise ValueError(f"generator must be a CPU torch.Generator, got {generator.device}")
+    u = torch.rand(completion_mask.shape, generator=generator, dtype=torch.float32)  # (B, C)
+    return (u * completion_mask.bool().cpu()).to(completion_mask.device)

@@ -1,0 +1,146 @@
+"""OAR-P: counterfactual token-masking importance (paper §3.1, Eq. 7-8).
+
+For every scored completion token t of every row, a copy of the sequence has token t replaced by a mask
+token (Eq. 7); the importance is how far that moves the outcome probe, I_t = KL(P ‖ P^(t)) (Eq. 8) --
+or the clamped score drop for AS-Joint (see :mod:`oar_rl.probes`).
+
+Implementation (the paper's "parallelized batch decoding", made memory-safe):
+- All perturbed copies of the whole batch are laid out as (row, t) pairs and run through the
+  transformer *body* in chunks of ``batch_size`` copies; each chunk is cut after its last probe
+  position (causal attention: later positions cannot change earlier hidden states).
+- Only the probe positions' hidden states go through the LM head, so memory per chunk is
+  O(batch_size · (L · H + V)), never the [copies, L, V] float32 logits that published code builds.
+- Attention mask and positions are those of the unperturbed sequence (the mask token is attended to,
+  as in the paper's [PAD] replacement); the model is run as TRL runs it (see :mod:`oar_rl.probes`).
+
+Departures from the paper:
+- AS probes score only the tokens before the answer span (span and later tokens get 0 here and keep
+  weight 1 after reshaping); a row without a span falls back to LT-Logits.
+- Rows with no valid completion token, and unscored positions, get 0.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor, nn
+from tqdm.auto import tqdm
+
+from oar_rl.probes import (
+    Probe,
+    ProbeOutcome,
+    ProbeSpec,
+    base_model,
+    body_hidden,
+    build_probe_spec,
+    check_answer_mask,
+    check_probe,
+    eval_mode,
+    outcome_divergence,
+    prepare_batch,
+    probe_outcome,
+    scored_positions,
+)
+
+
+def _probe_chunk(
+    model: nn.Module, input_ids: Tensor, attention_mask: Tensor, spec: ProbeSpec
+) -> ProbeOutcome:
+    """Probe outcome of N sequences (N, L), running the body only up to the last probe position."""
+    L = spec.max_index() + 1
+    hidden = body_hidden(model, attention_mask[:, :L], input_ids=input_ids[:, :L])  # (N, L', H)
+    return probe_outcome(model, hidden, spec)
+
+
+def perturbation_importance(
+    model: nn.Module,
+    prompt_ids: Tensor,
+    prompt_mask: Tensor,
+    completion_ids: Tensor,
+    completion_mask: Tensor,
+    *,
+    probe: Probe = "lt-logits",
+    answer_mask: Tensor | None = None,
+    mask_token_id: int | None = None,
+    batch_size: int = 64,
+    progress: bool = False,
+) -> Tensor:
+    """OAR-P raw importance I_t = D(P ‖ P^(t)) for every scored completion token (Eq. 7-8).
+
+    Args:
+        model: a Hugging Face causal LM (plain or PEFT-wrapped), the policy that generated the batch.
+        prompt_ids: (B, P) prompt token ids, left-padded.
+        prompt_mask: (B, P) 1 on real prompt tokens.
+        completion_ids: (B, C) completion token ids, right-padded.
+        completion_mask: (B, C) 1 on real completion tokens.
+        probe: ``"lt-logits"``, ``"as-mean"`` or ``"as-joint"``.
+        answer_mask: (B, C) answer-span mask (:func:`oar_rl.probes.answer_span_mask`); required for AS
+            probes, ignored by LT-Logits.
+        mask_token_id: the replacement token; default ``model.config.pad_token_id``.
+        batch_size: perturbed copies per forward pass (results do not depend on it).
+        progress: show a tqdm bar over the chunks.
+
+    Returns:
+        (B, C) float32 on the model's device; 0 on padding and on unscored positions.
+    """
+    check_probe(probe)
+    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+        raise ValueError(f"batch_size must be a positive int, got {batch_size!r}")
+    batch = prepare_batch(model, prompt_ids, prompt_mask, completion_ids, completion_mask)
+    if mask_token_id is None:
+        mask_token_id = getattr(getattr(model, "config", None), "pad_token_id", None)
+        if mask_token_id is None:
+            raise ValueError(
+                "mask_token_id is None and the model config has no pad_token_id; pass mask_token_id "
+                "(e.g. tokenizer.pad_token_id) explicitly"
+            )
+    vocab = getattr(base_model(model).get_input_embeddings(), "num_embeddings", None)
+    if isinstance(mask_token_id, bool) or not isinstance(mask_token_id, int) or mask_token_id < 0:
+        raise ValueError(f"mask_token_id must be a non-negative int, got {mask_token_id!r}")
+    if vocab is not None and mask_token_id >= vocab:
+        raise ValueError(f"mask_token_id={mask_token_id} is outside the embedding table [0, {vocab})")
+
+    P = batch.prompt_len
+    B, C = batch.completion_mask.shape
+    if probe == "lt-logits":
+        answer = None
+        scored = batch.completion_mask  # (B, C)
+    else:
+        if answer_mask is None:
+            raise ValueError(f"probe={probe!r} needs an answer_mask (see oar_rl.probes.answer_span_mask)")
+        check_answer_mask(answer_mask, completion_mask)
+        answer = answer_mask.bool().to(batch.input_ids.device)
+        scored = scored_positions(batch.completion_mask, answer)  # (B, C)
+
+    out = torch.zeros(B, C, dtype=torch.float32, device=batch.input_ids.device)
+    pairs = scored.nonzero()  # (R, 2): (row, t), sorted by row
+    if pairs.shape[0] == 0:
+        return out
+    spec = build_probe_spec(P, batch.attention_mask, batch.input_ids[:, P:], answer, probe)
+    rows_with_work = torch.unique(pairs[:, 0])  # (B',)
+
+    with torch.no_grad(), eval_mode(model):
+        # clean probe of the rows that have scored tokens
+        clean_rows: list[ProbeOutcome] = []
+        for lo in range(0, rows_with_work.shape[0], batch_size):
+            rows = rows_with_work[lo : lo + batch_size]
+            clean_rows.append(
+                _probe_chunk(model, batch.input_ids[rows], batch.attention_mask[rows], spec.take(rows))
+            )
+        clean = ProbeOutcome(
+            torch.cat([c.logp for c in clean_rows]), torch.cat([c.phi for c in clean_rows])
+        )  # B' rows
+        slot = torch.full((B,), -1, dtype=torch.long, device=out.device)
+        slot[rows_with_work] = torch.arange(rows_with_work.shape[0], device=out.device)
+
+        # all perturbed copies, chunked
+        starts = range(0, pairs.shape[0], batch_size)
+        for lo in tqdm(starts, desc="OAR-P", unit="chunk", disable=not progress):
+            rows, ts = pairs[lo : lo + batch_size, 0], pairs[lo : lo + batch_size, 1]  # (n,), (n,)
+            ids = batch.input_ids[rows].clone()  # (n, L)
+            ids[torch.arange(rows.shape[0], device=ids.device), P + ts] = mask_token_id
+            pert = _probe_chunk(model, ids, batch.attention_mask[rows], spec.take(rows))
+            div = outcome_divergence(
+                clean.take(slot[rows]), pert, spec.kind[rows], mode="perturbation"
+            )  # (n,)
+            out[rows, ts] = div.float()
+    return out

@@ -1,0 +1,628 @@
+"""Outcome probes: where the answer span is, which tokens get a score, and what "the outcome" is.
+
+OAR scores a completion token by how much disturbing it moves an *outcome probe* φ(x, y), a summary
+of the model's final-answer prediction (paper §6.2, Appendix A.1.3). Three probes are implemented:
+
+- ``"lt-logits"`` (LT-Logits): the next-token distribution at the last non-pad position of
+  prompt+completion. Divergence: KL(P ‖ P̃).
+- ``"as-mean"`` (AS-Mean): softmax of the mean of the logits at the positions that *predict* the answer
+  span tokens (the position of each span token minus one). Divergence: KL(P ‖ P̃).
+- ``"as-joint"`` (AS-Joint): φ = mean log π(a_ℓ | x, y_<ℓ) over the answer span tokens a_ℓ.
+  Perturbation importance is the score drop clamped at zero, max(φ − φ̃, 0): a perturbation that makes
+  the answer *more* likely is not evidence that the token mattered for producing it (the paper writes
+  φ − φ̃ and is silent on the sign; a negative importance cannot go through Eq. 14's log1p).
+
+Answer spans (:func:`answer_span_mask`). The span is the *content* of the last match of the pattern:
+for ``<answer>…</answer>`` the characters between the tags, for ``\\boxed{…}`` the characters inside
+the outer braces (balanced by scanning, ``\\{``/``\\}`` escapes skipped). The tags themselves are not in
+the span: they are format, the paper's AS probes average "positions that predict the final answer
+span", and the closing tag is predicted after the answer is already fixed. A token belongs to the span
+when its decoded characters overlap the content (BPE tokens that straddle a tag boundary count).
+An empty content (``<answer></answer>``) is no span.
+
+Scored positions (:func:`scored_positions`). With an answer-span probe only the valid completion tokens
+strictly *before* the span start get a score; the span and everything after it get 0 here (and so
+keep weight 1 after reshaping, which is the trainer's job). A row without a span falls back to
+LT-Logits for the whole row (all valid tokens scored); :func:`has_answer_span` tells which rows did,
+so the trainer can log the fallback rate.
+
+Departures from the paper, and why:
+- Positions: the model is run exactly as TRL computes log-probs -- ``input_ids``/``inputs_embeds``
+  plus the 2-D attention mask, no explicit ``position_ids`` -- so the clean probe equals the one from a
+  plain ``model(input_ids, attention_mask)`` forward. (``generate`` derives positions from the mask
+  cumsum; TRL's own scoring does not, and the old-policy log-probs OAR sits next to are TRL's.)
+- Hidden states: the LM head is applied only at probe positions (never [copies, L, V] logits). For
+  AS-Mean the hidden states are averaged before the head when the head is an affine ``nn.Linear`` and
+  the config has no ``final_logit_softcapping``: mean(W h + b) = W mean(h) + b exactly; otherwise the
+  logits are computed per position and averaged.
+- Precision: probe math runs in float32, or float64 when the model is float64 (exact tests).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Literal
+
+import torch
+from torch import Tensor, nn
+
+Probe = Literal["lt-logits", "as-mean", "as-joint"]
+PROBES: tuple[str, ...] = ("lt-logits", "as-mean", "as-joint")
+
+ANSWER_TAG_PATTERN = r"<answer>(.*?)</answer>"
+"""Default answer pattern: the content between the last ``<answer>`` and its ``</answer>``."""
+
+BOXED = "boxed"
+"""Pass ``pattern="boxed"`` to use the content of the last balanced ``\\boxed{…}``."""
+
+# Bound on the elements of one [rows, V] logits block (64 Mi float32 = 256 MiB).
+_MAX_HEAD_ELEMENTS = 1 << 26
+# Tokens of left context used when decoding a token into its characters (byte-level BPE needs up to 4
+# to complete a UTF-8 character, SentencePiece needs 1 to keep a leading space).
+_DECODE_CONTEXT = 6
+
+KIND_DIST = 0  # LT-Logits or AS-Mean: a distribution, compared by KL
+KIND_JOINT = 1  # AS-Joint: a scalar log-likelihood, compared by the score drop
+
+
+def check_probe(probe: str) -> None:
+    """Raise ValueError unless `probe` is one of :data:`PROBES`."""
+    if probe not in PROBES:
+        raise ValueError(f"probe={probe!r} is not a known outcome probe; valid: {list(PROBES)}")
+
+
+# ----------------------------------------------------------------------------------------------------
+# answer spans
+
+
+def _compile_pattern(pattern: str | None) -> re.Pattern[str] | None:
+    """None -> default tag pattern; "boxed" -> None (brace scanner); else a regex with one group."""
+    if pattern is None:
+        pattern = ANSWER_TAG_PATTERN
+    if not isinstance(pattern, str) or not pattern:
+        raise ValueError(
+            f"pattern={pattern!r} is empty; pass a regex with exactly one capturing group, "
+            f'"{BOXED}", or None for the default {ANSWER_TAG_PATTERN!r}'
+        )
+    if pattern == BOXED:
+        return None
+    try:
+        compiled = re.compile(pattern, re.DOTALL)
+    except re.error as err:
+        raise ValueError(f"pattern={pattern!r} is not a valid regular expression: {err}") from err
+    if compiled.groups != 1:
+        raise ValueError(
+            f"pattern={pattern!r} has {compiled.groups} capturing groups; it needs exactly one "
+            "(the answer content), e.g. r'<answer>(.*?)</answer>'"
+        )
+    return compiled
+
+
+def last_boxed_span(text: str) -> tuple[int, int] | None:
+    """Character span [start, end) of the content of the last balanced ``\\boxed{…}`` in `text`.
+
+    Matches are non-overlapping, left to right (like ``re.finditer``); an unbalanced ``\\boxed{`` (cut
+    off by the length limit) is skipped. ``\\{`` and ``\\}`` do not count as braces.
+    """
+    key = "\\boxed{"
+    found: tuple[int, int] | None = None
+    i = text.find(key)
+    while i != -1:
+        start = i + len(key)
+        depth, j, end = 1, start, -1
+        while j < len(text):
+            ch = text[j]
+            if ch == "\\" and j + 1 < len(text) and text[j + 1] in "{}":
+                j += 2
+                continue
+            if ch == "{":
+                depth += 1
+            elif ch == "}":
+                depth -= 1
+                if depth == 0:
+                    end = j
+                    break
+            j += 1
+        if end == -1:  # unbalanced: look for a later, complete one
+            i = text.find(key, i + 1)
+            continue
+        found = (start, end)
+        i = text.find(key, end + 1)
+    return found
+
+
+def _last_span(text: str, compiled: re.Pattern[str] | None) -> tuple[int, int] | None:
+    if compiled is None:
+        return last_boxed_span(text)
+    span = None
+    for m in compiled.finditer(text):
+        span = m.span(1)
+    return span
+
+
+def _token_pieces(tokenizer, rows: list[list[int]]) -> list[list[str]]:
+    """Per-token decoded text, so that ''.join(pieces) is the row's text and pieces map chars->tokens.
+
+    Token k's piece is decode(ids[k-W:k+1]) minus decode(ids[k-W:k]) (W = _DECODE_CONTEXT). Decoding with
+    left context keeps SentencePiece's leading spaces and completes byte-level BPE characters split over
+    tokens; when the shorter decode is not a prefix of the longer (an incomplete UTF-8 byte became
+    U+FFFD), the piece is what follows the common prefix. Special tokens decode to "". All decodes go
+    through one ``batch_decode`` call.
+    """
+    queries: list[list[int]] = []
+    for ids in rows:
+        for k in range(len(ids)):
+            lo = max(0, k - _DECODE_CONTEXT)
+            queries.append(ids[lo:k])
+            queries.append(ids[lo : k + 1])
+    texts = (
+        tokenizer.batch_decode(queries, skip_special_tokens=True, clean_up_tokenization_spaces=False)
+        if queries
+        else []
+    )
+    out: list[list[str]] = []
+    q = 0
+    for ids in rows:
+        pieces = []
+        for _ in ids:
+            prev, cur = texts[q], texts[q + 1]
+            q += 2
+            if cur.startswith(prev):
+                pieces.append(cur[len(prev) :])
+            else:
+                common = next(
+                    (i for i, (a, c) in enumerate(zip(prev, cur, strict=False)) if a != c),
+                    min(len(prev), len(cur)),
+                )
+                pieces.append(cur[common:])
+        out.append(pieces)
+    return out
+
+
+def answer_span_mask(
+    completion_ids: Tensor,
+    completion_mask: Tensor,
+    tokenizer,
+    *,
+    pattern: str | None = None,
+) -> Tensor:
+    """Which completion tokens lie inside the answer span (content of the LAST pattern match).
+
+    Args:
+        completion_ids: (B, C) integer token ids, right-padded.
+        completion_mask: (B, C) 1 on real completion tokens, 0 on padding (bool or 0/1 numbers).
+        tokenizer: anything with ``batch_decode`` (any Hugging Face tokenizer).
+        pattern: None for ``<answer>(.*?)</answer>``; ``"boxed"`` for the last balanced ``\\boxed{…}``;
+            or a regex with exactly one capturing group (the content), matched with ``re.DOTALL``.
+
+    Returns:
+        (B, C) bool, True on valid tokens whose decoded characters overlap the span content. Rows with
+        no match (or an empty content) are all False.
+    """
+    compiled = _compile_pattern(pattern)
+    _check_ids_and_mask(completion_ids, completion_mask, "completion")
+    valid = completion_mask.bool()
+    ids_cpu = completion_ids.detach().cpu()
+    valid_cpu = valid.cpu()
+    rows = [ids_cpu[b][valid_cpu[b]].tolist() for b in range(ids_cpu.shape[0])]
+    pieces = _token_pieces(tokenizer, rows)
+    out = torch.zeros(completion_ids.shape, dtype=torch.bool)
+    for b, row_pieces in enumerate(pieces):
+        span = _last_span("".join(row_pieces), compiled)
+        if span is None or span[0] == span[1]:
+            continue
+        s, e = span
+        cols = valid_cpu[b].nonzero().flatten().tolist()
+        pos = 0
+        for col, piece in zip(cols, row_pieces, strict=True):
+            lo, hi = pos, pos + len(piece)
+            pos = hi
+            if hi > lo and lo < e and hi > s:  # non-empty overlap of [lo, hi) and [s, e)
+                out[b, col] = True
+    return out.to(completion_ids.device)
+
+
+# ----------------------------------------------------------------------------------------------------
+# scored positions
+
+
+def has_answer_span(answer_mask: Tensor) -> Tensor:
+    """(B,) bool: rows whose answer mask marks at least one token (the others fall back to LT-Logits)."""
+    if answer_mask.ndim != 2:
+        raise ValueError(f"answer_mask must be 2-D (B, C), got shape {tuple(answer_mask.shape)}")
+    return answer_mask.bool().any(dim=1)
+
+
+def scored_positions(completion_mask: Tensor, answer_mask: Tensor) -> Tensor:
+    """(B, C) bool: the completion tokens that get an importance score under an answer-span probe.
+
+    Rows with a span: valid tokens strictly before the first span token. Rows without: every valid
+    token (LT-Logits fallback).
+    """
+    _check_mask(completion_mask, "completion_mask")
+    check_answer_mask(answer_mask, completion_mask)
+    valid = completion_mask.bool()  # (B, C)
+    span = answer_mask.bool()  # (B, C)
+    has = span.any(dim=1)  # (B,)
+    C = valid.shape[1]
+    idx = torch.arange(C, device=valid.device)
+    first = torch.where(span, idx, C).amin(dim=1) if C else torch.zeros_like(has, dtype=torch.long)  # (B,)
+    before = idx[None, :] < first[:, None]  # (B, C)
+    return valid & torch.where(has[:, None], before, True)
+
+
+# ----------------------------------------------------------------------------------------------------
+# validation shared with the scorers
+
+
+def _check_mask(mask: Tensor, name: str) -> None:
+    if not isinstance(mask, Tensor):
+        raise ValueError(f"{name} must be a torch.Tensor, got {type(mask).__name__}")
+    if mask.dtype != torch.bool and mask.numel() and not bool(((mask == 0) | (mask == 1)).all()):
+        bad = mask[(mask != 0) & (mask != 1)].flatten()[:3].tolist()
+        raise ValueError(f"{name} must contain only 0/1 (or bool), found values like {bad}")
+    if mask.is_complex():
+        raise ValueError(f"{name} must be bool, integer or float 0/1, got dtype {mask.dtype}")
+
+
+def _check_ids_and_mask(ids: Tensor, mask: Tensor, name: str) -> None:
+    if not isinstance(ids, Tensor) or ids.ndim != 2:
+        shape = tuple(ids.shape) if isinstance(ids, Tensor) else type(ids).__name__
+        raise ValueError(f"{name}_ids must be a 2-D tensor (B, {name[0].upper()}), got {shape}")
+    if ids.dtype.is_floating_point or ids.is_complex() or ids.dtype == torch.bool:
+        raise ValueError(f"{name}_ids must hold integer token ids, got dtype {ids.dtype}")
+    _check_mask(mask, f"{name}_mask")
+    if mask.shape != ids.shape:
+        raise ValueError(
+            f"{name}_mask shape {tuple(mask.shape)} does not match {name}_ids shape {tuple(ids.shape)}"
+        )
+
+
+def check_answer_mask(answer_mask: Tensor, completion_mask: Tensor) -> None:
+    """Raise ValueError unless `answer_mask` is a 0/1 (B, C) mask inside `completion_mask`."""
+    _check_mask(answer_mask, "answer_mask")
+    if answer_mask.shape != completion_mask.shape:
+        raise ValueError(
+            f"answer_mask shape {tuple(answer_mask.shape)} does not match completion_mask shape "
+            f"{tuple(completion_mask.shape)}"
+        )
+    if bool((answer_mask.bool() & ~completion_mask.bool().to(answer_mask.device)).any()):
+        raise ValueError("answer_mask marks padding positions (where completion_mask is 0)")
+
+
+def check_batch(
+    prompt_ids: Tensor, prompt_mask: Tensor, completion_ids: Tensor, completion_mask: Tensor
+) -> None:
+    """Validate the TRL batch layout: (B, P) prompt ids/mask and (B, C) completion ids/mask."""
+    _check_ids_and_mask(prompt_ids, prompt_mask, "prompt")
+    _check_ids_and_mask(completion_ids, completion_mask, "completion")
+    if prompt_ids.shape[0] != completion_ids.shape[0]:
+        raise ValueError(
+            f"prompt batch size {prompt_ids.shape[0]} != completion batch size {completion_ids.shape[0]}"
+        )
+
+
+# ----------------------------------------------------------------------------------------------------
+# model plumbing: body, head, probe outcomes
+
+
+def base_model(model: nn.Module) -> nn.Module:
+    """The underlying ``PreTrainedModel`` (unwraps PEFT's ``get_base_model()`` when present)."""
+    get_base = getattr(model, "get_base_model", None)
+    return get_base() if callable(get_base) else model
+
+
+def decoder_body(model: nn.Module) -> nn.Module:
+    """The transformer body (embeddings -> final norm) that yields last hidden states.
+
+    Works for plain causal LMs (``get_decoder()`` or ``.model``) and PEFT-wrapped ones (LoRA layers are
+    injected into the body's modules, so calling the body still applies them).
+    """
+    base = base_model(model)
+    get_decoder = getattr(base, "get_decoder", None)
+    body = get_decoder() if callable(get_decoder) else None
+    if body is None:
+        body = getattr(base, "model", None)
+    if not isinstance(body, nn.Module):
+        raise ValueError(
+            f"cannot find the transformer body of {type(model).__name__}: "
+            "it has neither get_decoder() nor .model"
+        )
+    return body
+
+
+def lm_head(model: nn.Module) -> nn.Module:
+    """The output embedding (LM head) of `model`."""
+    head = base_model(model).get_output_embeddings()
+    if head is None:
+        raise ValueError(f"{type(model).__name__} has no output embeddings (LM head)")
+    return head
+
+
+def body_hidden(
+    model: nn.Module,
+    attention_mask: Tensor,
+    *,
+    input_ids: Tensor | None = None,
+    inputs_embeds: Tensor | None = None,
+) -> Tensor:
+    """Last hidden states (N, L, H) of the body, run as TRL runs the policy (no explicit positions)."""
+    body = decoder_body(model)
+    kwargs = {"input_ids": input_ids} if inputs_embeds is None else {"inputs_embeds": inputs_embeds}
+    out = body(attention_mask=attention_mask, use_cache=False, **kwargs)
+    return out.last_hidden_state if hasattr(out, "last_hidden_state") else out[0]
+
+
+def head_logits(model: nn.Module, hidden: Tensor) -> Tensor:
+    """(..., V) logits from hidden states, in float32 (float64 for a float64 model).
+
+    Applies the output embedding and, when the config asks for it, final-logit soft-capping.
+    """
+    logits = lm_head(model)(hidden)
+    logits = logits.to(torch.promote_types(logits.dtype, torch.float32))
+    cap = getattr(getattr(model, "config", None), "final_logit_softcapping", None)
+    if cap:
+        logits = torch.tanh(logits / cap) * cap
+    return logits
+
+
+def _head_is_affine(model: nn.Module) -> bool:
+    cap = getattr(getattr(model, "config", None), "final_logit_softcapping", None)
+    return isinstance(lm_head(model), nn.Linear) and not cap
+
+
+@dataclass(frozen=True)
+class ProbeSpec:
+    """Where N sequences are probed, stored flat (CSR by sequence).
+
+    Attributes:
+        kind: (N,) long, KIND_DIST (LT-Logits / AS-Mean: a distribution) or KIND_JOINT (AS-Joint).
+        row_ptr: (N + 1,) long; sequence n owns flat entries row_ptr[n]:row_ptr[n + 1].
+        index: (M,) long, positions in the full prompt+completion sequence whose hidden state is used.
+        target: (M,) long, the token predicted at that position (AS-Joint), else -1.
+    """
+
+    kind: Tensor
+    row_ptr: Tensor
+    index: Tensor
+    target: Tensor
+
+    @property
+    def num_rows(self) -> int:
+        return self.kind.shape[0]
+
+    @property
+    def seq(self) -> Tensor:
+        """(M,) the sequence each flat entry belongs to."""
+        counts = self.row_ptr[1:] - self.row_ptr[:-1]
+        return torch.repeat_interleave(torch.arange(self.num_rows, device=counts.device), counts)
+
+    def max_index(self) -> int:
+        """Largest probed position (the body only needs positions 0..max_index)."""
+        return int(self.index.max()) if self.index.numel() else 0
+
+    def take(self, rows: Tensor) -> ProbeSpec:
+        """The spec of the sequences `rows` (N',) of this one, in that order (rows may repeat)."""
+        counts = (self.row_ptr[1:] - self.row_ptr[:-1])[rows]  # (N',)
+        starts = self.row_ptr[:-1][rows]  # (N',)
+        row_ptr = torch.zeros(rows.shape[0] + 1, dtype=torch.long, device=rows.device)
+        row_ptr[1:] = torch.cumsum(counts, 0)
+        total = int(row_ptr[-1])
+        seq = torch.repeat_interleave(torch.arange(rows.shape[0], device=rows.device), counts)  # (M',)
+        flat = starts[seq] + torch.arange(total, device=rows.device) - row_ptr[:-1][seq]  # (M',)
+        return ProbeSpec(self.kind[rows], row_ptr, self.index[flat], self.target[flat])
+
+
+def build_probe_spec(
+    prompt_len: int,
+    attention_mask: Tensor,
+    completion_ids: Tensor,
+    answer_mask: Tensor | None,
+    probe: Probe,
+) -> ProbeSpec:
+    """The probe positions of each of the B sequences of a batch.
+
+    Args:
+        prompt_len: P, the (padded) prompt width; completion position k is full position P + k.
+        attention_mask: (B, P + C) 0/1, prompt mask then completion mask.
+        completion_ids: (B, C) completion token ids.
+        answer_mask: (B, C) bool span mask (required for AS probes, ignored for LT-Logits).
+        probe: which outcome probe.
+
+    LT-Logits (and AS rows with no span): one position, the last non-pad one. AS-Mean / AS-Joint: the
+    positions P + k - 1 for every span token k (the positions whose next-token prediction is the span).
+    """
+    check_probe(probe)
+    B, L = attention_mask.shape
+    device = attention_mask.device
+    pos = torch.arange(L, device=device)
+    last = torch.where(attention_mask.bool(), pos, 0).amax(dim=1) if L else torch.zeros(B, dtype=torch.long)
+    if probe == "lt-logits" or answer_mask is None:
+        if probe != "lt-logits":
+            raise ValueError(f"probe={probe!r} needs an answer_mask (see oar_rl.probes.answer_span_mask)")
+        kind = torch.full((B,), KIND_DIST, dtype=torch.long, device=device)
+        row_ptr = torch.arange(B + 1, dtype=torch.long, device=device)
+        return ProbeSpec(kind, row_ptr, last.long(), torch.full((B,), -1, dtype=torch.long, device=device))
+    span = answer_mask.bool().to(device)  # (B, C)
+    has = span.any(dim=1)  # (B,)
+    # flat entries: AS rows -> one per span token; fallback rows -> their last position
+    span_b, span_k = span.nonzero(as_tuple=True)  # (S,), (S,) sorted by row
+    fb_b = (~has).nonzero(as_tuple=True)[0]  # (F,)
+    seq = torch.cat([span_b, fb_b])
+    index = torch.cat([prompt_len + span_k - 1, last[fb_b]])
+    target = torch.cat(
+        [
+            completion_ids.to(device)[span_b, span_k].long()
+            if probe == "as-joint"
+            else torch.full_like(span_b, -1),
+            torch.full_like(fb_b, -1),
+        ]
+    )
+    order = torch.argsort(seq * (L + 1) + index, stable=True)
+    seq, index, target = seq[order], index[order], target[order]
+    counts = torch.bincount(seq, minlength=B)
+    row_ptr = torch.zeros(B + 1, dtype=torch.long, device=device)
+    row_ptr[1:] = torch.cumsum(counts, 0)
+    kind = torch.where(has & (probe == "as-joint"), KIND_JOINT, KIND_DIST).long()
+    return ProbeSpec(kind, row_ptr, index.long(), target.long())
+
+
+@dataclass(frozen=True)
+class ProbeOutcome:
+    """Probe values of N sequences.
+
+    Attributes:
+        logp: (N, V) log-softmax of the probe logits on KIND_DIST rows (0 on KIND_JOINT rows).
+        phi: (N,) mean span log-likelihood on KIND_JOINT rows (0 on KIND_DIST rows).
+    """
+
+    logp: Tensor
+    phi: Tensor
+
+    def take(self, rows: Tensor) -> ProbeOutcome:
+        return ProbeOutcome(self.logp[rows], self.phi[rows])
+
+
+def probe_outcome(model: nn.Module, hidden: Tensor, spec: ProbeSpec) -> ProbeOutcome:
+    """Turn hidden states (N, L, H) at the probe positions of `spec` into outcome distributions/scores.
+
+    Only the M probe positions go through the LM head, in blocks of at most _MAX_HEAD_ELEMENTS logits;
+    logits for all L positions are never formed.
+    """
+    N = spec.num_rows
+    V = vocab_size(model)
+    dtype = torch.promote_types(hidden.dtype, torch.float32)
+    seq = spec.seq  # (M,)
+    h = hidden[seq, spec.index]  # (M, H)
+    counts = (spec.row_ptr[1:] - spec.row_ptr[:-1]).clamp(min=1).to(dtype)  # (N,)
+    joint_entry = spec.kind[seq] == KIND_JOINT  # (M,)
+    dist_entry = ~joint_entry  # (M,)
+    dist_rows = spec.kind == KIND_DIST  # (N,)
+
+    # LT-Logits / AS-Mean: mean of the logits over each row's positions, then log-softmax
+    if _head_is_affine(model):  # mean(W h + b) = W mean(h) + b: one head row per sequence
+        h_sum = torch.zeros(N, h.shape[-1], dtype=dtype, device=h.device)  # (N, H)
+        h_sum.index_add_(0, seq[dist_entry], h[dist_entry].to(dtype))
+        h_mean = (h_sum / counts[:, None]).to(hidden.dtype)  # (N, H)
+        logits = torch.zeros(N, V, dtype=dtype, device=h.device)  # (N, V)
+        for lo, blk in _offset_blocks(h_mean, V):
+            logits[lo : lo + blk.shape[0]] = head_logits(model, blk)
+    else:  # non-linear head (soft-capping): per-position logits, then the mean
+        dh, dseq = h[dist_entry], seq[dist_entry]
+        logits = torch.zeros(N, V, dtype=dtype, device=h.device)  # (N, V)
+        for lo, blk in _offset_blocks(dh, V):
+            logits.index_add_(0, dseq[lo : lo + blk.shape[0]], head_logits(model, blk).to(dtype))
+        logits = logits / counts[:, None]
+    logp = torch.log_softmax(logits, dim=-1) * dist_rows[:, None]  # (N, V)
+
+    # AS-Joint: mean log pi(a_l | x, y_<l) over the span tokens
+    phi = torch.zeros(N, dtype=dtype, device=h.device)  # (N,)
+    if bool(joint_entry.any()):
+        jh, jseq, jtgt = h[joint_entry], seq[joint_entry], spec.target[joint_entry]
+        for lo, blk in _offset_blocks(jh, V):
+            lp = torch.log_softmax(head_logits(model, blk).to(dtype), dim=-1)  # (m, V)
+            tok_lp = lp.gather(1, jtgt[lo : lo + blk.shape[0], None]).squeeze(1)  # (m,)
+            phi = phi.index_add(0, jseq[lo : lo + blk.shape[0]], tok_lp)
+        phi = phi / counts
+    return ProbeOutcome(logp, phi)
+
+
+def vocab_size(model: nn.Module) -> int:
+    """Width of the LM head output."""
+    head = lm_head(model)
+    if isinstance(head, nn.Linear):
+        return head.out_features
+    size = getattr(getattr(model, "config", None), "vocab_size", None)
+    if size is None:
+        raise ValueError(f"cannot tell the vocabulary size of {type(model).__name__}")
+    return int(size)
+
+
+def _offset_blocks(x: Tensor, V: int) -> list[tuple[int, Tensor]]:
+    step = max(1, _MAX_HEAD_ELEMENTS // max(V, 1))
+    return [(lo, x[lo : lo + step]) for lo in range(0, x.shape[0], step)]
+
+
+def outcome_divergence(
+    clean: ProbeOutcome,
+    perturbed: ProbeOutcome,
+    kind: Tensor,
+    *,
+    mode: Literal["perturbation", "gradient"],
+) -> Tensor:
+    """(N,) divergence of each perturbed probe from its clean one.
+
+    KIND_DIST rows: KL(P ‖ P̃) = Σ_v P (log P − log P̃). KIND_JOINT rows: ``mode="perturbation"`` gives
+    the clamped score drop max(φ − φ̃, 0); ``mode="gradient"`` gives ½(φ − φ̃)², OAR-G's objective (like
+    KL it is ≥ 0, zero and flat at the clean point, quadratic around it; its gradient is −(φ − φ̃)∇φ̃,
+    so within a row OAR-G ranks tokens by |⟨∇φ, e_t⟩|).
+    """
+    if mode not in ("perturbation", "gradient"):
+        raise ValueError(f"mode={mode!r}; valid: ['perturbation', 'gradient']")
+    p = clean.logp.exp()  # (N, V)
+    kl = (p * (clean.logp - perturbed.logp)).sum(dim=-1)  # (N,)
+    drop = clean.phi - perturbed.phi  # (N,)
+    joint = drop.clamp(min=0) if mode == "perturbation" else 0.5 * drop.square()
+    return torch.where(kind == KIND_JOINT, joint, kl)
+
+
+# ----------------------------------------------------------------------------------------------------
+# batch preparation and model state, shared by the scorers
+
+
+@dataclass(frozen=True)
+class ScoringBatch:
+    """A TRL batch laid out as one prompt+completion sequence per row, on the model's device.
+
+    Attributes:
+        input_ids: (B, P + C) long, left-padded prompt then right-padded completion.
+        attention_mask: (B, P + C) long 0/1.
+        prompt_len: P.
+        completion_mask: (B, C) bool.
+    """
+
+    input_ids: Tensor
+    attention_mask: Tensor
+    prompt_len: int
+    completion_mask: Tensor
+
+
+def model_device(model: nn.Module) -> torch.device:
+    emb = base_model(model).get_input_embeddings()
+    return (
+        emb.weight.device if emb is not None and hasattr(emb, "weight") else next(model.parameters()).device
+    )
+
+
+def prepare_batch(
+    model: nn.Module, prompt_ids: Tensor, prompt_mask: Tensor, completion_ids: Tensor, completion_mask: Tensor
+) -> ScoringBatch:
+    """Validate the batch (shapes, dtypes, 0/1 masks, ids inside the vocabulary) and concatenate it."""
+    check_batch(prompt_ids, prompt_mask, completion_ids, completion_mask)
+    emb = base_model(model).get_input_embeddings()
+    n_emb = getattr(emb, "num_embeddings", None)
+    device = model_device(model)
+    input_ids = torch.cat([prompt_ids, completion_ids], dim=1).to(device=device, dtype=torch.long)
+    if n_emb is not None and input_ids.numel():
+        lo, hi = int(input_ids.min()), int(input_ids.max())
+        if lo < 0 or hi >= n_emb:
+            raise ValueError(
+                f"token ids must lie in [0, {n_emb}) (the embedding size); found min {lo}, max {hi}"
+            )
+    attention_mask = torch.cat([prompt_mask.bool(), completion_mask.bool()], dim=1).to(device).long()
+    return ScoringBatch(input_ids, attention_mask, prompt_ids.shape[1], completion_mask.bool().to(device))
+
+
+@contextmanager
+def eval_mode(model: nn.Module) -> Iterator[None]:
+    """Put every submodule in eval mode (no dropout) and restore each one's own flag afterwards."""
+    modes = [(m, m.training) for m in model.modules()]
+    try:
+        model.eval()
+        yield
+    finally:
+        for m, training in modes:
+            m.training = training
