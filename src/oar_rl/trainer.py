@@ -1,0 +1,431 @@
+"""The TRL seam: `OARConfig(GRPOConfig)` and `OARTrainer(GRPOTrainer)`.
+
+`OARTrainer` overrides one method, `_generate_and_score_completions`: it calls TRL's, which generates,
+scores and returns the sequence advantages A_i (B,), then replaces them by token advantages A_t (B, C)
+(paper Eq. 15; TRL's `_compute_loss` accepts (B, C) advantages by design). Generation, vLLM, the
+clipped loss with clip-higher (Eq. 18), accelerate/DeepSpeed, PEFT, logging and checkpoints are TRL's.
+The math lives in `oar_rl.reshape` / `oar_rl.metrics`, the scorers in `oar_rl.importance`, the answer
+spans in `oar_rl.probes`; this module is glue.
+
+Credit modes (`OARConfig.credit`):
+
+- ``none``: plain GRPO. The advantages are left exactly as TRL made them (shape (B,)), so the run is
+  bit-identical to `GRPOTrainer`; only the credit metrics are logged (ESS 1.0, top-10% mass ≈ K/T).
+- ``random``: w ~ U(0, 1) per token, rescaled to sum to T_i (Eq. 17), A_t = A_i·w̃_t (paper §4.2).
+- ``entropy``: Eq. 6, A_t = A_i + min(α·H_t, |A_i|/κ) (Cheng et al. 2025), H_t from the old policy.
+- ``oar-g`` / ``oar-p``: gradient (Eq. 9–13) or perturbation (Eq. 7–8) importance, then Eq. 14–17.
+
+Where this departs from the paper or from TRL, and why:
+
+- Importance is computed once per *generation batch*, on the policy that generated it (the weights
+  before any optimizer step on the batch, i.e. π_old), and reused for every micro-batch and every
+  `num_iterations` pass. The authors' fragment recomputed it with the live model at each micro-step.
+- Scorers run with the model in eval mode (no dropout noise in the attribution); the training mode is
+  restored afterwards, so TRL's train/eval detection is unaffected.
+- Rows whose sequence advantage is exactly 0 (and rows with no loss token, e.g. masked truncated
+  completions) are not scored: their token advantages are 0 whatever the weights.
+- Answer-span probes (AS-Mean, AS-Joint) score only tokens before the span; span and later tokens keep
+  weight 1. During the first `probe_warmup_steps` optimizer steps LT-Logits is used instead (paper §6.2:
+  "we initially apply LT-LOGITS as a warm-up").
+- Multi-turn tool outputs (`tool_mask`) are not trained by TRL; they get weight 0 here and the
+  remaining tokens share the row's token count.
+- Random draws (random credit, OAR-G noise) come from a dedicated CPU generator seeded from
+  (`seed`, rank, optimizer step), never from the global RNG: the credit mode does not change TRL's
+  sampling or shuffling stream, and a resumed run redraws the same noise.
+- Distributed: the model is unwrapped as TRL does for generation (`unwrap_model_for_generation`,
+  gathering ZeRO-3 parameters). Ranks score different numbers of rows, so a backend whose forward pass
+  is itself collective — FSDP, or ZeRO-3 with `ds3_gather_for_generation=False` — could deadlock; those
+  combinations are rejected for the model-based credit modes (`entropy`, `oar-g`, `oar-p`).
+- Vision-language inputs are not supported by the scorers (they take token ids only).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+import zlib
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import torch
+from trl import GRPOConfig, GRPOTrainer
+from trl.models import unwrap_model_for_generation
+
+from oar_rl.importance import (
+    entropy_importance,
+    gradient_importance,
+    perturbation_importance,
+    random_importance,
+)
+from oar_rl.metrics import ess_ratio, top_advantage_mass
+from oar_rl.probes import answer_span_mask, scored_positions
+from oar_rl.reshape import entropy_shaped_advantages, rescale_sum, token_advantages
+
+Credit = Literal["none", "random", "entropy", "oar-g", "oar-p"]
+Probe = Literal["lt-logits", "as-mean", "as-joint"]
+Threshold = Literal["quantile", "value"]
+
+CREDITS: tuple[str, ...] = ("none", "random", "entropy", "oar-g", "oar-p")
+PROBES: tuple[str, ...] = ("lt-logits", "as-mean", "as-joint")
+THRESHOLDS: tuple[str, ...] = ("quantile", "value")
+MODEL_CREDITS: tuple[str, ...] = ("entropy", "oar-g", "oar-p")  # need forward passes of the policy
+ANSWER_SPAN_PROBES: tuple[str, ...] = ("as-mean", "as-joint")
+BOOST_EPS = 1e-6  # a weight counts as boosted when > 1 + BOOST_EPS (uniform weights can round to 1 + ulp)
+
+
+@dataclass
+class OARConfig(GRPOConfig):
+    """`GRPOConfig` plus oar-rl's credit-assignment fields.
+
+    Defaults follow the paper §4.1: G = 8 generations, temperature 1.0, learning rate 1e-6, KL coefficient
+    `beta` = 0, clip-higher with `epsilon` = 0.2 and `epsilon_high` = 0.28 (the last one is the only
+    TRL default changed here), τ = 0.4, β = 2.0. The boosting coefficient of Eq. 16 is `oar_beta`, because
+    `beta` is already TRL's KL coefficient.
+    """
+
+    credit: Credit = field(
+        default="oar-g",
+        metadata={
+            "help": "Token-level credit assignment. 'none': plain GRPO (sequence advantage on every token); "
+            "'random': U(0,1) weights rescaled to sum to T (paper §4.2 baseline); 'entropy': Eq. 6 entropy "
+            "shaping (Cheng et al. 2025); 'oar-g': gradient importance (Eq. 9-13); 'oar-p': perturbation "
+            "importance (Eq. 7-8).",
+        },
+    )
+    probe: Probe = field(
+        default="lt-logits",
+        metadata={
+            "help": "Outcome probe for OAR importance (paper §6.2). 'lt-logits': next-token distribution "
+            "after the completion; 'as-mean': mean logits over the answer span; 'as-joint': mean "
+            "log-likelihood of the answer span. Answer-span probes score only tokens before the span; "
+            "rows without a span fall back to 'lt-logits' (logged as oar/probe_fallback_frac).",
+        },
+    )
+    answer_pattern: str | None = field(
+        default=None,
+        metadata={
+            "help": "Regular expression whose first group is the answer span, for the answer-span probes. "
+            "None: `<answer>...</answer>` (with `\\boxed{...}` support, see oar_rl.probes)."
+        },
+    )
+    tau: float = field(
+        default=0.4,
+        metadata={
+            "help": "Bi-level threshold τ of Eq. 16, in [0, 1]: the quantile level of the cut (threshold="
+            "'quantile', τ=0.4 boosts the top 60%% of tokens) or the cut itself (threshold='value')."
+        },
+    )
+    oar_beta: float = field(
+        default=2.0,
+        metadata={
+            "help": "Boosting coefficient β >= 0 of Eq. 16 (named oar_beta because `beta` is TRL's KL "
+            "coefficient, which the paper keeps at 0)."
+        },
+    )
+    threshold: Threshold = field(
+        default="quantile",
+        metadata={
+            "help": "How τ defines the cut of Eq. 16: 'quantile' (per-row quantile of normalised importance, "
+            "as in the authors' code) or 'value' (the cut is τ on the normalised scale).",
+        },
+    )
+    floor: float = field(
+        default=0.0,
+        metadata={
+            "help": "Minimum weight of suppressed tokens before renormalisation, in [0, 1] (0 = the paper's "
+            "Eq. 16; the authors' released code uses 0.1)."
+        },
+    )
+    noise_std: float = field(
+        default=1e-3,
+        metadata={"help": "Standard deviation σ > 0 of the embedding noise of OAR-G (Eq. 10)."},
+    )
+    mask_token_id: int | None = field(
+        default=None,
+        metadata={
+            "help": "Token id that replaces a completion token in OAR-P's perturbed copies (Eq. 7). "
+            "None: the model config's pad token id."
+        },
+    )
+    perturbation_batch_size: int = field(
+        default=64,
+        metadata={
+            "help": "Perturbed sequences per forward pass in OAR-P (>= 1); lower it if memory is short."
+        },
+    )
+    entropy_alpha: float = field(
+        default=0.4,
+        metadata={"help": "α >= 0 of the entropy baseline, Eq. 6 (Cheng et al. 2025 default)."},
+    )
+    entropy_kappa: float = field(
+        default=2.0,
+        metadata={"help": "κ > 0 of the entropy baseline, Eq. 6: the bonus is capped at |A|/κ."},
+    )
+    probe_warmup_steps: int = field(
+        default=0,
+        metadata={
+            "help": "Optimizer steps (>= 0) during which answer-span probes are replaced by 'lt-logits' "
+            "(paper §6.2: early policies do not yet produce the answer format)."
+        },
+    )
+    # TRL default changed to the paper's clip-higher value (DAPO).
+    epsilon_high: float | None = field(
+        default=0.28,
+        metadata={
+            "help": "Upper clipping bound ε_high (clip-higher, DAPO). oar-rl's default is the paper's 0.28; "
+            "None means the same as `epsilon`."
+        },
+    )
+
+    def __post_init__(self) -> None:
+        _check_choice("credit", self.credit, CREDITS)
+        _check_choice("probe", self.probe, PROBES)
+        _check_choice("threshold", self.threshold, THRESHOLDS)
+        _check_range("tau", self.tau, 0.0, 1.0)
+        _check_range("floor", self.floor, 0.0, 1.0)
+        if not float(self.oar_beta) >= 0.0:
+            raise ValueError(f"oar_beta must be >= 0 (0 = no boosting), got {self.oar_beta}")
+        if not float(self.noise_std) > 0.0:
+            raise ValueError(f"noise_std must be > 0, got {self.noise_std}")
+        if int(self.perturbation_batch_size) < 1:
+            raise ValueError(f"perturbation_batch_size must be >= 1, got {self.perturbation_batch_size}")
+        if not float(self.entropy_alpha) >= 0.0:
+            raise ValueError(f"entropy_alpha must be >= 0, got {self.entropy_alpha}")
+        if not float(self.entropy_kappa) > 0.0:
+            raise ValueError(f"entropy_kappa must be > 0, got {self.entropy_kappa}")
+        if int(self.probe_warmup_steps) < 0:
+            raise ValueError(f"probe_warmup_steps must be >= 0, got {self.probe_warmup_steps}")
+        if self.mask_token_id is not None and int(self.mask_token_id) < 0:
+            raise ValueError(
+                f"mask_token_id must be a token id >= 0 or None (the pad id), got {self.mask_token_id}"
+            )
+        super().__post_init__()
+
+
+def _check_choice(name: str, value: Any, valid: tuple[str, ...]) -> None:
+    if value not in valid:
+        raise ValueError(f"{name}={value!r} is not valid; choose one of {', '.join(valid)}")
+
+
+def _check_range(name: str, value: float, low: float, high: float) -> None:
+    if not (low <= float(value) <= high):
+        raise ValueError(f"{name} must be in [{low:g}, {high:g}], got {value}")
+
+
+@dataclass
+class TokenCredit:
+    """Result of one credit assignment over a generation batch (all on the batch's device).
+
+    advantages: (B, C) token advantages (0 on padding and on rows with A_i = 0).
+    weights: (B, C) effective per-token weights A_t / A_i (1 on valid tokens of unscored rows).
+    fallback: (B,) bool, answer-span probe requested but the row has no span (LT-Logits was used).
+    """
+
+    advantages: torch.Tensor
+    weights: torch.Tensor
+    fallback: torch.Tensor
+
+
+class OARTrainer(GRPOTrainer):
+    """`GRPOTrainer` with token-level credit assignment (see the module docstring).
+
+    Use it exactly like `GRPOTrainer`, with an `OARConfig` as `args`.
+    """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        if not isinstance(self.args, OARConfig):
+            raise ValueError(f"OARTrainer needs an OARConfig as `args`, got {type(self.args).__name__}")
+        if self.args.credit in MODEL_CREDITS:
+            if self._dist.is_fsdp:
+                raise ValueError(
+                    f"credit={self.args.credit!r} is not supported under FSDP: the importance forward passes "
+                    "differ in number across ranks and FSDP's are collective. Use DDP or DeepSpeed ZeRO-2/3 "
+                    "(configs/accelerate/), or credit='none'/'random'."
+                )
+            if self._dist.is_zero3 and not self.args.ds3_gather_for_generation:
+                raise ValueError(
+                    f"credit={self.args.credit!r} under DeepSpeed ZeRO-3 needs "
+                    "ds3_gather_for_generation=True (the importance passes run on gathered parameters; "
+                    "sharded forwards are collective)."
+                )
+        self._oar_rng_key: tuple[int, int] = (-1, 0)  # (optimizer step, generation batches at that step)
+
+    # ------------------------------------------------------------------------------------------------
+    # the seam
+    # ------------------------------------------------------------------------------------------------
+    def _generate_and_score_completions(self, inputs: list[dict[str, Any]]) -> dict[str, Any]:
+        output = super()._generate_and_score_completions(inputs)
+        mode = "train" if self.model.training else "eval"
+        if self.args.credit != "none" and "pixel_values" in output:
+            raise ValueError(f"credit={self.args.credit!r} does not support vision inputs; use credit='none'")
+        mask = output["completion_mask"]  # (B, C)
+        if "tool_mask" in output:
+            mask = mask * output["tool_mask"]  # (B, C): TRL trains only non-tool tokens
+        start = time.perf_counter()
+        credit = self._assign_credit(output, mask.bool())
+        seconds = time.perf_counter() - start
+        self._log_credit(mode, output["advantages"], credit, mask.bool(), seconds)
+        if self.args.credit != "none":
+            output["advantages"] = credit.advantages  # (B, C); TRL splits/shuffles it along dim 0
+        return output
+
+    # ------------------------------------------------------------------------------------------------
+    # glue
+    # ------------------------------------------------------------------------------------------------
+    def _assign_credit(self, output: dict[str, Any], mask: torch.Tensor) -> TokenCredit:
+        """(B,) sequence advantages -> (B, C) token advantages for `self.args.credit`."""
+        args = self.args
+        seq_adv = output["advantages"].float()  # (B,)
+        token_adv = seq_adv[:, None] * mask  # (B, C): plain GRPO broadcast
+        weights = mask.float()  # (B, C)
+        fallback = torch.zeros_like(seq_adv, dtype=torch.bool)  # (B,)
+        active = (seq_adv != 0) & mask.any(dim=1)  # (B,): rows whose credit matters
+        if args.credit == "none":
+            return TokenCredit(token_adv, weights, fallback)
+        rows = active.nonzero(as_tuple=True)[0]  # (R,)
+
+        if args.credit == "random":
+            if rows.numel():
+                raw = random_importance(mask[rows], generator=self._credit_generator())  # (R, C)
+                w = rescale_sum(raw.to(mask.device), mask[rows])  # (R, C), rows sum to T_i
+                weights[rows] = w
+                token_adv[rows] = seq_adv[rows, None] * w
+            return TokenCredit(token_adv, weights, fallback)
+
+        sub = {k: output[k][rows] for k in ("prompt_ids", "prompt_mask", "completion_ids", "completion_mask")}
+        # rows per forward pass: the micro-batch size TRL itself uses for its no-grad passes
+        batch_size = (
+            args.per_device_train_batch_size if self.model.training else args.per_device_eval_batch_size
+        )
+        sub_mask = mask[rows]  # (R, C)
+        # Every rank enters the unwrap context (ZeRO-3 gathers collectively), even with no row to score.
+        with self._policy_for_scoring() as model:
+            if args.credit == "entropy":
+                if rows.numel():
+                    entropies = entropy_importance(
+                        model, *sub.values(), batch_size=batch_size, temperature=args.temperature
+                    )  # (R, C): H of the sampling distribution, as TRL computes its entropies
+                    shaped = entropy_shaped_advantages(
+                        seq_adv[rows],
+                        entropies.to(mask.device),
+                        sub_mask,
+                        alpha=args.entropy_alpha,
+                        kappa=args.entropy_kappa,
+                    )  # (R, C)
+                    token_adv[rows] = shaped
+                    weights[rows] = shaped / seq_adv[rows, None]  # A_t / A_i >= 0: the bonus keeps the sign
+                return TokenCredit(token_adv, weights, fallback)
+
+            if not rows.numel():
+                return TokenCredit(token_adv, weights, fallback)
+            probe, answer_mask, scored_mask = self._probe_inputs(
+                sub["completion_ids"], sub["completion_mask"]
+            )
+            if answer_mask is not None:
+                fallback[rows] = ~answer_mask.any(dim=1)
+            if args.credit == "oar-g":
+                importance = gradient_importance(
+                    model,
+                    *sub.values(),
+                    probe=probe,
+                    answer_mask=answer_mask,
+                    noise_std=args.noise_std,
+                    generator=self._credit_generator(),
+                    batch_size=batch_size,
+                )  # (R, C)
+            elif args.credit == "oar-p":
+                importance = perturbation_importance(
+                    model,
+                    *sub.values(),
+                    probe=probe,
+                    answer_mask=answer_mask,
+                    mask_token_id=args.mask_token_id,
+                    batch_size=args.perturbation_batch_size,
+                )  # (R, C)
+            else:  # pragma: no cover - OARConfig validates the choice
+                raise ValueError(f"credit={args.credit!r} is not valid; choose one of {', '.join(CREDITS)}")
+        adv_rows, w_rows = token_advantages(
+            seq_adv[rows],
+            importance.float().to(mask.device),
+            sub_mask,
+            scored_mask=scored_mask,
+            tau=args.tau,
+            beta=args.oar_beta,
+            threshold=args.threshold,
+            floor=args.floor,
+        )  # (R, C), (R, C)
+        token_adv[rows] = adv_rows
+        weights[rows] = w_rows
+        return TokenCredit(token_adv, weights, fallback)
+
+    def _probe_inputs(
+        self, completion_ids: torch.Tensor, completion_mask: torch.Tensor
+    ) -> tuple[str, torch.Tensor | None, torch.Tensor | None]:
+        """(effective probe, (R, C) answer-span mask or None, (R, C) scored-token mask or None)."""
+        probe = self.args.probe
+        if probe not in ANSWER_SPAN_PROBES or self.state.global_step < self.args.probe_warmup_steps:
+            return "lt-logits", None, None
+        answer_mask = answer_span_mask(
+            completion_ids, completion_mask, self.processing_class, pattern=self.args.answer_pattern
+        ).to(completion_mask.device)  # (R, C) bool
+        return probe, answer_mask, scored_positions(completion_mask, answer_mask)
+
+    @contextlib.contextmanager
+    def _policy_for_scoring(self) -> Iterator[torch.nn.Module]:
+        """The policy as it generated the batch, unwrapped (ZeRO-3 gathered), in eval mode, no ckpting."""
+        with unwrap_model_for_generation(
+            self.model_wrapped,
+            self.accelerator,
+            gather_deepspeed3_params=self.args.ds3_gather_for_generation,
+            gradient_checkpointing_kwargs=self.args.gradient_checkpointing_kwargs,
+        ) as model:
+            was_training = model.training
+            model.eval()
+            try:
+                yield model
+            finally:
+                model.train(was_training)
+
+    def _credit_generator(self) -> torch.Generator:
+        """A CPU generator seeded from (seed, rank, optimizer step, batch within the step)."""
+        step = int(self.state.global_step)
+        last_step, count = self._oar_rng_key
+        count = count + 1 if step == last_step else 0
+        self._oar_rng_key = (step, count)
+        key = f"{self.args.seed}/{self.accelerator.process_index}/{step}/{count}".encode()
+        return torch.Generator().manual_seed(zlib.crc32(key))
+
+    def _log_credit(
+        self, mode: str, seq_adv: torch.Tensor, credit: TokenCredit, mask: torch.Tensor, seconds: float
+    ) -> None:
+        """Gather per-rank sums (equal-size tensors) and log global means over rows with A_i != 0."""
+        active = (seq_adv != 0) & mask.any(dim=1)  # (B,)
+        valid = mask & active[:, None]  # (B, C)
+        if active.any():
+            ess = ess_ratio(credit.weights[active], mask[active]).sum()
+            top = top_advantage_mass(credit.advantages[active], mask[active], fraction=0.1).sum()
+        else:
+            ess = top = torch.zeros((), device=mask.device)
+        local = torch.stack(
+            [
+                ess.float(),
+                top.float(),
+                active.sum().float(),
+                ((credit.weights > 1.0 + BOOST_EPS) & valid).sum().float(),
+                valid.sum().float(),
+                (credit.fallback & active).sum().float(),
+                torch.tensor(float(seconds), device=mask.device),
+            ]
+        )  # (7,)
+        stats = self.accelerator.gather(local).view(-1, local.numel())  # (world, 7)
+        ess_sum, top_sum, rows, boosted, tokens, fallback, _ = stats.sum(dim=0).tolist()
+        metrics = self._metrics[mode]
+        if rows > 0:
+            metrics["oar/ess_ratio"].append(ess_sum / rows)
+            metrics["oar/top10_mass"].append(top_sum / rows)
+            metrics["oar/probe_fallback_frac"].append(fallback / rows)
+        if tokens > 0:
+            metrics["oar/boosted_frac"].append(boosted / tokens)
+        metrics["oar/importance_seconds"].append(stats[:, 6].mean().item())

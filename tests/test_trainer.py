@@ -1,0 +1,320 @@
+"""OARConfig / OARTrainer: the TRL seam, end to end on CPU with a tiny random Qwen2 and a char tokenizer.
+
+Each training test runs a couple of GRPO steps (8-token completions as in TRL's own
+tests do) with a deterministic toy reward (fraction of digit characters), captures what
+`_generate_and_score_completions` hands to TRL's loss, and checks it against the definitions:
+OAR rows sum to A_i·T_i, the entropy baseline matches a slow per-token reference, credit="none" is
+bit-identical to `GRPOTrainer`, and a resumed run lands on the uninterrupted run's parameters.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from datasets import Dataset
+from trl import GRPOConfig, GRPOTrainer
+
+from oar_rl.tiny import build_char_tokenizer, tiny_qwen2
+from oar_rl.trainer import OARConfig, OARTrainer
+
+PROMPTS = ["1+1=", "2+3=", "4+4=", "9-2=", "7*3=", "8+5=", "6-1=", "3*3="]
+ANSWERS = ["2", "5", "8", "7", "21", "13", "5", "9"]
+
+
+def digit_reward(completions: list[str], **kwargs: Any) -> list[float]:
+    """Deterministic toy reward: the fraction of digit characters in the completion."""
+    return [sum(ch.isdigit() for ch in c) / max(1, len(c)) for c in completions]
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _one_thread():
+    """Tiny matmuls on a loaded 2-core machine are far faster single-threaded (no oversubscription)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    return build_char_tokenizer()
+
+
+@pytest.fixture(scope="module")
+def dataset() -> Dataset:
+    return Dataset.from_dict({"prompt": PROMPTS, "answer": ANSWERS})
+
+
+def make_args(tmp_path: Path, cls: type = OARConfig, **overrides: Any):
+    kwargs: dict[str, Any] = dict(
+        output_dir=str(tmp_path / "out"),
+        learning_rate=0.01,
+        per_device_train_batch_size=4,
+        num_generations=4,
+        max_completion_length=8,
+        max_steps=2,
+        use_cpu=True,
+        bf16=False,
+        report_to=[],
+        logging_steps=1,
+        seed=0,
+        gradient_checkpointing=False,
+        save_strategy="no",
+        disable_tqdm=True,
+    )
+    kwargs.update(overrides)
+    return cls(**kwargs)
+
+
+def make_trainer(args, tokenizer, dataset, cls: type = OARTrainer, reward=digit_reward, seed: int = 0):
+    model = tiny_qwen2(len(tokenizer), seed=seed)
+    return cls(model=model, reward_funcs=reward, args=args, train_dataset=dataset, processing_class=tokenizer)
+
+
+def capture(trainer: OARTrainer) -> list[dict[str, Any]]:
+    """Record, per generation batch, the sequence advantages TRL computed and what the seam returned."""
+    records: list[dict[str, Any]] = []
+    assign, generate = trainer._assign_credit, trainer._generate_and_score_completions
+
+    def assign_spy(output, mask):
+        records.append({"seq_adv": output["advantages"].clone()})
+        return assign(output, mask)
+
+    def generate_spy(inputs):
+        out = generate(inputs)
+        records[-1]["out"] = {k: v.clone() if isinstance(v, torch.Tensor) else v for k, v in out.items()}
+        return out
+
+    trainer._assign_credit = assign_spy
+    trainer._generate_and_score_completions = generate_spy
+    return records
+
+
+def params(model: torch.nn.Module) -> dict[str, torch.Tensor]:
+    return {k: v.detach().clone() for k, v in model.named_parameters()}
+
+
+def slow_entropies(model, prompt_ids, prompt_mask, completion_ids, completion_mask) -> torch.Tensor:
+    """Reference H_t: one sequence at a time, padding stripped, H = -Σ p log p at each completion token."""
+    out = torch.zeros(completion_ids.shape, dtype=torch.float64)
+    for b in range(completion_ids.shape[0]):
+        p = prompt_ids[b][prompt_mask[b].bool()]
+        n = int(completion_mask[b].sum())
+        if n == 0:
+            continue
+        ids = torch.cat([p, completion_ids[b, :n]])[None]
+        with torch.no_grad():
+            logits = model(input_ids=ids).logits[0].double()
+        for t in range(n):
+            probs = torch.softmax(logits[len(p) - 1 + t], dim=-1)
+            out[b, t] = -(probs * torch.log(probs)).sum()
+    return out
+
+
+# ----------------------------------------------------------------------------------------------------
+# config
+# ----------------------------------------------------------------------------------------------------
+def test_config_defaults_follow_paper(tmp_path):
+    args = OARConfig(output_dir=str(tmp_path), use_cpu=True, bf16=False, report_to=[])
+    assert (args.num_generations, args.temperature, args.learning_rate) == (8, 1.0, 1e-6)
+    assert (args.epsilon, args.epsilon_high, args.beta) == (0.2, 0.28, 0.0)
+    assert (args.credit, args.probe, args.threshold) == ("oar-g", "lt-logits", "quantile")
+    assert (args.tau, args.oar_beta, args.floor, args.noise_std) == (0.4, 2.0, 0.0, 1e-3)
+    assert (args.entropy_alpha, args.entropy_kappa, args.probe_warmup_steps) == (0.4, 2.0, 0)
+    assert args.answer_pattern is None and args.mask_token_id is None and args.perturbation_batch_size == 64
+    for name in (
+        "credit",
+        "probe",
+        "tau",
+        "oar_beta",
+        "threshold",
+        "floor",
+        "noise_std",
+        "probe_warmup_steps",
+    ):
+        assert OARConfig.__dataclass_fields__[name].metadata["help"]
+
+
+@pytest.mark.parametrize(
+    ("overrides", "match"),
+    [
+        ({"credit": "oar"}, r"credit='oar' .*none, random, entropy, oar-g, oar-p"),
+        ({"probe": "last"}, r"probe='last' .*lt-logits, as-mean, as-joint"),
+        ({"threshold": "median"}, r"threshold='median' .*quantile, value"),
+        ({"tau": 1.5}, r"tau must be in \[0, 1\], got 1.5"),
+        ({"tau": -0.1}, r"tau must be in \[0, 1\], got -0.1"),
+        ({"tau": math.nan}, r"tau must be in \[0, 1\], got nan"),
+        ({"oar_beta": -1.0}, r"oar_beta must be >= 0.*got -1.0"),
+        ({"floor": 1.2}, r"floor must be in \[0, 1\], got 1.2"),
+        ({"noise_std": 0.0}, r"noise_std must be > 0, got 0.0"),
+        ({"perturbation_batch_size": 0}, r"perturbation_batch_size must be >= 1, got 0"),
+        ({"entropy_alpha": -0.5}, r"entropy_alpha must be >= 0, got -0.5"),
+        ({"entropy_kappa": 0.0}, r"entropy_kappa must be > 0, got 0.0"),
+        ({"probe_warmup_steps": -1}, r"probe_warmup_steps must be >= 0, got -1"),
+        ({"mask_token_id": -3}, r"mask_token_id must be .*got -3"),
+    ],
+)
+def test_config_rejects_bad_values(tmp_path, overrides, match):
+    with pytest.raises(ValueError, match=match):
+        OARConfig(output_dir=str(tmp_path), use_cpu=True, bf16=False, report_to=[], **overrides)
+
+
+def test_trainer_requires_oar_config(tmp_path, tokenizer, dataset):
+    args = make_args(tmp_path, cls=GRPOConfig)
+    with pytest.raises(ValueError, match="OARTrainer needs an OARConfig"):
+        make_trainer(args, tokenizer, dataset)
+
+
+# ----------------------------------------------------------------------------------------------------
+# two steps per credit mode
+# ----------------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("credit", ["none", "random", "entropy", "oar-g", "oar-p"])
+def test_two_steps_per_credit_mode(tmp_path, tokenizer, dataset, credit):
+    trainer = make_trainer(make_args(tmp_path, credit=credit), tokenizer, dataset)
+    initial_model = copy.deepcopy(trainer.model)
+    before = params(trainer.model)
+    records = capture(trainer)
+    trainer.train()
+
+    losses = [h["loss"] for h in trainer.state.log_history if "loss" in h]
+    assert len(losses) == 2 and all(math.isfinite(x) for x in losses)
+    after = params(trainer.model)
+    for name, value in before.items():
+        assert not torch.equal(value, after[name]), f"parameter {name} did not change"
+
+    assert len(records) == 2  # one generation batch per step (steps_per_generation = 1)
+    for rec in records:
+        seq_adv, out = rec["seq_adv"], rec["out"]
+        adv, mask = out["advantages"], out["completion_mask"].bool()
+        if credit == "none":
+            assert torch.equal(adv, seq_adv)  # untouched (B,): exactly TRL's tensor
+            continue
+        assert adv.shape == out["completion_ids"].shape and adv.dtype == torch.float32
+        assert torch.all(adv[~mask] == 0)
+        rows_nonzero = seq_adv != 0
+        assert torch.all(adv[~rows_nonzero] == 0)
+        if credit in ("random", "oar-g", "oar-p"):
+            # sum-preserving (Eq. 17): Σ_t A_t = A_i · T_i on every row
+            expected = seq_adv * mask.sum(1)
+            torch.testing.assert_close(adv.sum(1), expected, rtol=1e-5, atol=1e-5)
+            # and the credit is really redistributed: not the plain broadcast
+            active = rows_nonzero & (mask.sum(1) > 1)
+            if active.any():
+                assert not torch.allclose(adv[active], (seq_adv[:, None] * mask)[active])
+            # same sign as A_i everywhere (weights are non-negative)
+            assert torch.all(adv * seq_adv[:, None] >= 0)
+
+    if credit == "entropy":
+        # first batch was scored by the initial (old) policy: compare with the slow reference of Eq. 6
+        out, seq_adv = records[0]["out"], records[0]["seq_adv"]
+        h = slow_entropies(
+            initial_model,
+            out["prompt_ids"],
+            out["prompt_mask"],
+            out["completion_ids"],
+            out["completion_mask"],
+        )
+        a = seq_adv.double()[:, None]
+        ref = (a + torch.minimum(0.4 * h, a.abs() / 2.0)) * out["completion_mask"]
+        ref[seq_adv == 0] = 0.0
+        torch.testing.assert_close(out["advantages"].double(), ref, rtol=1e-4, atol=1e-5)
+
+    logged = [h for h in trainer.state.log_history if "oar/ess_ratio" in h]
+    assert len(logged) == 2
+    for h in logged:
+        assert 0.0 < h["oar/ess_ratio"] <= 1.0 + 1e-6
+        assert 0.0 < h["oar/top10_mass"] <= 1.0
+        assert 0.0 <= h["oar/boosted_frac"] <= 1.0
+        assert h["oar/probe_fallback_frac"] == 0.0
+        assert h["oar/importance_seconds"] >= 0.0
+        if credit == "none":
+            assert h["oar/ess_ratio"] == pytest.approx(1.0, abs=1e-6)
+            assert h["oar/boosted_frac"] == 0.0
+            assert h["oar/top10_mass"] == pytest.approx(0.125, abs=1e-6)  # K/T = 1/8 with 8-token rows
+        elif credit in ("oar-g", "oar-p", "random"):
+            assert h["oar/ess_ratio"] < 0.999 and h["oar/boosted_frac"] > 0.0
+
+
+def test_credit_none_is_bit_identical_to_grpo(tmp_path, tokenizer, dataset):
+    common = dict(max_steps=1)
+    grpo = make_trainer(
+        make_args(tmp_path / "grpo", cls=GRPOConfig, **common), tokenizer, dataset, GRPOTrainer
+    )
+    start = params(grpo.model)
+    grpo.train()
+    none = make_trainer(make_args(tmp_path / "none", credit="none", **common), tokenizer, dataset)
+    assert all(torch.equal(v, start[k]) for k, v in params(none.model).items())
+    none.train()
+    oarg = make_trainer(make_args(tmp_path / "oarg", credit="oar-g", **common), tokenizer, dataset)
+    oarg.train()
+
+    p_grpo, p_none, p_oarg = params(grpo.model), params(none.model), params(oarg.model)
+    assert any(not torch.equal(p_grpo[k], start[k]) for k in start)  # the step did something
+    assert all(torch.equal(p_grpo[k], p_none[k]) for k in start)
+    # the comparison can fail: token advantages change the update
+    assert any(not torch.equal(p_grpo[k], p_oarg[k]) for k in start)
+
+
+def test_resume_matches_uninterrupted_run(tmp_path, tokenizer, dataset):
+    common = dict(credit="oar-g", max_steps=4, save_strategy="steps", save_steps=2, save_only_model=False)
+    full = make_trainer(make_args(tmp_path / "full", **common), tokenizer, dataset)
+    full.train()
+    checkpoint = tmp_path / "full" / "out" / "checkpoint-2"
+    assert (checkpoint / "trainer_state.json").exists()
+
+    resumed = make_trainer(make_args(tmp_path / "resumed", **common), tokenizer, dataset, seed=1)
+    resumed.train(resume_from_checkpoint=str(checkpoint))
+    assert resumed.state.global_step == 4
+    p_full, p_resumed = params(full.model), params(resumed.model)
+    for name in p_full:
+        torch.testing.assert_close(p_resumed[name], p_full[name], rtol=0, atol=1e-6, msg=name)
+    # a run that differs (another seed for the noise and sampling) does not land there
+    other = make_trainer(make_args(tmp_path / "other", **{**common, "seed": 1}), tokenizer, dataset)
+    other.train()
+    assert any(not torch.allclose(params(other.model)[k], p_full[k], atol=1e-6) for k in p_full)
+
+
+def test_generation_batch_reused_across_iterations_and_truncation_masked(tmp_path, tokenizer, dataset):
+    # 2 micro-steps per generation, 2 passes over each generation batch: 1 generation for 2 optimizer steps
+    args = make_args(
+        tmp_path,
+        credit="oar-g",
+        gradient_accumulation_steps=2,
+        num_iterations=2,
+        mask_truncated_completions=True,
+    )
+    trainer = make_trainer(args, tokenizer, dataset)
+    records = capture(trainer)
+    trainer.train()
+    assert len(records) == 1
+    out = records[0]["out"]
+    assert out["advantages"].shape == out["completion_ids"].shape  # (8, C), split into 2 × (4, C) by TRL
+    # truncated completions (no EOS within 8 tokens) are masked: no advantage survives on them
+    truncated = out["completion_mask"].sum(1) == 0
+    assert torch.all(out["advantages"][truncated] == 0)
+    assert all(math.isfinite(h["loss"]) for h in trainer.state.log_history if "loss" in h)
+
+
+def test_answer_span_probe_warmup_and_fallback(tmp_path, tokenizer, dataset):
+    # The random model never writes <answer>…</answer>: after the warm-up every scored row falls back.
+    args = make_args(tmp_path, credit="oar-g", probe="as-mean", probe_warmup_steps=1)
+    trainer = make_trainer(args, tokenizer, dataset)
+    trainer.train()
+    fractions = [
+        h["oar/probe_fallback_frac"] for h in trainer.state.log_history if "oar/probe_fallback_frac" in h
+    ]
+    assert fractions == [0.0, 1.0]
+
+
+def test_reward_function_that_raises_stops_the_run_loudly(tmp_path, tokenizer, dataset):
+    def broken_reward(completions, **kwargs):
+        raise RuntimeError("reward exploded")
+
+    trainer = make_trainer(make_args(tmp_path, credit="oar-g"), tokenizer, dataset, reward=broken_reward)
+    with pytest.raises(RuntimeError, match="reward exploded"):
+        trainer.train()
