@@ -1,0 +1,212 @@
+"""`oar-rl train`: GRPO / OAR training from a YAML recipe, on TRL's parser and trainer.
+
+    oar-rl train --config configs/qwen2.5-7b-dapo-oar-g.yaml [--key value ...]
+    accelerate launch --config_file configs/accelerate/zero2.yaml -m oar_rl.train --config ...
+
+Three dataclasses make the command line, exactly as in TRL's own `trl grpo` script: `DataArguments`
+(below), `OARConfig` (TRL's `GRPOConfig` + the credit-assignment fields) and TRL's `ModelConfig` (model
+path, dtype, attention, PEFT/LoRA, quantisation). YAML keys are the flag names; flags given on the
+command line override the file. The model and tokenizer are loaded with `from_pretrained` (a Hub id or
+a local directory), the dataset with `oar_rl.data.load` (rows with a `prompt` and an `answer`), and
+the run ends with `save_model(output_dir)`.
+
+Departures from TRL's script: reward functions are named `accuracy` / `format` (oar-rl's math-verify
+reward with a hang-proof worker pool, and the `<answer>` format check) or given as a dotted import path;
+their weights are TRL's `reward_weights`. `--resume_from_checkpoint true` (or `latest`) resumes from the
+newest `checkpoint-*` in `output_dir`; a path resumes from that checkpoint. A reward function that
+raises stops the run with its traceback (TRL's behaviour), it is never silently skipped.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+REWARD_NAMES: tuple[str, ...] = ("accuracy", "format")
+
+
+@dataclass
+class DataArguments:
+    """What to train on and how it is scored."""
+
+    dataset: str | None = field(
+        default=None,
+        metadata={
+            "help": "Training data: a benchmark name known to oar_rl.data (e.g. 'dapo-math', 'gsm8k', "
+            "'arithmetic') or a local path; see `oar_rl.data.load`. Rows must give a `prompt` and an "
+            "`answer`."
+        },
+    )
+    dataset_split: str | None = field(
+        default=None, metadata={"help": "Split to train on (None: the dataset's training split)."}
+    )
+    template: str | None = field(
+        default=None,
+        metadata={"help": "Prompt template passed to `oar_rl.data.load` (None: the loader's default)."},
+    )
+    limit: int | None = field(
+        default=None, metadata={"help": "Use only the first `limit` rows (after loading); None: all."}
+    )
+    data_files: str | None = field(
+        default=None, metadata={"help": "Data files for a local/generic dataset, passed to the loader."}
+    )
+    reward_funcs: list[str] = field(
+        default_factory=lambda: list(REWARD_NAMES),
+        metadata={
+            "help": "Reward functions: 'accuracy' (math-verify against the `answer` column, bounded in "
+            "time), 'format' (`<answer>...</answer>` format), or a dotted import path "
+            "'package.module.function'. Weights: --reward_weights (one per function; default all 1)."
+        },
+    )
+
+
+def build_parser():
+    """TRL's parser over (DataArguments, OARConfig, ModelConfig)."""
+    from trl import ModelConfig, TrlParser
+
+    from oar_rl.trainer import OARConfig
+
+    return TrlParser((DataArguments, OARConfig, ModelConfig), prog="oar-rl train")
+
+
+def resolve_reward(name: str) -> Callable[..., list[float | None]]:
+    """'accuracy' | 'format' | 'package.module.function' -> the reward function."""
+    from oar_rl import rewards
+
+    if name == "accuracy":
+        return rewards.accuracy_reward
+    elif name == "format":
+        return rewards.format_reward
+    elif "." in name or ":" in name:
+        module_name, _, attr = name.replace(":", ".").rpartition(".")
+        if str(Path.cwd()) not in sys.path:
+            sys.path.insert(0, str(Path.cwd()))  # allow recipes to name a reward module next to them
+        try:
+            fn = getattr(importlib.import_module(module_name), attr)
+        except (ImportError, AttributeError) as err:
+            raise ValueError(f"reward function {name!r} could not be imported: {err}") from err
+        if not callable(fn):
+            raise ValueError(f"reward function {name!r} is not callable (got {type(fn).__name__})")
+        return fn
+    raise ValueError(
+        f"unknown reward function {name!r}; valid: {', '.join(REWARD_NAMES)}, or a dotted import path "
+        "'package.module.function'"
+    )
+
+
+def load_train_dataset(data_args: DataArguments, reward_names: list[str]):
+    """The training `datasets.Dataset`, checked for the columns the rewards need."""
+    from oar_rl import data
+
+    if not data_args.dataset:
+        raise ValueError("--dataset is required (a benchmark name known to oar_rl.data or a local path)")
+    if data_args.limit is not None and data_args.limit < 1:
+        raise ValueError(f"limit must be >= 1 or None, got {data_args.limit}")
+    kwargs: dict[str, Any] = {"limit": data_args.limit, "data_files": data_args.data_files}
+    if data_args.template is not None:
+        kwargs["template"] = data_args.template
+    dataset = data.load(data_args.dataset, data_args.dataset_split, **kwargs)
+    columns = list(dataset.column_names)
+    if "prompt" not in columns:
+        raise ValueError(f"dataset {data_args.dataset!r} has no 'prompt' column; columns: {columns}")
+    if "accuracy" in reward_names and "answer" not in columns:
+        raise ValueError(
+            f"dataset {data_args.dataset!r} has no 'answer' column, which the accuracy reward needs; "
+            f"columns: {columns}"
+        )
+    if len(dataset) == 0:
+        raise ValueError(f"dataset {data_args.dataset!r} (split {data_args.dataset_split!r}) is empty")
+    return dataset
+
+
+def model_init_kwargs(model_args, training_args) -> dict[str, Any]:
+    """`from_pretrained` keyword arguments, built as TRL's `trl grpo` script builds them.
+
+    The trainer loads the model from `model_name_or_path` (Hub id or local directory) with these, and the
+    tokenizer with `AutoProcessor.from_pretrained` (left padding; pad token defaults to EOS).
+    """
+    if not model_args.model_name_or_path:
+        raise ValueError("--model_name_or_path is required (a Hub model id or a local directory)")
+    kwargs: dict[str, Any] = dict(
+        revision=model_args.model_revision,
+        trust_remote_code=training_args.trust_remote_code,
+        attn_implementation=model_args.attn_implementation,
+        dtype=model_args.dtype,
+    )
+    kwargs.update(training_args.model_init_kwargs or {})
+    return kwargs
+
+
+def resolve_checkpoint(value: str | None, output_dir: str) -> str | None:
+    """None | 'true'/'latest' (newest checkpoint in output_dir) | 'false' | a checkpoint path."""
+    from transformers.trainer_utils import get_last_checkpoint
+
+    if value is None or str(value).lower() in ("", "false", "none"):
+        return None
+    if str(value).lower() in ("true", "latest"):
+        last = get_last_checkpoint(output_dir) if os.path.isdir(output_dir) else None
+        if last is None:
+            raise ValueError(f"--resume_from_checkpoint {value}: no checkpoint-* directory in {output_dir}")
+        return last
+    if not os.path.isdir(value):
+        raise ValueError(f"--resume_from_checkpoint {value}: not a directory")
+    return value
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Parse, load, train, save. Returns 0 on success, 2 on a configuration error."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser()
+    try:
+        data_args, training_args, model_args = parser.parse_args_and_config(argv)
+        reward_names = list(data_args.reward_funcs)
+        reward_funcs = [resolve_reward(name) for name in reward_names]
+        if training_args.reward_weights is not None and len(training_args.reward_weights) != len(
+            reward_funcs
+        ):
+            raise ValueError(
+                f"reward_weights has {len(training_args.reward_weights)} values but there are "
+                f"{len(reward_funcs)} reward functions ({', '.join(reward_names)})"
+            )
+        if training_args.eval_strategy != "no":
+            raise ValueError(
+                f"eval_strategy={training_args.eval_strategy!s}: `oar-rl train` takes no eval dataset; use "
+                "`oar-rl eval` on the saved model (eval_strategy: no)"
+            )
+        checkpoint = resolve_checkpoint(training_args.resume_from_checkpoint, training_args.output_dir)
+        train_dataset = load_train_dataset(data_args, reward_names)
+        training_args.model_init_kwargs = model_init_kwargs(model_args, training_args)
+        from trl import get_peft_config, get_quantization_config
+
+        from oar_rl.trainer import OARTrainer
+
+        trainer = OARTrainer(
+            model=model_args.model_name_or_path,
+            reward_funcs=reward_funcs,
+            args=training_args,
+            train_dataset=train_dataset,
+            quantization_config=get_quantization_config(model_args),
+            peft_config=get_peft_config(model_args),
+        )
+    except (ValueError, OSError) as err:
+        print(f"oar-rl train: error: {err}", file=sys.stderr)
+        return 2
+
+    trainer.train(resume_from_checkpoint=checkpoint)
+    trainer.save_model(training_args.output_dir)
+    trainer.accelerator.print(
+        f"oar-rl train: credit={training_args.credit} done at step {trainer.state.global_step}; "
+        f"model saved to {training_args.output_dir}"
+    )
+    if hasattr(trainer, "end"):
+        trainer.end()
+    return 0
+
+
+if __name__ == "__main__":  # `accelerate launch -m oar_rl.train --config ...`
+    raise SystemExit(main())
