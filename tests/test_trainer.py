@@ -19,6 +19,8 @@ import torch
 from datasets import Dataset
 from trl import GRPOConfig, GRPOTrainer
 
+from oar_rl.importance import perturbation_importance
+from oar_rl.reshape import token_advantages
 from oar_rl.tiny import build_char_tokenizer, tiny_qwen2
 from oar_rl.trainer import OARConfig, OARTrainer
 
@@ -77,15 +79,17 @@ def make_trainer(args, tokenizer, dataset, cls: type = OARTrainer, reward=digit_
 
 
 def capture(trainer: OARTrainer) -> list[dict[str, Any]]:
-    """Record, per generation batch, the sequence advantages TRL computed and what the seam returned."""
+    """Record, per generation batch, the sequence advantages TRL computed, what the seam returned, and a
+    copy of the policy as it was when the batch was generated (the old policy)."""
     records: list[dict[str, Any]] = []
     assign, generate = trainer._assign_credit, trainer._generate_and_score_completions
 
     def assign_spy(output, mask):
-        records.append({"seq_adv": output["advantages"].clone()})
+        records[-1]["seq_adv"] = output["advantages"].clone()
         return assign(output, mask)
 
     def generate_spy(inputs):
+        records.append({"policy": copy.deepcopy(trainer.model).eval()})
         out = generate(inputs)
         records[-1]["out"] = {k: v.clone() if isinstance(v, torch.Tensor) else v for k, v in out.items()}
         return out
@@ -176,7 +180,6 @@ def test_trainer_requires_oar_config(tmp_path, tokenizer, dataset):
 @pytest.mark.parametrize("credit", ["none", "random", "entropy", "oar-g", "oar-p"])
 def test_two_steps_per_credit_mode(tmp_path, tokenizer, dataset, credit):
     trainer = make_trainer(make_args(tmp_path, credit=credit), tokenizer, dataset)
-    initial_model = copy.deepcopy(trainer.model)
     before = params(trainer.model)
     records = capture(trainer)
     trainer.train()
@@ -210,19 +213,29 @@ def test_two_steps_per_credit_mode(tmp_path, tokenizer, dataset, credit):
             assert torch.all(adv * seq_adv[:, None] >= 0)
 
     if credit == "entropy":
-        # first batch was scored by the initial (old) policy: compare with the slow reference of Eq. 6
-        out, seq_adv = records[0]["out"], records[0]["seq_adv"]
-        h = slow_entropies(
-            initial_model,
-            out["prompt_ids"],
-            out["prompt_mask"],
-            out["completion_ids"],
-            out["completion_mask"],
-        )
-        a = seq_adv.double()[:, None]
-        ref = (a + torch.minimum(0.4 * h, a.abs() / 2.0)) * out["completion_mask"]
-        ref[seq_adv == 0] = 0.0
-        torch.testing.assert_close(out["advantages"].double(), ref, rtol=1e-4, atol=1e-5)
+        # each batch was scored by its old policy: compare with the slow reference of Eq. 6
+        for rec in records:
+            out, seq_adv = rec["out"], rec["seq_adv"]
+            keys = ("prompt_ids", "prompt_mask", "completion_ids", "completion_mask")
+            h = slow_entropies(rec["policy"], *(out[k] for k in keys))
+            a = seq_adv.double()[:, None]
+            ref = (a + torch.minimum(0.4 * h, a.abs() / 2.0)) * out["completion_mask"]
+            ref[seq_adv == 0] = 0.0
+            torch.testing.assert_close(out["advantages"].double(), ref, rtol=1e-4, atol=1e-5)
+
+    if credit == "oar-p":
+        # old policy: each batch's credit equals a direct recomputation with the weights that generated it
+        keys = ("prompt_ids", "prompt_mask", "completion_ids", "completion_mask")
+        for rec in records:
+            out, seq_adv = rec["out"], rec["seq_adv"]
+            rows = (seq_adv != 0) & out["completion_mask"].bool().any(1)
+            importance = perturbation_importance(rec["policy"], *(out[k][rows] for k in keys))
+            expected = torch.zeros_like(out["advantages"])
+            expected[rows], _ = token_advantages(seq_adv[rows], importance, out["completion_mask"][rows])
+            torch.testing.assert_close(out["advantages"], expected, rtol=1e-5, atol=1e-6)
+        # ... and the policy did move between the two generation batches
+        first, second = (dict(r["policy"].named_parameters()) for r in records)
+        assert any(not torch.equal(first[k], second[k]) for k in first)
 
     logged = [h for h in trainer.state.log_history if "oar/ess_ratio" in h]
     assert len(logged) == 2
