@@ -7,10 +7,24 @@ tokenizer. The model is a `Qwen2ForCausalLM`, the paper's model family, small en
 
 from __future__ import annotations
 
+import hashlib
+import json
+import os
+import shutil
 import string
+import sys
+import tempfile
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
 from transformers import PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
+
+from oar_rl.data.arithmetic import ArithmeticConfig
+
+if TYPE_CHECKING:
+    import torch
 
 PAD, UNK, BOS, EOS = "<pad>", "<unk>", "<s>", "</s>"
 SPECIAL_TOKENS = (PAD, UNK, BOS, EOS)
@@ -89,3 +103,326 @@ def tiny_qwen2(vocab_size: int, *, seed: int = 0, **config_kwargs) -> Qwen2ForCa
         torch.manual_seed(seed)
         model = Qwen2ForCausalLM(tiny_qwen2_config(vocab_size, **config_kwargs))
     return model.eval()
+
+
+# ----------------------------------------------------------------------------------------------------
+# The embedded default model: a tiny Qwen2 warm-started by supervised fine-tuning on worked solutions.
+#
+# Not in the paper, which starts RL from Qwen2.5 checkpoints. A char-level model trained here for a few
+# minutes on the synthetic arithmetic task plays that role so `oar-rl demo` and the tests need no
+# download. The recipe is tuned so the warm start solves a fraction of held-out problems when sampling at
+# temperature 1.0, leaving RL headroom.
+# ----------------------------------------------------------------------------------------------------
+
+RECIPE_FORMAT_VERSION = 1
+"""Bump when the meaning of a recipe field or the build procedure changes: it invalidates every cache."""
+CACHE_ENV = "OAR_RL_CACHE"
+_COMPLETE_MARKER = "OAR_RL_COMPLETE"
+_RECIPE_FILE = "oar_rl_recipe.json"
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """Shape of the tiny Qwen2 (passed to `tiny_qwen2_config`)."""
+
+    hidden_size: int = 128
+    num_layers: int = 4
+    num_heads: int = 4
+    num_kv_heads: int = 2
+    intermediate_size: int = 384
+    max_position_embeddings: int = 256
+    init_seed: int = 0
+
+
+@dataclass(frozen=True)
+class SFTSpec:
+    """Supervised warm start: AdamW, linear warm-up then cosine decay, loss on solution tokens (+ EOS)."""
+
+    steps: int = 1200
+    batch_size: int = 64
+    learning_rate: float = 3e-3
+    warmup_steps: int = 50
+    weight_decay: float = 0.01
+    num_problems: int = 20_000
+    """Size of the pool of worked solutions the batches are drawn from (the train split's stream)."""
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        for name in ("steps", "batch_size", "num_problems"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"SFTSpec.{name}={getattr(self, name)} must be >= 1")
+        if self.learning_rate <= 0:
+            raise ValueError(f"SFTSpec.learning_rate={self.learning_rate} must be > 0")
+        if not 0 <= self.warmup_steps <= self.steps:
+            raise ValueError(f"SFTSpec.warmup_steps={self.warmup_steps} must be in [0, steps={self.steps}]")
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """Everything that determines the warm-started model; its hash names the cache directory."""
+
+    task: ArithmeticConfig = field(default_factory=ArithmeticConfig)
+    model: ModelSpec = field(default_factory=ModelSpec)
+    sft: SFTSpec = field(default_factory=SFTSpec)
+    format_version: int = RECIPE_FORMAT_VERSION
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    def hash(self) -> str:
+        blob = json.dumps(self.to_dict(), sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+DEFAULT_RECIPE = Recipe()
+TEST_RECIPE = Recipe(
+    model=ModelSpec(hidden_size=32, num_layers=1, num_heads=2, num_kv_heads=1, intermediate_size=64),
+    sft=SFTSpec(steps=8, batch_size=8, learning_rate=3e-3, warmup_steps=2, num_problems=64),
+)
+"""A seconds-to-build recipe for tests (the model is barely trained)."""
+
+
+def default_cache_dir() -> Path:
+    """`$OAR_RL_CACHE/models` if set, else `~/.cache/oar-rl/models`."""
+    root = os.environ.get(CACHE_ENV)
+    base = Path(root).expanduser() if root else Path.home() / ".cache" / "oar-rl"
+    return base / "models"
+
+
+def _is_complete(path: Path, recipe: Recipe) -> bool:
+    try:
+        if not (path / _COMPLETE_MARKER).is_file():
+            return False
+        return json.loads((path / _RECIPE_FILE).read_text()) == recipe.to_dict()
+    except (OSError, ValueError):
+        return False
+
+
+def _load(path: Path) -> tuple[Qwen2ForCausalLM, PreTrainedTokenizerFast]:
+    model = Qwen2ForCausalLM.from_pretrained(path, attn_implementation="eager")
+    tok = PreTrainedTokenizerFast.from_pretrained(path)
+    return model.eval(), tok
+
+
+def load_default_model(
+    recipe: Recipe = DEFAULT_RECIPE, *, cache_dir: str | os.PathLike | None = None, progress: bool = True
+) -> tuple[Qwen2ForCausalLM, PreTrainedTokenizerFast, Path]:
+    """The warm-started model and tokenizer for `recipe`, built on first use and cached on disk.
+
+    The cache entry is `cache_dir/<recipe hash>` (`cache_dir` defaults to `default_cache_dir()`). It is
+    built in a temporary sibling directory and renamed into place only after `save_pretrained` and a
+    completion marker are written, so an interrupted build leaves no entry. An entry without the marker,
+    with a different recipe, or that fails to load is deleted and rebuilt. Returns (model in eval mode,
+    tokenizer, path of the entry).
+    """
+    root = Path(cache_dir).expanduser() if cache_dir is not None else default_cache_dir()
+    path = root / recipe.hash()
+    if path.exists():
+        if _is_complete(path, recipe):
+            try:
+                model, tok = _load(path)
+                return model, tok, path
+            except Exception as e:  # a truncated weight file, a bad config: rebuild
+                _log(progress, f"[oar-rl] cached model at {path} does not load ({e!r}); rebuilding")
+        else:
+            _log(progress, f"[oar-rl] cached model at {path} is incomplete or stale; rebuilding")
+        shutil.rmtree(path, ignore_errors=True)
+    root.mkdir(parents=True, exist_ok=True)
+    _log(progress, f"[oar-rl] building the warm-start model (recipe {recipe.hash()}) into {path}")
+    tmp = Path(tempfile.mkdtemp(prefix=f".{recipe.hash()}.", dir=root))
+    try:
+        model, tok = build_model(recipe, progress=progress)
+        model.save_pretrained(tmp)
+        tok.save_pretrained(tmp)
+        (tmp / _RECIPE_FILE).write_text(json.dumps(recipe.to_dict(), indent=2, sort_keys=True))
+        (tmp / _COMPLETE_MARKER).write_text("ok\n")
+        try:
+            os.rename(tmp, path)
+        except OSError:  # another process finished the same recipe first: keep theirs if it is good
+            if not _is_complete(path, recipe):
+                raise
+            shutil.rmtree(tmp, ignore_errors=True)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    model, tok = _load(path)
+    return model, tok, path
+
+
+def _log(enabled: bool, msg: str) -> None:
+    if enabled:
+        print(msg, file=sys.stderr, flush=True)
+
+
+def sft_examples(
+    tokenizer: PreTrainedTokenizerFast, prompts: list[str], solutions: list[str]
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Right-padded (input_ids, attention_mask, labels), each (N, L); labels are -100 outside solution+EOS.
+
+    The text is exactly what GRPO sees: the prompt string, then the completion (solution then EOS).
+    """
+    import torch
+
+    rows, label_rows = [], []
+    for p, s in zip(prompts, solutions, strict=True):
+        p_ids = tokenizer(p, add_special_tokens=False)["input_ids"]
+        s_ids = tokenizer(s, add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]
+        rows.append(p_ids + s_ids)
+        label_rows.append([-100] * len(p_ids) + s_ids)
+    length = max(len(r) for r in rows)
+    n = len(rows)
+    ids = torch.full((n, length), tokenizer.pad_token_id, dtype=torch.long)  # (N, L)
+    mask = torch.zeros((n, length), dtype=torch.long)  # (N, L)
+    labels = torch.full((n, length), -100, dtype=torch.long)  # (N, L)
+    for i, (r, lab) in enumerate(zip(rows, label_rows, strict=True)):
+        ids[i, : len(r)] = torch.tensor(r)
+        mask[i, : len(r)] = 1
+        labels[i, : len(lab)] = torch.tensor(lab)
+    return ids, mask, labels
+
+
+def build_model(
+    recipe: Recipe = DEFAULT_RECIPE, *, progress: bool = True
+) -> tuple[Qwen2ForCausalLM, PreTrainedTokenizerFast]:
+    """Train the warm start from scratch (no caching): a plain torch loop, seeded, CPU-friendly."""
+    import math
+
+    import torch
+    from tqdm.auto import tqdm
+
+    from oar_rl.data.arithmetic import SPLITS, generate
+
+    tok = build_char_tokenizer()
+    m = recipe.model
+    model = tiny_qwen2(
+        len(tok),
+        seed=m.init_seed,
+        hidden_size=m.hidden_size,
+        num_layers=m.num_layers,
+        num_heads=m.num_heads,
+        num_kv_heads=m.num_kv_heads,
+        intermediate_size=m.intermediate_size,
+        max_position_embeddings=m.max_position_embeddings,
+    )
+    s = recipe.sft
+    problems = generate(recipe.task, s.num_problems, SPLITS["train"][2])
+    ids, mask, labels = sft_examples(tok, [p.prompt for p in problems], [p.solution for p in problems])
+    gen = torch.Generator().manual_seed(s.seed)
+    decay = [p for n, p in model.named_parameters() if p.ndim >= 2]
+    no_decay = [p for n, p in model.named_parameters() if p.ndim < 2]
+    opt = torch.optim.AdamW(
+        [{"params": decay, "weight_decay": s.weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
+        lr=s.learning_rate,
+        betas=(0.9, 0.98),
+    )
+
+    def lr_at(step: int) -> float:
+        if step < s.warmup_steps:
+            return s.learning_rate * (step + 1) / s.warmup_steps
+        frac = (step - s.warmup_steps) / max(1, s.steps - s.warmup_steps)
+        return s.learning_rate * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * frac)))
+
+    model.train()
+    order = torch.randperm(len(problems), generator=gen)
+    cursor = 0
+    bar = tqdm(range(s.steps), desc="warm start (SFT)", disable=not progress, mininterval=1.0)
+    for step in bar:
+        if cursor + s.batch_size > len(order):
+            order, cursor = torch.randperm(len(problems), generator=gen), 0
+        idx = order[cursor : cursor + s.batch_size]
+        cursor += s.batch_size
+        b_mask = mask[idx]
+        width = int(b_mask.sum(1).max())
+        out = model(input_ids=ids[idx, :width], attention_mask=b_mask[:, :width], labels=labels[idx, :width])
+        for g in opt.param_groups:
+            g["lr"] = lr_at(step)
+        opt.zero_grad(set_to_none=True)
+        out.loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        if step % 20 == 0:
+            bar.set_postfix(loss=f"{out.loss.item():.3f}")
+    model.eval()
+    return model, tok
+
+
+def generate_completions(
+    model: Qwen2ForCausalLM,
+    tokenizer: PreTrainedTokenizerFast,
+    prompts: list[str],
+    *,
+    temperature: float = 1.0,
+    max_new_tokens: int = 96,
+    batch_size: int = 128,
+    seed: int = 0,
+    progress: bool = False,
+) -> list[str]:
+    """Completions for `prompts` (greedy when temperature == 0), decoded without special tokens.
+
+    Sampling is seeded through a forked global RNG, so results are reproducible and the caller's RNG
+    state is untouched. The model's train/eval mode is restored.
+    """
+    import torch
+    from tqdm.auto import tqdm
+
+    if temperature < 0:
+        raise ValueError(f"temperature={temperature} must be >= 0 (0 means greedy)")
+    was_training = model.training
+    model.eval()
+    out: list[str] = []
+    try:
+        with torch.random.fork_rng(devices=[]), torch.no_grad():
+            torch.manual_seed(seed)
+            starts = range(0, len(prompts), batch_size)
+            for start in tqdm(starts, desc="generate", disable=not progress, leave=False):
+                chunk = prompts[start : start + batch_size]
+                enc = tokenizer(chunk, return_tensors="pt", padding=True, add_special_tokens=False)
+                enc = {k: v.to(model.device) for k, v in enc.items()}
+                kwargs = {"do_sample": True, "temperature": temperature, "top_k": 0, "top_p": 1.0}
+                gen = model.generate(
+                    **enc,
+                    max_new_tokens=max_new_tokens,
+                    pad_token_id=tokenizer.pad_token_id,
+                    eos_token_id=tokenizer.eos_token_id,
+                    **(kwargs if temperature > 0 else {"do_sample": False}),
+                )
+                new = gen[:, enc["input_ids"].shape[1] :]
+                out += tokenizer.batch_decode(new, skip_special_tokens=True)
+    finally:
+        model.train(was_training)
+    return out
+
+
+def accuracy(
+    model: Qwen2ForCausalLM,
+    tokenizer: PreTrainedTokenizerFast,
+    prompts: list[str],
+    answers: list[str],
+    *,
+    temperature: float = 1.0,
+    samples: int = 1,
+    seed: int = 0,
+    max_new_tokens: int = 96,
+    batch_size: int = 128,
+    progress: bool = False,
+) -> float:
+    """Fraction of (problem, sample) pairs whose completion passes `arithmetic.check` (mean@samples)."""
+    from oar_rl.data.arithmetic import check
+
+    if samples < 1:
+        raise ValueError(f"samples={samples} must be >= 1")
+    if not prompts:
+        raise ValueError("accuracy needs at least one prompt")
+    reps = [p for p in prompts for _ in range(samples)]
+    gold = [a for a in answers for _ in range(samples)]
+    comps = generate_completions(
+        model,
+        tokenizer,
+        reps,
+        temperature=temperature,
+        max_new_tokens=max_new_tokens,
+        batch_size=batch_size,
+        seed=seed,
+        progress=progress,
+    )
+    return sum(check(c, g) for c, g in zip(comps, gold, strict=True)) / len(comps)
