@@ -149,7 +149,8 @@ def _token_pieces(tokenizer, rows: list[list[int]]) -> list[list[str]]:
     Token k's piece is decode(ids[k-W:k+1]) minus decode(ids[k-W:k]) (W = _DECODE_CONTEXT). Decoding with
     left context keeps SentencePiece's leading spaces and completes byte-level BPE characters split over
     tokens; when the shorter decode is not a prefix of the longer (an incomplete UTF-8 byte became
-    U+FFFD), the piece is what follows the common prefix. Special tokens decode to "". All decodes go
+    U+FFFD), the piece is what follows the common prefix. Special tokens keep their text (an
+    ``<unk>`` inside the answer is part of the answer). All decodes go
     through one ``batch_decode`` call.
     """
     queries: list[list[int]] = []
@@ -159,7 +160,7 @@ def _token_pieces(tokenizer, rows: list[list[int]]) -> list[list[str]]:
             queries.append(ids[lo:k])
             queries.append(ids[lo : k + 1])
     texts = (
-        tokenizer.batch_decode(queries, skip_special_tokens=True, clean_up_tokenization_spaces=False)
+        tokenizer.batch_decode(queries, skip_special_tokens=False, clean_up_tokenization_spaces=False)
         if queries
         else []
     )
@@ -555,15 +556,17 @@ def outcome_divergence(
 ) -> Tensor:
     """(N,) divergence of each perturbed probe from its clean one.
 
-    KIND_DIST rows: KL(P ‖ P̃) = Σ_v P (log P − log P̃). KIND_JOINT rows: ``mode="perturbation"`` gives
-    the clamped score drop max(φ − φ̃, 0); ``mode="gradient"`` gives ½(φ − φ̃)², OAR-G's objective (like
-    KL it is ≥ 0, zero and flat at the clean point, quadratic around it; its gradient is −(φ − φ̃)∇φ̃,
-    so within a row OAR-G ranks tokens by |⟨∇φ, e_t⟩|).
+    KIND_DIST rows: KL(P ‖ P̃) = Σ_v P (log P − log P̃), clamped at 0 (float rounding).
+    KIND_JOINT rows: ``mode="perturbation"`` gives the clamped score drop max(φ − φ̃, 0);
+    ``mode="gradient"`` gives ½(φ − φ̃)², OAR-G's objective (like KL it is ≥ 0, zero and flat at the
+    clean point, quadratic around it; its gradient is −(φ − φ̃)∇φ̃, so within a row OAR-G ranks
+    tokens by |⟨∇φ, e_t⟩|).
     """
     if mode not in ("perturbation", "gradient"):
         raise ValueError(f"mode={mode!r}; valid: ['perturbation', 'gradient']")
     p = clean.logp.exp()  # (N, V)
-    kl = (p * (clean.logp - perturbed.logp)).sum(dim=-1)  # (N,)
+    # KL >= 0; clamp the float rounding that can make a ~0 KL come out slightly negative
+    kl = (p * (clean.logp - perturbed.logp)).sum(dim=-1).clamp(min=0)  # (N,)
     drop = clean.phi - perturbed.phi  # (N,)
     joint = drop.clamp(min=0) if mode == "perturbation" else 0.5 * drop.square()
     return torch.where(kind == KIND_JOINT, joint, kl)

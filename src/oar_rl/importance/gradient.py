@@ -114,7 +114,7 @@ def gradient_importance(
         torch.randn((B, C, H), generator=generator, dtype=torch.float32, device="cpu") * noise_std
     )  # (B, C, H)
     out = torch.zeros(B, C, dtype=torch.float32, device=device)
-    if B == 0 or C == 0 or not bool(scored.any()):
+    if B == 0 or C == 0 or noise_std == 0 or not bool(scored.any()):
         return out
     spec = build_probe_spec(P, batch.attention_mask, batch.input_ids[:, P:], answer, probe)
     step = batch_size or B

@@ -1,0 +1,462 @@
+"""Importance scorers against slow, obviously-correct references (oar_rl.importance)."""
+
+from __future__ import annotations
+
+import copy
+import re
+import types
+from pathlib import Path
+
+import pytest
+import torch
+from torch import nn
+
+from oar_rl.importance import (
+    compute_importance,
+    entropy_importance,
+    gradient_importance,
+    perturbation_importance,
+    random_importance,
+)
+from oar_rl.probes import answer_span_mask, scored_positions
+from oar_rl.tiny import build_char_tokenizer, tiny_qwen2
+
+PROBES = ["lt-logits", "as-mean", "as-joint"]
+
+
+def _pad(tok, texts: list[str], side: str) -> tuple[torch.Tensor, torch.Tensor]:
+    rows = [tok(t, add_special_tokens=False)["input_ids"] for t in texts]
+    W = max(1, max(len(r) for r in rows))
+    ids = torch.full((len(rows), W), tok.pad_token_id, dtype=torch.long)
+    mask = torch.zeros(len(rows), W, dtype=torch.long)
+    for i, r in enumerate(rows):
+        sl = slice(0, len(r)) if side == "right" else slice(W - len(r), W)
+        ids[i, sl] = torch.tensor(r, dtype=torch.long)
+        mask[i, sl] = 1
+    return ids, mask
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _one_thread():
+    """Tiny models on a shared 2-core machine: one intra-op thread is faster and steadier."""
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
+@pytest.fixture(scope="module")
+def tok():
+    return build_char_tokenizer()
+
+
+@pytest.fixture(scope="module")
+def batch(tok):
+    """Left-padded prompts, right-padded completions of different lengths; spans, a no-span row, a
+    single-token row and an empty row."""
+    prompts = ["12+7=", "a?", "what is 3*4?", "hi", "q"]
+    completions = [
+        "so \\boxed{19}",  # span
+        "x",  # single token, no span (LT fallback under AS probes)
+        "3*4=12 \\boxed{12}!",  # span, a token after it
+        "",  # no valid token
+        "no tags",  # no span
+    ]
+    p_ids, p_mask = _pad(tok, prompts, "left")
+    c_ids, c_mask = _pad(tok, completions, "right")
+    ans = answer_span_mask(c_ids, c_mask, tok, pattern="boxed")
+    return p_ids, p_mask, c_ids, c_mask, ans
+
+
+@pytest.fixture(scope="module")
+def model64(tok):
+    """float64 end to end, for tight tolerances and finite differences.
+
+    Two transformers 5.23 quirks are worked around here (float32 eager, the real use, is tested too):
+    eager attention in float64 turns left-padded rows into NaN, so SDPA; Qwen2RMSNorm computes in
+    float32 even for a float64 model (which limits finite differences to ~1e-3), so an exact float64
+    RMSNorm forward is patched in.
+    """
+    model = tiny_qwen2(len(tok), seed=1, hidden_size=32).double()
+    model.set_attn_implementation("sdpa")
+
+    def rms_norm64(self, x):
+        return self.weight * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.variance_epsilon))
+
+    for mod in model.modules():
+        if type(mod).__name__ == "Qwen2RMSNorm":
+            mod.forward = types.MethodType(rms_norm64, mod)
+    return model
+
+
+# ---------------------------------------------------------------------------------------------------
+# slow references: one full model(...) forward per sequence, probe from the full logits
+
+
+def _ref_probe(logits, attn_row, P, comp_row, ans_row, probe):
+    """('dist', log P) or ('joint', phi) from full logits (L, V) of one sequence."""
+    if probe == "lt-logits" or not ans_row.any():
+        q = int(attn_row.nonzero().max())
+        return "dist", torch.log_softmax(logits[q], -1)
+    ks = ans_row.nonzero().flatten()
+    pos = P + ks - 1
+    if probe == "as-mean":
+        return "dist", torch.log_softmax(logits[pos].mean(0), -1)
+    lp = torch.log_softmax(logits[pos], -1)
+    return "joint", lp[torch.arange(len(ks)), comp_row[ks]].mean()
+
+
+def _ref_div(a, b):
+    kind, x = a
+    y = b[1]
+    if kind == "dist":
+        return float((x.exp() * (x - y)).sum())
+    return max(float(x - y), 0.0)
+
+
+def _full_logits(model, ids, attn, softcap=None):
+    with torch.no_grad():
+        logits = model(input_ids=ids[None], attention_mask=attn[None]).logits[0]
+    return torch.tanh(logits / softcap) * softcap if softcap else logits
+
+
+def serial_oar_p(model, p_ids, p_mask, c_ids, c_mask, probe, ans, mask_id, softcap=None):
+    P = p_ids.shape[1]
+    ids = torch.cat([p_ids, c_ids], 1)
+    attn = torch.cat([p_mask, c_mask], 1)
+    scored = c_mask.bool() if probe == "lt-logits" else scored_positions(c_mask, ans)
+    out = torch.zeros(c_ids.shape, dtype=torch.float64)
+    for b in range(ids.shape[0]):
+        clean = _ref_probe(_full_logits(model, ids[b], attn[b], softcap), attn[b], P, c_ids[b], ans[b], probe)
+        for t in scored[b].nonzero().flatten().tolist():
+            pert_ids = ids[b].clone()
+            pert_ids[P + t] = mask_id
+            logits = _full_logits(model, pert_ids, attn[b], softcap)
+            out[b, t] = _ref_div(clean, _ref_probe(logits, attn[b], P, c_ids[b], ans[b], probe))
+    return out
+
+
+# ---------------------------------------------------------------------------------------------------
+# OAR-P
+
+
+@pytest.mark.parametrize("probe", PROBES)
+def test_oar_p_matches_serial_reference(probe, model64, batch):
+    p_ids, p_mask, c_ids, c_mask, ans = batch
+    ref = serial_oar_p(model64, p_ids, p_mask, c_ids, c_mask, probe, ans, mask_id=0)
+    assert ref.abs().sum() > 0 and (ref[1] != 0).any()  # the single-token row has a score
+    for bs in (1, 3, 10_000):
+        got = perturbation_importance(
+            model64, p_ids, p_mask, c_ids, c_mask, probe=probe, answer_mask=ans, batch_size=bs
+        )
+        assert got.dtype == torch.float32 and got.shape == c_ids.shape
+        torch.testing.assert_close(got.double(), ref, rtol=1e-5, atol=1e-9)
+    assert (got[~c_mask.bool()] == 0).all() and (got[3] == 0).all()
+    if probe != "lt-logits":  # span and later tokens are not scored
+        assert (got[ans] == 0).all() and (got[2, -1] == 0)
+
+
+def test_oar_p_float32_and_mask_token(tok, batch):
+    p_ids, p_mask, c_ids, c_mask, ans = batch
+    model = tiny_qwen2(len(tok), seed=2, hidden_size=32)
+    ref = serial_oar_p(model, p_ids, p_mask, c_ids, c_mask, "lt-logits", ans, mask_id=7)
+    got = perturbation_importance(model, p_ids, p_mask, c_ids, c_mask, mask_token_id=7, batch_size=4)
+    torch.testing.assert_close(got.double(), ref, rtol=2e-3, atol=1e-7)
+    default = perturbation_importance(model, p_ids, p_mask, c_ids, c_mask)  # pad id 0
+    assert not torch.allclose(default, got)
+
+
+def test_oar_p_softcapped_head_and_peft_like_wrapper(model64, batch):
+    """Non-linear head path (logit soft-capping) and a PEFT-style wrapper (get_base_model())."""
+    p_ids, p_mask, c_ids, c_mask, ans = batch
+    sub = (p_ids[:2], p_mask[:2], c_ids[:2], c_mask[:2])  # a span row and the single-token row
+    capped = copy.deepcopy(model64)
+    capped.config.final_logit_softcapping = 0.5  # tiny cap so it changes the result
+    ref = serial_oar_p(capped, *sub, "as-mean", ans[:2], mask_id=0, softcap=0.5)
+    got = perturbation_importance(capped, *sub, probe="as-mean", answer_mask=ans[:2])
+    torch.testing.assert_close(got.double(), ref, rtol=1e-5, atol=1e-9)
+    plain = perturbation_importance(model64, *sub, probe="as-mean", answer_mask=ans[:2])
+    assert not torch.allclose(plain, got)
+
+    class Wrapper(nn.Module):  # what peft.PeftModel looks like to us
+        def __init__(self, inner):
+            super().__init__()
+            self.base = inner
+            self.config = inner.config
+
+        def get_base_model(self):
+            return self.base
+
+        def get_input_embeddings(self):
+            return self.base.get_input_embeddings()
+
+    wrapped = perturbation_importance(Wrapper(model64), p_ids, p_mask, c_ids, c_mask)
+    torch.testing.assert_close(wrapped, perturbation_importance(model64, p_ids, p_mask, c_ids, c_mask))
+
+
+def test_oar_p_leaves_model_as_found(tok, batch):
+    p_ids, p_mask, c_ids, c_mask, _ = batch
+    model = tiny_qwen2(len(tok), seed=3)
+    model.train()
+    model.model.layers[0].eval()  # mixed modes must be restored per module
+    modes = {n: m.training for n, m in model.named_modules()}
+    for p in model.parameters():
+        p.grad = torch.full_like(p, 0.5)
+    perturbation_importance(model, p_ids, p_mask, c_ids, c_mask)
+    assert {n: m.training for n, m in model.named_modules()} == modes
+    assert all(torch.equal(p.grad, torch.full_like(p, 0.5)) for p in model.parameters())
+
+
+def _tracked_peak_mb(fn) -> float:
+    """Peak resident-memory growth (MiB) while running fn, via the kernel's VmHWM reset (Linux)."""
+    status = Path("/proc/self/status")
+
+    def read(key):
+        return int(re.search(rf"{key}:\s+(\d+)", status.read_text()).group(1)) / 1024
+
+    Path("/proc/self/clear_refs").write_text("5")  # resets VmHWM to the current RSS
+    before = read("VmRSS")
+    fn()
+    return read("VmHWM") - before
+
+
+def test_oar_p_memory_is_bounded():
+    """V = 32k, 200 completion tokens: full logits per copy would be R·L·V·4 bytes = 5.4 GB."""
+    if not Path("/proc/self/clear_refs").exists():
+        pytest.skip("needs Linux /proc/self/clear_refs to measure peak RSS")
+    V, P, C = 32_000, 8, 200
+    model = tiny_qwen2(V, seed=0, hidden_size=16, num_layers=1, num_heads=2, num_kv_heads=1)
+    g = torch.Generator().manual_seed(0)
+    p_ids = torch.randint(4, V, (1, P), generator=g)
+    c_ids = torch.randint(4, V, (1, C), generator=g)
+    p_mask, c_mask = torch.ones_like(p_ids), torch.ones_like(c_ids)
+    full_logits_mb = C * (P + C) * V * 4 / 2**20  # 5078 MiB
+    result = {}
+
+    def run():
+        result["I"] = perturbation_importance(model, p_ids, p_mask, c_ids, c_mask, batch_size=64)
+
+    peak = _tracked_peak_mb(run)
+    assert (result["I"] >= 0).all() and (result["I"] > 0).any()
+    bound = 200.0  # MiB: < 4% of the full-logits footprint
+    assert peak < bound, (
+        f"peak RSS growth {peak:.0f} MiB >= {bound} MiB (full logits: {full_logits_mb:.0f} MiB)"
+    )
+
+
+# ---------------------------------------------------------------------------------------------------
+# OAR-G
+
+
+def _row_objective(model, attn_row, P, comp_row, ans_row, probe, clean, noisy_row):
+    """Row b's term of J, D(P_0 ‖ P_ε), from the full logits of model(inputs_embeds=...).
+
+    J = Σ_rows and rows do not interact, so ∂J/∂e_{b,t} only needs row b's term.
+    """
+    logits = model(inputs_embeds=noisy_row[None], attention_mask=attn_row[None]).logits[0]
+    kind, x = clean
+    _, y = _ref_probe(logits, attn_row, P, comp_row, ans_row, probe)
+    return (x.exp() * (x - y)).sum() if kind == "dist" else 0.5 * (x - y) ** 2
+
+
+@pytest.mark.parametrize("probe", PROBES)
+def test_oar_g_matches_finite_differences(probe, model64, batch):
+    p_ids, p_mask, c_ids, c_mask, ans = batch
+    sigma, seed = 1e-2, 123
+    got = gradient_importance(
+        model64,
+        p_ids,
+        p_mask,
+        c_ids,
+        c_mask,
+        probe=probe,
+        answer_mask=ans,
+        noise_std=sigma,
+        generator=torch.Generator().manual_seed(seed),
+    )
+    P = p_ids.shape[1]
+    ids, attn = torch.cat([p_ids, c_ids], 1), torch.cat([p_mask, c_mask], 1)
+    scored = c_mask.bool() if probe == "lt-logits" else scored_positions(c_mask, ans)
+    assert (got[~scored] == 0).all() and (got[scored] > 0).all()
+    with torch.no_grad():
+        emb = model64.get_input_embeddings()(ids)  # (B, L, H)
+        logits = model64(input_ids=ids, attention_mask=attn).logits
+        noise = (
+            torch.randn((*c_ids.shape, emb.shape[-1]), generator=torch.Generator().manual_seed(seed)) * sigma
+        )
+        noisy = emb.clone()
+        noisy[:, P:] += (noise * c_mask[..., None]).double()
+        # a few tokens of every scored row: first, last, and one in the middle
+        pairs = []
+        for b in scored.any(1).nonzero().flatten().tolist():
+            ts = scored[b].nonzero().flatten().tolist()
+            pairs += [(b, t) for t in sorted({ts[0], ts[len(ts) // 2], ts[-1]})]
+        h = 1e-4
+        for b, t in pairs:
+            clean = _ref_probe(logits[b], attn[b], P, c_ids[b], ans[b], probe)
+            d = torch.zeros_like(noisy[b])
+            d[P + t] = emb[b, P + t] * h
+            jp = _row_objective(model64, attn[b], P, c_ids[b], ans[b], probe, clean, noisy[b] + d)
+            jm = _row_objective(model64, attn[b], P, c_ids[b], ans[b], probe, clean, noisy[b] - d)
+            ref = abs(float(jp - jm) / (2 * h))  # |<dJ/de_t, e_t>| by central differences
+            assert ref > 0
+            assert abs(float(got[b, t]) - ref) <= 1e-5 * ref, (b, t, float(got[b, t]), ref)
+
+
+def test_oar_g_state_determinism_and_chunking(tok, batch):
+    p_ids, p_mask, c_ids, c_mask, _ = batch
+    model = tiny_qwen2(len(tok), seed=4)
+    model.train()
+    model.model.norm.eval()
+    modes = {n: m.training for n, m in model.named_modules()}
+    model.lm_head.weight.requires_grad_(False)  # mixed requires_grad must survive
+    flags = {n: p.requires_grad for n, p in model.named_parameters()}
+
+    def run(seed, **kw):
+        g = torch.Generator().manual_seed(seed)
+        return gradient_importance(model, p_ids, p_mask, c_ids, c_mask, generator=g, **kw)
+
+    a = run(0)
+    assert all(p.grad is None for p in model.parameters())
+    assert {n: m.training for n, m in model.named_modules()} == modes
+    assert {n: p.requires_grad for n, p in model.named_parameters()} == flags
+    assert torch.equal(a, run(0))
+    assert not torch.allclose(a, run(1))
+    torch.testing.assert_close(run(0, batch_size=2), a, rtol=1e-4, atol=1e-10)
+    with torch.no_grad():  # the trainer may call it from a no_grad region
+        torch.testing.assert_close(run(0), a)
+    assert (a[~c_mask.bool()] == 0).all() and (a[c_mask.bool()] > 0).all()
+    zero = gradient_importance(model, p_ids, p_mask, c_ids, c_mask, noise_std=0.0)
+    assert (zero == 0).all()
+
+
+# ---------------------------------------------------------------------------------------------------
+# baselines
+
+
+def test_entropy_matches_full_logits(model64, batch):
+    p_ids, p_mask, c_ids, c_mask, _ = batch
+    P = p_ids.shape[1]
+    ids, attn = torch.cat([p_ids, c_ids], 1), torch.cat([p_mask, c_mask], 1)
+    with torch.no_grad():
+        logits = model64(input_ids=ids, attention_mask=attn).logits[:, P - 1 : -1] / 0.7  # predicts c_ids
+    logp = torch.log_softmax(logits, -1)
+    ref = -(logp.exp() * logp).sum(-1) * c_mask
+    for chunk, bs in ((1, 1), (7, 2), (4096, None)):
+        got = entropy_importance(
+            model64, p_ids, p_mask, c_ids, c_mask, chunk_size=chunk, batch_size=bs, temperature=0.7
+        )
+        assert got.dtype == torch.float32
+        torch.testing.assert_close(got.double(), ref, rtol=1e-6, atol=1e-6)
+    assert (got[~c_mask.bool()] == 0).all()
+
+
+def test_random_importance():
+    mask = torch.tensor([[1, 1, 1, 0], [1, 0, 0, 0], [0, 0, 0, 0]])
+    a = random_importance(mask, generator=torch.Generator().manual_seed(0))
+    assert a.dtype == torch.float32
+    assert ((a[mask.bool()] >= 0) & (a[mask.bool()] < 1)).all() and (a[mask.bool()] > 0).all()
+    assert (a[~mask.bool()] == 0).all()
+    assert torch.equal(a, random_importance(mask.bool(), generator=torch.Generator().manual_seed(0)))
+    with pytest.raises(ValueError, match="0/1"):
+        random_importance(mask * 3)
+
+
+# ---------------------------------------------------------------------------------------------------
+# dispatcher and bad input
+
+
+def test_compute_importance_dispatch_and_rows(model64, batch):
+    p_ids, p_mask, c_ids, c_mask, ans = batch
+    full = compute_importance(
+        "oar-p", model64, p_ids, p_mask, c_ids, c_mask, probe="as-mean", answer_mask=ans
+    )
+    torch.testing.assert_close(
+        full, perturbation_importance(model64, p_ids, p_mask, c_ids, c_mask, probe="as-mean", answer_mask=ans)
+    )
+    rows = torch.tensor([True, False, True, False, False])
+    part = compute_importance(
+        "oar-p", model64, p_ids, p_mask, c_ids, c_mask, rows=rows, probe="as-mean", answer_mask=ans
+    )
+    torch.testing.assert_close(part[rows], full[rows], rtol=1e-5, atol=1e-9)
+    assert (part[~rows] == 0).all()
+    ent = compute_importance("entropy", model64, p_ids, p_mask, c_ids, c_mask)
+    torch.testing.assert_close(ent, entropy_importance(model64, p_ids, p_mask, c_ids, c_mask))
+    rnd = compute_importance("random", model64, p_ids, p_mask, c_ids, c_mask, generator=torch.Generator())
+    assert rnd.shape == c_ids.shape
+    g = compute_importance("oar-g", model64, p_ids, p_mask, c_ids, c_mask, generator=torch.Generator())
+    assert g.shape == c_ids.shape
+    with pytest.raises(ValueError, match="kind"):
+        compute_importance("oar_p", model64, p_ids, p_mask, c_ids, c_mask)
+    with pytest.raises(ValueError, match="rows"):
+        compute_importance("oar-p", model64, p_ids, p_mask, c_ids, c_mask, rows=torch.ones(5))
+
+
+SCORERS = {
+    "oar-p": perturbation_importance,
+    "oar-g": gradient_importance,
+    "entropy": entropy_importance,
+}
+
+
+@pytest.mark.parametrize("name", sorted(SCORERS))
+def test_bad_batches(name, model64, batch):
+    fn = SCORERS[name]
+    p_ids, p_mask, c_ids, c_mask, _ = batch
+    cases = [
+        ((p_ids, p_mask[:, 1:], c_ids, c_mask), "prompt_mask shape"),
+        ((p_ids, p_mask, c_ids, c_mask[:, 1:]), "completion_mask shape"),
+        ((p_ids[:2], p_mask[:2], c_ids, c_mask), "batch size"),
+        ((p_ids.float(), p_mask, c_ids, c_mask), "integer"),
+        ((p_ids, p_mask, c_ids[0], c_mask[0]), "2-D"),
+        ((p_ids, p_mask, c_ids, c_mask * 2), "0/1"),
+        ((p_ids, p_mask * 0.5, c_ids, c_mask), "0/1"),
+        ((p_ids, p_mask, c_ids + 1000, c_mask), r"\[0, 101\)"),
+    ]
+    for args, msg in cases:
+        with pytest.raises(ValueError, match=msg):
+            fn(model64, *args)
+
+
+def test_bad_options(tok, model64, batch):
+    p_ids, p_mask, c_ids, c_mask, ans = batch
+    args = (p_ids, p_mask, c_ids, c_mask)
+    for fn in (perturbation_importance, gradient_importance):
+        with pytest.raises(ValueError, match="answer_mask"):
+            fn(model64, *args, probe="as-mean")
+        with pytest.raises(ValueError, match="probe"):
+            fn(model64, *args, probe="last-token")
+        with pytest.raises(ValueError, match="padding"):
+            fn(model64, *args, probe="as-joint", answer_mask=torch.ones_like(ans))
+        with pytest.raises(ValueError, match="shape"):
+            fn(model64, *args, probe="as-joint", answer_mask=ans[:, :2])
+    for bad in (-1e-3, float("nan"), float("inf")):
+        with pytest.raises(ValueError, match="noise_std"):
+            gradient_importance(model64, *args, noise_std=bad)
+    with pytest.raises(ValueError, match="batch_size"):
+        perturbation_importance(model64, *args, batch_size=0)
+    with pytest.raises(ValueError, match="mask_token_id"):
+        perturbation_importance(model64, *args, mask_token_id=10_000)
+    nopad = tiny_qwen2(len(tok), pad_token_id=None)
+    with pytest.raises(ValueError, match="pad_token_id"):
+        perturbation_importance(nopad, *args)
+    assert perturbation_importance(nopad, *args, mask_token_id=0).shape == c_ids.shape
+    with pytest.raises(ValueError, match="temperature"):
+        entropy_importance(model64, *args, temperature=0.0)
+    with pytest.raises(ValueError, match="chunk_size"):
+        entropy_importance(model64, *args, chunk_size=0)
+    with pytest.raises(RuntimeError, match="inference_mode"), torch.inference_mode():
+        gradient_importance(model64, *args)
+
+
+def test_degenerate_batches(model64, batch):
+    """No valid token anywhere, span at the first token: documented all-zero results."""
+    p_ids, p_mask, c_ids, c_mask, ans = batch
+    empty = torch.zeros_like(c_mask)
+    for fn in (perturbation_importance, gradient_importance, entropy_importance):
+        assert (fn(model64, p_ids, p_mask, c_ids, empty) == 0).all()
+    first = torch.zeros_like(ans)
+    first[:, 0] = c_mask[:, 0].bool()  # every span starts at token 0: nothing before it is scored
+    for fn in (perturbation_importance, gradient_importance):
+        out = fn(model64, p_ids, p_mask, c_ids, c_mask, probe="as-mean", answer_mask=first)
+        assert (out[first.any(1)] == 0).all() and (out[~first.any(1)][c_mask[~first.any(1)].bool()] > 0).all()

@@ -1,0 +1,206 @@
+"""Answer-span masks, scored positions and probe plumbing (oar_rl.probes)."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+import torch
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+from transformers import PreTrainedTokenizerFast
+
+from oar_rl.probes import (
+    ANSWER_TAG_PATTERN,
+    answer_span_mask,
+    build_probe_spec,
+    has_answer_span,
+    last_boxed_span,
+    scored_positions,
+)
+from oar_rl.tiny import build_char_tokenizer
+
+
+def _right_padded(tok, texts: list[str]) -> tuple[torch.Tensor, torch.Tensor]:
+    rows = [tok(t, add_special_tokens=False)["input_ids"] for t in texts]
+    C = max(1, max(len(r) for r in rows))
+    ids = torch.full((len(rows), C), tok.pad_token_id, dtype=torch.long)
+    mask = torch.zeros(len(rows), C, dtype=torch.long)
+    for i, r in enumerate(rows):
+        ids[i, : len(r)] = torch.tensor(r, dtype=torch.long)
+        mask[i, : len(r)] = 1
+    return ids, mask
+
+
+@pytest.fixture(scope="module")
+def char_tok():
+    return build_char_tokenizer()
+
+
+@pytest.fixture(scope="module")
+def bpe_tok():
+    """A byte-level BPE trained in memory on a few strings (merges like GPT-2/Qwen tokenizers)."""
+    texts = [
+        "Let me think. 3 + 4 = 7 so <answer>7</answer>",
+        "The answer is \\boxed{\\frac{1}{2}} and that is final.",
+        "We compute 12 * 12 = 144 <answer>144</answer> done",
+        "<think>reasoning about numbers</think><answer>42</answer>",
+    ] * 4
+    core = Tokenizer(models.BPE())
+    core.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    core.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=400, special_tokens=["<pad>", "</s>"], initial_alphabet=pre_tokenizers.ByteLevel.alphabet()
+    )
+    core.train_from_iterator(texts, trainer)
+    return PreTrainedTokenizerFast(tokenizer_object=core, pad_token="<pad>", eos_token="</s>")
+
+
+def _reference_mask(tok, texts: list[str], span_of) -> torch.Tensor:
+    """Slow reference: tokens whose ORIGINAL-text offsets overlap the span found on the original text."""
+    ids, _ = _right_padded(tok, texts)
+    out = torch.zeros(ids.shape, dtype=torch.bool)
+    for b, text in enumerate(texts):
+        span = span_of(text)
+        if span is None or span[0] == span[1]:
+            continue
+        s, e = span
+        enc = tok(text, add_special_tokens=False, return_offsets_mapping=True)
+        for k, (lo, hi) in enumerate(enc["offset_mapping"]):
+            out[b, k] = hi > lo and lo < e and hi > s
+    return out
+
+
+def _last_regex_span(pattern: str):
+    def f(text):
+        ms = list(re.finditer(pattern, text, re.DOTALL))
+        return ms[-1].span(1) if ms else None
+
+    return f
+
+
+COMPLETIONS = [
+    "so 3 + 4 = 7 <answer>7</answer>",
+    "first <answer>1</answer> then <answer>144</answer> end",  # last match wins
+    "no span here at all",
+    "<answer></answer> empty content",  # empty content: no span
+    "half is <answer>½ x</answer>!",  # non-ASCII: byte-level BPE splits it into 2 tokens
+]
+
+
+def test_answer_span_char_tokenizer_hand_checked(char_tok):
+    ids, mask = _right_padded(char_tok, ["ab<answer>42</answer>", "x"])
+    got = answer_span_mask(ids, mask, char_tok)
+    # row 0: 'a','b' (0-1), '<answer>' (2-9), '4' (10), '2' (11), '</answer>' (12-20)
+    expected = torch.zeros_like(got)
+    expected[0, 10:12] = True
+    assert torch.equal(got, expected)
+
+
+@pytest.mark.parametrize("which", ["char", "bpe"])
+def test_answer_span_matches_offset_reference(which, char_tok, bpe_tok):
+    tok = char_tok if which == "char" else bpe_tok
+    ids, mask = _right_padded(tok, COMPLETIONS)
+    got = answer_span_mask(ids, mask, tok)
+    ref = _reference_mask(tok, COMPLETIONS, _last_regex_span(ANSWER_TAG_PATTERN))
+    assert torch.equal(got, ref)
+    assert got[0].any() and got[1].any() and got[4].any()
+    assert not got[2].any() and not got[3].any()
+    if which == "bpe":  # the ½ really is split over several tokens, and they all count
+        enc = tok(COMPLETIONS[4], add_special_tokens=False, return_offsets_mapping=True)
+        half = COMPLETIONS[4].index("½")
+        pieces = [k for k, (lo, hi) in enumerate(enc["offset_mapping"]) if lo <= half < hi]
+        assert len(pieces) >= 2 and all(got[4, k] for k in pieces)
+
+
+@pytest.mark.parametrize("which", ["char", "bpe"])
+def test_boxed_nested_braces(which, char_tok, bpe_tok):
+    tok = char_tok if which == "char" else bpe_tok
+    texts = [
+        "The answer is \\boxed{\\frac{1}{2}} and that is final.",
+        "\\boxed{3} wait, \\boxed{4}",  # last one
+        "\\boxed{\\{1,2\\}}",  # escaped braces do not count
+        "cut off \\boxed{\\frac{1}{2}",  # unbalanced: no span
+        "\\boxed{7} then unbalanced \\boxed{8",  # the complete one is used
+    ]
+    ids, mask = _right_padded(tok, texts)
+    got = answer_span_mask(ids, mask, tok, pattern="boxed")
+
+    def span_of(text):
+        return last_boxed_span(text)
+
+    assert torch.equal(got, _reference_mask(tok, texts, span_of))
+    t0 = texts[0]
+    assert last_boxed_span(t0) == (t0.index("\\frac"), t0.index("}} and") + 1)
+    assert t0[slice(*last_boxed_span(t0))] == "\\frac{1}{2}"
+    assert texts[1][slice(*last_boxed_span(texts[1]))] == "4"
+    assert texts[2][slice(*last_boxed_span(texts[2]))] == "\\{1,2\\}"
+    assert last_boxed_span(texts[3]) is None and not got[3].any()
+    assert texts[4][slice(*last_boxed_span(texts[4]))] == "7"
+
+
+def test_custom_regex_and_padding_ignored(char_tok):
+    ids, mask = _right_padded(char_tok, ["work #### 12", "#### 3 and #### 45"])
+    got = answer_span_mask(ids, mask, char_tok, pattern=r"#### (\d+)")
+    assert got[0].nonzero().flatten().tolist() == [10, 11]
+    assert got[1].nonzero().flatten().tolist() == [16, 17]
+    # padding positions are never in the span even if their ids would decode into the pattern
+    assert not (got & ~mask.bool()).any()
+
+
+@pytest.mark.parametrize("pattern", ["", "<answer>.*</answer>", "(a)(b)", "(unclosed"])
+def test_bad_patterns(pattern, char_tok):
+    ids, mask = _right_padded(char_tok, ["x"])
+    with pytest.raises(ValueError, match="pattern"):
+        answer_span_mask(ids, mask, char_tok, pattern=pattern)
+
+
+def test_answer_span_bad_masks(char_tok):
+    ids, mask = _right_padded(char_tok, ["ab"])
+    with pytest.raises(ValueError, match="0/1"):
+        answer_span_mask(ids, mask * 2, char_tok)
+    with pytest.raises(ValueError, match="shape"):
+        answer_span_mask(ids, mask[:, :1], char_tok)
+    with pytest.raises(ValueError, match="integer"):
+        answer_span_mask(ids.float(), mask, char_tok)
+
+
+def test_scored_positions_hand_worked():
+    mask = torch.tensor([[1, 1, 1, 1, 1, 0], [1, 1, 1, 0, 0, 0], [1, 1, 1, 1, 1, 1], [0, 0, 0, 0, 0, 0]])
+    ans = torch.tensor(
+        [[0, 0, 1, 1, 0, 0], [0, 0, 0, 0, 0, 0], [1, 1, 0, 0, 0, 0], [0, 0, 0, 0, 0, 0]], dtype=torch.bool
+    )
+    got = scored_positions(mask, ans)
+    expected = torch.tensor(
+        [
+            [1, 1, 0, 0, 0, 0],  # span starts at 2: tokens 0, 1
+            [1, 1, 1, 0, 0, 0],  # no span: every valid token (LT fallback)
+            [0, 0, 0, 0, 0, 0],  # span at 0: nothing before it
+            [0, 0, 0, 0, 0, 0],  # empty row
+        ],
+        dtype=torch.bool,
+    )
+    assert torch.equal(got, expected)
+    assert has_answer_span(ans).tolist() == [True, False, True, False]
+    with pytest.raises(ValueError, match="padding"):
+        scored_positions(mask, torch.ones_like(ans))
+    with pytest.raises(ValueError, match="shape"):
+        scored_positions(mask, ans[:, :3])
+
+
+def test_probe_spec_positions():
+    # P = 3; row 0: prompt [0,1,1], completion 4 valid, span at completion 2..3
+    attn = torch.tensor([[0, 1, 1, 1, 1, 1, 1, 0], [1, 1, 1, 1, 1, 0, 0, 0]])
+    comp = torch.tensor([[5, 6, 7, 8, 0], [9, 9, 0, 0, 0]])
+    ans = torch.tensor([[0, 0, 1, 1, 0], [0, 0, 0, 0, 0]], dtype=torch.bool)
+    lt = build_probe_spec(3, attn, comp, None, "lt-logits")
+    assert lt.index.tolist() == [6, 4] and lt.row_ptr.tolist() == [0, 1, 2]
+    joint = build_probe_spec(3, attn, comp, ans, "as-joint")
+    # span tokens at full positions 5, 6 are predicted from positions 4, 5; row 1 falls back to LT
+    assert joint.index.tolist() == [4, 5, 4] and joint.target.tolist() == [7, 8, -1]
+    assert joint.kind.tolist() == [1, 0] and joint.row_ptr.tolist() == [0, 2, 3]
+    sub = joint.take(torch.tensor([1, 0, 0]))
+    assert sub.index.tolist() == [4, 4, 5, 4, 5] and sub.row_ptr.tolist() == [0, 1, 3, 5]
+    with pytest.raises(ValueError, match="answer_mask"):
+        build_probe_spec(3, attn, comp, None, "as-mean")
+    with pytest.raises(ValueError, match="probe"):
+        build_probe_spec(3, attn, comp, ans, "lt_logits")
