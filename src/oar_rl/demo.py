@@ -1,0 +1,458 @@
+"""`oar-rl demo`: GRPO vs OAR-G vs OAR-P on the embedded arithmetic task, on a laptop CPU.
+
+Builds (or loads from the cache) the warm-started tiny model (`oar_rl.tiny.load_default_model`), then
+for every seed and method trains with `OARTrainer` from the same warm start, on the same prompts in the
+same order (TRL's sampler is seeded by `seed`, which is the same for every method of one seed), with the
+same budget. Each run is evaluated on the held-out split before and after training: accuracy of one
+sample per problem at temperature 1.0 (averaged over `eval_samples` samples) and greedy accuracy.
+
+Output in `--out`: `summary.json` (rewritten atomically after every finished run, `complete: false`
+until the end), `reward.png`, `entropy.png`, `ess_ratio.png`, `top10_mass.png` and a self-contained
+`report.html` with a token-importance heatmap of one trace.
+
+Resuming: `summary.json` records a hash of the whole configuration (settings + warm-start recipe). A rerun
+with the same configuration skips the finished runs; with a different one it starts clean (the old
+results are discarded, never mixed). `--fresh` always starts clean.
+
+Departures from the paper's setup (§4.1), all for CPU budget: a tiny char-level model instead of
+Qwen2.5; G and the batch are small; the learning rate is much larger (1e-6 barely moves a model this
+small in tens of steps); the reward is the exact integer checker of `oar_rl.data.arithmetic` rather than
+math-verify (answers are plain integers, and the checker is exact and fast).
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import shutil
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from oar_rl.analysis.report import write_text_atomic
+
+METHODS: dict[str, str] = {
+    "grpo": "none",
+    "random": "random",
+    "entropy": "entropy",
+    "oar-g": "oar-g",
+    "oar-p": "oar-p",
+}
+"""Demo method name -> `OARConfig.credit`."""
+SUMMARY_FORMAT = 1
+
+
+@dataclass(frozen=True)
+class DemoSettings:
+    """One demo configuration; its hash (with the warm-start recipe's) keys resumable results."""
+
+    recipe: str = "default"
+    """Warm-start recipe: 'default' or 'test' (the seconds-to-build one used by the tests)."""
+    methods: tuple[str, ...] = ("grpo", "oar-g", "oar-p")
+    seeds: int = 2
+    steps: int = 30
+    """Optimizer steps per run."""
+    prompts_per_step: int = 8
+    num_generations: int = 8
+    """G: completions per prompt (the batch is prompts_per_step * G completions)."""
+    learning_rate: float = 2e-4
+    max_completion_length: int = 72
+    temperature: float = 1.0
+    tau: float = 0.4
+    oar_beta: float = 2.0
+    eval_split: str = "eval"
+    eval_problems: int = 200
+    eval_samples: int = 2
+    """Samples per problem for the temperature-1.0 accuracy (its mean over samples)."""
+    eval_seed: int = 1234
+
+    def __post_init__(self) -> None:
+        bad = [m for m in self.methods if m not in METHODS]
+        if bad or not self.methods:
+            raise ValueError(f"unknown methods {bad or '(none given)'}; valid methods: {', '.join(METHODS)}")
+        if len(set(self.methods)) != len(self.methods):
+            raise ValueError(f"methods {list(self.methods)} contain duplicates")
+        if self.recipe not in ("default", "test"):
+            raise ValueError(f"recipe={self.recipe!r}; valid recipes: default, test")
+        for name in ("seeds", "steps", "prompts_per_step", "eval_problems", "eval_samples"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name}={getattr(self, name)} must be >= 1")
+        if self.num_generations < 2:
+            raise ValueError(f"num_generations={self.num_generations} must be >= 2 (GRPO needs a group)")
+        if self.eval_split not in ("eval", "hard"):
+            raise ValueError(f"eval_split={self.eval_split!r}; valid: eval, hard")
+
+    def recipe_obj(self):
+        from oar_rl.tiny import DEFAULT_RECIPE, TEST_RECIPE
+
+        return DEFAULT_RECIPE if self.recipe == "default" else TEST_RECIPE
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["methods"] = list(self.methods)
+        return d
+
+    def config_hash(self) -> str:
+        """Hash of everything that determines the results except the list of methods and seeds.
+
+        Methods and seed count are left out so that `--methods grpo` then `--methods grpo,oar-g` (or more
+        seeds) reuse finished runs; each run additionally records its own method and seed.
+        """
+        d = self.to_dict()
+        del d["methods"], d["seeds"]
+        d["recipe_hash"] = self.recipe_obj().hash()
+        d["summary_format"] = SUMMARY_FORMAT
+        blob = json.dumps(d, sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+PRESETS: dict[str, DemoSettings] = {
+    "default": DemoSettings(),
+    "quick": DemoSettings(seeds=1, steps=12, eval_problems=100, eval_samples=1),
+    # Hidden, for the tests: a barely trained model, a few seconds per run.
+    "tiny": DemoSettings(
+        recipe="test",
+        seeds=1,
+        steps=2,
+        prompts_per_step=2,
+        num_generations=2,
+        max_completion_length=12,
+        eval_problems=4,
+        eval_samples=1,
+    ),
+}
+
+
+def _parse(argv: list[str]) -> argparse.Namespace:
+    p = argparse.ArgumentParser(
+        prog="oar-rl demo",
+        description="Train GRPO, OAR-G and OAR-P from the same warm-started tiny model on synthetic "
+        "arithmetic, evaluate before/after on held-out problems, and write summary.json, plots and "
+        "report.html.",
+    )
+    p.add_argument("--out", default="demo_out", help="output directory (default: demo_out)")
+    p.add_argument(
+        "--seeds", type=int, default=None, help="number of seeds per method (default: 2; --quick: 1)"
+    )
+    p.add_argument(
+        "--quick", action="store_true", help="a ~3-minute version: 1 seed, fewer steps and problems"
+    )
+    p.add_argument("--tiny", action="store_true", help=argparse.SUPPRESS)  # tests: test recipe, 2 steps
+    p.add_argument(
+        "--methods",
+        default=None,
+        help=f"comma-separated methods (default: grpo,oar-g,oar-p); valid: {','.join(METHODS)}",
+    )
+    p.add_argument("--steps", type=int, default=None, help="optimizer steps per run (overrides the preset)")
+    p.add_argument(
+        "--cache-dir",
+        default=None,
+        help="warm-start model cache (default: $OAR_RL_CACHE/models or ~/.cache/oar-rl/models)",
+    )
+    p.add_argument("--fresh", action="store_true", help="discard results in --out instead of resuming")
+    p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
+    return p.parse_args(argv)
+
+
+def settings_from_args(args: argparse.Namespace) -> DemoSettings:
+    if args.quick and args.tiny:
+        raise ValueError("--quick and --tiny are exclusive")
+    s = PRESETS["tiny" if args.tiny else "quick" if args.quick else "default"]
+    changes: dict[str, Any] = {}
+    if args.seeds is not None:
+        changes["seeds"] = args.seeds
+    if args.steps is not None:
+        changes["steps"] = args.steps
+    if args.methods is not None:
+        changes["methods"] = tuple(m.strip() for m in args.methods.split(",") if m.strip())
+    return replace(s, **changes)
+
+
+def check_writable(out: Path) -> None:
+    """Create `out` and write/delete a probe file in it; raise ValueError with the reason if that fails."""
+    try:
+        if out.exists() and not out.is_dir():
+            raise ValueError(f"--out {str(out)!r} exists and is not a directory")
+        out.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=out, prefix=".oar-rl-probe-"):
+            pass
+    except OSError as e:
+        raise ValueError(f"--out {str(out)!r} is not writable: {e.strerror or e}") from e
+
+
+def arithmetic_reward(completions: list[Any], answer: list[str], **kwargs: Any) -> list[float]:
+    """1.0 when the completion's last `<answer>` holds the right integer, else 0.0 (exact checker)."""
+    from oar_rl.data.arithmetic import check
+
+    texts = [c if isinstance(c, str) else c[-1]["content"] for c in completions]
+    return [float(check(t, a)) for t, a in zip(texts, answer, strict=True)]
+
+
+def _phase(msg: str) -> None:
+    print(f"[oar-rl demo {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+
+
+def evaluate(model, tokenizer, settings: DemoSettings, problems) -> dict[str, float]:
+    """Held-out accuracy: mean over `eval_samples` samples at the settings' temperature, and greedy."""
+    from oar_rl.tiny import accuracy
+
+    prompts = [p.prompt for p in problems]
+    answers = [str(p.answer) for p in problems]
+    common = {"max_new_tokens": settings.max_completion_length, "seed": settings.eval_seed, "progress": True}
+    sampled = accuracy(
+        model,
+        tokenizer,
+        prompts,
+        answers,
+        temperature=settings.temperature,
+        samples=settings.eval_samples,
+        **common,
+    )
+    greedy = accuracy(model, tokenizer, prompts, answers, temperature=0.0, **common)
+    return {"sampled": sampled, "greedy": greedy}
+
+
+def _clean_history(history: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    keep = []
+    for h in history:
+        row = {k: v for k, v in h.items() if isinstance(v, int | float) and not isinstance(v, bool)}
+        if "step" in row:
+            keep.append(row)
+    return keep
+
+
+def train_one(
+    method: str, seed: int, settings: DemoSettings, model_path: Path, workdir: Path
+) -> tuple[Any, list[dict[str, Any]], float]:
+    """Train one (method, seed) run from the warm start; returns (trained model, log history, seconds)."""
+    import torch
+    from transformers import PreTrainedTokenizerFast, Qwen2ForCausalLM
+
+    from oar_rl.data.arithmetic import load
+    from oar_rl.trainer import OARConfig, OARTrainer
+
+    batch = settings.prompts_per_step * settings.num_generations
+    config = OARConfig(
+        output_dir=str(workdir),
+        credit=METHODS[method],
+        tau=settings.tau,
+        oar_beta=settings.oar_beta,
+        per_device_train_batch_size=batch,
+        gradient_accumulation_steps=1,
+        num_generations=settings.num_generations,
+        max_completion_length=settings.max_completion_length,
+        temperature=settings.temperature,
+        max_steps=settings.steps,
+        learning_rate=settings.learning_rate,
+        lr_scheduler_type="constant",
+        warmup_steps=0,
+        logging_steps=1,
+        save_strategy="no",
+        report_to="none",
+        seed=seed,
+        data_seed=seed,
+        use_cpu=not torch.cuda.is_available(),
+        bf16=False,
+        gradient_checkpointing=False,
+        disable_tqdm=False,
+    )
+    dataset = load("train").select(range(settings.prompts_per_step * settings.steps * 2))
+    model = Qwen2ForCausalLM.from_pretrained(model_path, attn_implementation="eager")
+    tokenizer = PreTrainedTokenizerFast.from_pretrained(model_path)
+    trainer = OARTrainer(
+        model=model,
+        args=config,
+        train_dataset=dataset,
+        reward_funcs=arithmetic_reward,
+        processing_class=tokenizer,
+    )
+    t0 = time.perf_counter()
+    trainer.train()
+    seconds = time.perf_counter() - t0
+    model = trainer.model
+    model.eval()
+    return model, _clean_history(trainer.state.log_history), seconds
+
+
+def token_heatmap(model, tokenizer, problems, settings: DemoSettings) -> str | None:
+    """Heatmap HTML of OAR-P and OAR-G importance on the warm start's greedy solution of one problem.
+
+    Picks the first problem the warm start solves greedily (else the first problem).
+    """
+    import torch
+
+    from oar_rl.analysis.heatmap import heatmap_html
+    from oar_rl.data.arithmetic import check
+    from oar_rl.importance import gradient_importance, perturbation_importance
+    from oar_rl.reshape import normalize_importance
+    from oar_rl.tiny import generate_completions
+
+    candidates = problems[:16]
+    comps = generate_completions(
+        model,
+        tokenizer,
+        [p.prompt for p in candidates],
+        temperature=0.0,
+        max_new_tokens=settings.max_completion_length,
+    )
+    pick = next((i for i, c in enumerate(comps) if check(c, candidates[i].answer)), 0)
+    prompt, completion = candidates[pick].prompt, comps[pick]
+    if not completion:
+        return None
+    p_ids = torch.tensor([tokenizer(prompt, add_special_tokens=False)["input_ids"]])  # (1, P)
+    c_ids = torch.tensor([tokenizer(completion, add_special_tokens=False)["input_ids"]])  # (1, C)
+    p_mask, c_mask = torch.ones_like(p_ids), torch.ones_like(c_ids)
+    tokens = [tokenizer.decode([int(t)]) for t in c_ids[0]]
+    rows = []
+    p_raw = perturbation_importance(model, p_ids, p_mask, c_ids, c_mask)  # (1, C)
+    rows.append(("OAR-P", tokens, normalize_importance(p_raw, c_mask)[0].tolist()))
+    g_raw = gradient_importance(
+        model, p_ids, p_mask, c_ids, c_mask, generator=torch.Generator().manual_seed(0)
+    )
+    rows.append(("OAR-G", tokens, normalize_importance(g_raw, c_mask)[0].tolist()))
+    return heatmap_html(prompt, rows)
+
+
+class Summary:
+    """`summary.json` in memory, persisted atomically on every `save()`."""
+
+    def __init__(self, path: Path, settings: DemoSettings, fresh: bool) -> None:
+        self.path = path
+        self.settings = settings
+        chash = settings.config_hash()
+        old: dict[str, Any] | None = None
+        if path.exists() and not fresh:
+            try:
+                old = json.loads(path.read_text())
+            except (OSError, ValueError):
+                _phase(f"{path} is unreadable; starting clean")
+        if old is not None and old.get("config_hash") != chash:
+            _phase(f"{path} holds results of a different configuration; starting clean")
+            old = None
+        self.data: dict[str, Any] = {
+            "format": SUMMARY_FORMAT,
+            "complete": False,
+            "config_hash": chash,
+            "config": settings.to_dict(),
+            "warm_start": (old or {}).get("warm_start", {}),
+            "runs": (old or {}).get("runs", {}),
+        }
+        if old:
+            _phase(f"resuming: {len(self.data['runs'])} finished run(s) in {path}")
+
+    @staticmethod
+    def key(method: str, seed: int) -> str:
+        return f"{method}/seed{seed}"
+
+    def save(self) -> None:
+        write_text_atomic(self.path, json.dumps(self.data, indent=1, sort_keys=True))
+
+
+def run_demo(settings: DemoSettings, out: Path, *, cache_dir: str | None = None, fresh: bool = False) -> dict:
+    """Run the demo end to end; returns the final summary dict. See the module docstring."""
+    from oar_rl.analysis.plots import plot_curves
+    from oar_rl.analysis.report import write_report
+    from oar_rl.data.arithmetic import split_problems
+    from oar_rl.tiny import load_default_model
+
+    t_start = time.perf_counter()
+    check_writable(out)
+    summary = Summary(out / "summary.json", settings, fresh)
+    summary.save()
+    recipe = settings.recipe_obj()
+    _phase(f"warm start: recipe {recipe.hash()} (built on first use, then cached)")
+    model, tokenizer, model_path = load_default_model(recipe, cache_dir=cache_dir, progress=True)
+    problems = split_problems(settings.eval_split, settings.eval_problems)
+    ws = summary.data["warm_start"]
+    if ws.get("recipe_hash") != recipe.hash() or "accuracy" not in ws:
+        _phase(f"evaluating the warm start on {len(problems)} held-out '{settings.eval_split}' problems")
+        summary.data["warm_start"] = ws = {
+            "recipe_hash": recipe.hash(),
+            "recipe": recipe.to_dict(),
+            "accuracy": evaluate(model, tokenizer, settings, problems),
+        }
+        summary.save()
+    _phase(
+        f"warm start accuracy: sampled {ws['accuracy']['sampled']:.3f}, greedy {ws['accuracy']['greedy']:.3f}"
+    )
+    runs = summary.data["runs"]
+    todo = [(seed, m) for seed in range(settings.seeds) for m in settings.methods]
+    with tempfile.TemporaryDirectory(prefix="oar-rl-demo-") as work:
+        for i, (seed, method) in enumerate(todo, 1):
+            key = Summary.key(method, seed)
+            if key in runs:
+                _phase(f"[{i}/{len(todo)}] {key}: already done, skipping")
+                continue
+            _phase(f"[{i}/{len(todo)}] {key}: training {settings.steps} steps (credit={METHODS[method]})")
+            trained, history, seconds = train_one(method, seed, settings, model_path, Path(work) / key)
+            _phase(f"[{i}/{len(todo)}] {key}: evaluating after {seconds:.0f} s of training")
+            after = evaluate(trained, tokenizer, settings, problems)
+            runs[key] = {
+                "method": method,
+                "seed": seed,
+                "credit": METHODS[method],
+                "before": ws["accuracy"],
+                "after": after,
+                "train_seconds": seconds,
+                "history": history,
+            }
+            summary.save()
+            _phase(
+                f"[{i}/{len(todo)}] {key}: accuracy sampled {ws['accuracy']['sampled']:.3f} -> "
+                f"{after['sampled']:.3f}, greedy {ws['accuracy']['greedy']:.3f} -> {after['greedy']:.3f}"
+            )
+            del trained
+            shutil.rmtree(Path(work) / key, ignore_errors=True)
+    _phase("plotting and writing the report")
+    histories: dict[str, list] = {m: [] for m in settings.methods}
+    for seed in range(settings.seeds):
+        for m in settings.methods:
+            histories[m].append(runs[Summary.key(m, seed)]["history"])
+    plots = plot_curves(histories, out)
+    heatmap = None
+    try:
+        heatmap = token_heatmap(model, tokenizer, problems, settings)
+    except Exception as e:  # the heatmap is an illustration: never lose the results over it
+        _phase(f"token heatmap skipped: {e!r}")
+    summary.data["complete"] = True
+    summary.data["wall_seconds_this_invocation"] = time.perf_counter() - t_start
+    summary.save()
+    write_report(out / "report.html", summary.data, {k: str(v) for k, v in plots.items()}, heatmap)
+    return summary.data
+
+
+def main(argv: list[str]) -> int:
+    args = _parse(argv)
+    try:
+        settings = settings_from_args(args)
+        out = Path(args.out).expanduser()
+        check_writable(out)
+    except ValueError as e:
+        print(f"oar-rl demo: {e}", file=sys.stderr)
+        return 2
+    if args.threads is not None:
+        import torch
+
+        torch.set_num_threads(args.threads)
+    _phase(
+        f"methods {','.join(settings.methods)} x {settings.seeds} seed(s), {settings.steps} steps of "
+        f"{settings.prompts_per_step}x{settings.num_generations} completions; output in {out}"
+    )
+    t0 = time.perf_counter()
+    try:
+        data = run_demo(settings, out, cache_dir=args.cache_dir, fresh=args.fresh)
+    except KeyboardInterrupt:
+        _phase(
+            f"interrupted: finished runs are in {out / 'summary.json'} (complete: false); rerun to continue"
+        )
+        return 130
+    _phase(f"done in {time.perf_counter() - t0:.0f} s: {out / 'report.html'}")
+    for key, run in sorted(data["runs"].items()):
+        b, a = run["before"], run["after"]
+        sampled = f"sampled {b['sampled']:.3f} -> {a['sampled']:.3f}"
+        print(f"{key:<18} {sampled}   greedy {b['greedy']:.3f} -> {a['greedy']:.3f}")
+    return 0
