@@ -179,8 +179,8 @@ def main(argv: list[str] | None = None) -> int:
                 "`oar-rl eval` on the saved model (eval_strategy: no)"
             )
         checkpoint = resolve_checkpoint(training_args.resume_from_checkpoint, training_args.output_dir)
-        train_dataset = load_train_dataset(data_args, reward_names)
         training_args.model_init_kwargs = model_init_kwargs(model_args, training_args)
+        train_dataset = load_train_dataset(data_args, reward_names)
         from trl import get_peft_config, get_quantization_config
 
         from oar_rl.trainer import OARTrainer
