@@ -37,13 +37,17 @@ class DataArguments:
     dataset: str | None = field(
         default=None,
         metadata={
-            "help": "Training data: a benchmark name known to oar_rl.data (e.g. 'dapo-math', 'gsm8k', "
-            "'arithmetic') or a local path; see `oar_rl.data.load`. Rows must give a `prompt` and an "
-            "`answer`."
+            "help": "Training data: a name known to oar_rl.data ('dapo-math', 'dapo-math-raw', 'gsm8k', "
+            "'arithmetic', ...) or a local .json/.jsonl/.parquet file; see `oar_rl.data.load`. The "
+            "loader gives `prompt` and `answer` columns."
         },
     )
     dataset_split: str | None = field(
-        default=None, metadata={"help": "Split to train on (None: the dataset's training split)."}
+        default="train",
+        metadata={
+            "help": "Split to train on (default 'train'; None: the loader's default split, which is the test "
+            "split for evaluation benchmarks)."
+        },
     )
     template: str | None = field(
         default=None,
@@ -54,6 +58,12 @@ class DataArguments:
     )
     data_files: str | None = field(
         default=None, metadata={"help": "Data files for a local/generic dataset, passed to the loader."}
+    )
+    question_column: str | None = field(
+        default=None, metadata={"help": "Question column of a local file (None: detected by the loader)."}
+    )
+    answer_column: str | None = field(
+        default=None, metadata={"help": "Answer column of a local file (None: detected by the loader)."}
     )
     reward_funcs: list[str] = field(
         default_factory=lambda: list(REWARD_NAMES),
@@ -108,8 +118,9 @@ def load_train_dataset(data_args: DataArguments, reward_names: list[str]):
     if data_args.limit is not None and data_args.limit < 1:
         raise ValueError(f"limit must be >= 1 or None, got {data_args.limit}")
     kwargs: dict[str, Any] = {"limit": data_args.limit, "data_files": data_args.data_files}
-    if data_args.template is not None:
-        kwargs["template"] = data_args.template
+    for key in ("template", "question_column", "answer_column"):
+        if getattr(data_args, key) is not None:
+            kwargs[key] = getattr(data_args, key)
     dataset = data.load(data_args.dataset, data_args.dataset_split, **kwargs)
     columns = list(dataset.column_names)
     if "prompt" not in columns:
