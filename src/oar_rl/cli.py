@@ -14,6 +14,9 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "demo": ("oar_rl.demo", "train GRPO, OAR-G and OAR-P on the embedded arithmetic task and write a report"),
     "train": ("oar_rl.train", "GRPO/OAR training from a YAML recipe (TRL's parser; --key value overrides)"),
     "eval": ("oar_rl.evaluation", "sample n completions per problem and report unbiased pass@k"),
+    "attribute": ("oar_rl.analysis.attribute", "token-importance heatmaps (HTML), one row per scorer"),
+    "oracle": ("oar_rl.analysis.recall", "counterfactual oracle and causal-token recall@K% of each scorer"),
+    "bench": ("oar_rl.analysis.bench", "training cost per token of each credit mode, as a ratio to GRPO"),
 }
 
 

@@ -1,0 +1,243 @@
+"""`oar-rl attribute`: token-importance heatmaps of reasoning traces, one row per scorer.
+
+Shared helpers for the analysis commands live here too: loading a model (a directory or the embedded
+default), sampling trajectories with their token ids, batching them in TRL's layout (left-padded
+prompts, right-padded completions) and scoring them with every importance method.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+METHODS = ("oar-p", "oar-g", "entropy", "random")
+PROBES = ("lt-logits", "as-mean", "as-joint")
+
+
+@dataclass
+class Trajectory:
+    """One sampled (or given) trace: unpadded ids and texts."""
+
+    prompt: str
+    completion: str
+    answer: str
+    prompt_ids: torch.Tensor  # (P,)
+    completion_ids: torch.Tensor  # (T,)
+
+
+def load_model(spec: str):
+    """(model in eval mode, tokenizer) from a directory, or the embedded default model for 'default'."""
+    if spec == "default":
+        from oar_rl.tiny import load_default_model
+
+        model, tok, _ = load_default_model()
+        return model.eval(), tok
+    if not Path(spec).is_dir():
+        raise ValueError(f"--model {spec!r} is not a directory; pass a saved model dir or 'default'")
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(spec)
+    model = AutoModelForCausalLM.from_pretrained(spec)
+    return model.eval(), tok
+
+
+def parse_list(value: str, valid: tuple[str, ...], flag: str) -> list[str]:
+    items = [v.strip() for v in value.split(",") if v.strip()]
+    bad = [v for v in items if v not in valid]
+    if bad or not items:
+        raise ValueError(f"{flag}: unknown value(s) {bad or value!r}; valid: {', '.join(valid)}")
+    return items
+
+
+@torch.no_grad()
+def sample_trajectories(
+    model,
+    tokenizer,
+    prompts: list[str],
+    answers: list[str],
+    *,
+    max_new_tokens: int = 96,
+    seed: int = 0,
+    temperature: float = 1.0,
+    batch_size: int = 64,
+) -> list[Trajectory]:
+    """One sampled completion per prompt, keeping the generated ids (no re-tokenisation)."""
+    out: list[Trajectory] = []
+    stop = {tokenizer.eos_token_id, tokenizer.pad_token_id} - {None}
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        for start in range(0, len(prompts), batch_size):
+            chunk = prompts[start : start + batch_size]
+            enc = tokenizer(chunk, return_tensors="pt", padding=True, add_special_tokens=False)
+            gen = model.generate(
+                **enc,
+                do_sample=temperature > 0,
+                temperature=temperature if temperature > 0 else None,
+                top_k=0,
+                top_p=1.0,
+                max_new_tokens=max_new_tokens,
+                pad_token_id=tokenizer.pad_token_id,
+                eos_token_id=tokenizer.eos_token_id,
+            )
+            width = enc["input_ids"].shape[1]
+            for row, prompt in enumerate(chunk):
+                p_ids = enc["input_ids"][row][enc["attention_mask"][row].bool()]
+                new = gen[row, width:].tolist()
+                cut = next((i for i, t in enumerate(new) if t in stop), len(new))
+                c_ids = torch.tensor(new[:cut], dtype=torch.long)
+                out.append(
+                    Trajectory(prompt, tokenizer.decode(c_ids), answers[start + row], p_ids.cpu(), c_ids)
+                )
+    return out
+
+
+def batch_layout(trajs: list[Trajectory], pad_id: int):
+    """TRL layout: (prompt_ids, prompt_mask) left-padded (B, P); (completion_ids, completion_mask)
+    right-padded (B, C)."""
+    p_len = max(t.prompt_ids.numel() for t in trajs)
+    c_len = max(max(t.completion_ids.numel() for t in trajs), 1)
+    b = len(trajs)
+    prompt_ids = torch.full((b, p_len), pad_id, dtype=torch.long)
+    prompt_mask = torch.zeros((b, p_len), dtype=torch.long)
+    completion_ids = torch.full((b, c_len), pad_id, dtype=torch.long)
+    completion_mask = torch.zeros((b, c_len), dtype=torch.long)
+    for i, t in enumerate(trajs):
+        n, m = t.prompt_ids.numel(), t.completion_ids.numel()
+        prompt_ids[i, p_len - n :] = t.prompt_ids
+        prompt_mask[i, p_len - n :] = 1
+        completion_ids[i, :m] = t.completion_ids
+        completion_mask[i, :m] = 1
+    return prompt_ids, prompt_mask, completion_ids, completion_mask
+
+
+def method_scores(
+    model,
+    tokenizer,
+    trajs: list[Trajectory],
+    methods: list[str],
+    *,
+    probe: str = "lt-logits",
+    seed: int = 0,
+    answer_pattern: str | None = None,
+) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
+    """Normalised importance (Eq. 14) of every method: ({method: (B, C)}, completion_mask (B, C))."""
+    from oar_rl.importance import compute_importance
+    from oar_rl.probes import answer_span_mask, scored_positions
+    from oar_rl.reshape import normalize_importance
+
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    batch = batch_layout(trajs, pad)
+    mask = batch[3].bool()
+    answer_mask, scored = None, mask
+    if probe != "lt-logits":
+        answer_mask = answer_span_mask(batch[2], batch[3], tokenizer, pattern=answer_pattern)
+        scored = scored_positions(batch[3], answer_mask) & mask
+    out = {}
+    for method in methods:
+        kwargs: dict = {}
+        if method in ("oar-g", "oar-p"):
+            kwargs = {"probe": probe, "answer_mask": answer_mask}
+        if method in ("oar-g", "random"):
+            kwargs["generator"] = torch.Generator().manual_seed(seed)
+        raw = compute_importance(method, model, *batch, **kwargs)
+        out[method] = normalize_importance(raw.float(), scored)
+    return out, mask
+
+
+def heatmap_page(trajs: list[Trajectory], tokenizer, rows: dict[str, torch.Tensor], title: str) -> str:
+    """A self-contained HTML page: per trajectory, one coloured row per method (and the oracle if given)."""
+    from oar_rl.analysis.heatmap import heatmap_html
+
+    parts = [
+        "<!doctype html><html><head><meta charset='utf-8'><title>" + title + "</title>",
+        "<style>body{font-family:sans-serif;margin:2em} table.oar-heatmap{border-collapse:collapse;"
+        "margin-bottom:1.5em} th{text-align:right;padding:2px 8px;vertical-align:top;white-space:nowrap}"
+        " td code{font-size:14px;line-height:1.7}</style></head><body>",
+        f"<h1>{title}</h1><p>Each character's background shows its normalised importance Î (Eq. 14); "
+        "hover for the value. The oracle row marks causal pivots (Eq. 19) in full colour.</p>",
+    ]
+    for i, t in enumerate(trajs):
+        n = t.completion_ids.numel()
+        pieces = [tokenizer.decode([int(x)]) for x in t.completion_ids]
+        heat = [(name, pieces, [float(v) for v in scores[i, :n]]) for name, scores in rows.items()]
+        parts.append(heatmap_html(t.prompt, heat))
+    parts.append("</body></html>")
+    return "\n".join(parts)
+
+
+def write_atomic(path: Path, data: str | bytes) -> None:
+    mode = "wb" if isinstance(data, bytes) else "w"
+    with tempfile.NamedTemporaryFile(mode, dir=path.parent, delete=False, suffix=".tmp") as f:
+        f.write(data)
+    os.replace(f.name, path)
+
+
+def ensure_out(out: Path, prog: str) -> None:
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        probe = out / ".write-test"
+        probe.write_text("ok")
+        probe.unlink()
+    except OSError as exc:
+        raise ValueError(f"{prog}: cannot write to --out {str(out)!r}: {exc}") from exc
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="oar-rl attribute", description=__doc__.split("\n\n")[0])
+    p.add_argument("--model", default="default", help="model directory, or 'default' (embedded model)")
+    p.add_argument("--prompt", help="prompt text; with --completion scores that trace, else one is sampled")
+    p.add_argument("--completion", help="completion text to score (needs --prompt)")
+    p.add_argument(
+        "--n", type=int, default=3, help="traces sampled from the arithmetic eval split (no --prompt)"
+    )
+    p.add_argument("--methods", default=",".join(METHODS), help=f"comma-separated of {', '.join(METHODS)}")
+    p.add_argument("--probe", default="lt-logits", choices=PROBES)
+    p.add_argument("--max-new-tokens", type=int, default=96)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--out", default="attribute_out", help="directory for heatmaps.html")
+    a = p.parse_args(list(sys.argv[1:] if argv is None else argv))
+    try:
+        methods = parse_list(a.methods, METHODS, "--methods")
+        if a.completion is not None and a.prompt is None:
+            raise ValueError("--completion needs --prompt")
+        if a.n < 1:
+            raise ValueError(f"--n must be >= 1, got {a.n}")
+        out = Path(a.out)
+        ensure_out(out, "oar-rl attribute")
+        model, tok = load_model(a.model)
+    except ValueError as exc:
+        print(f"oar-rl attribute: {exc}", file=sys.stderr)
+        return 2
+    if a.prompt is not None and a.completion is not None:
+        p_ids = torch.tensor(tok(a.prompt, add_special_tokens=False)["input_ids"])
+        c_ids = torch.tensor(tok(a.completion, add_special_tokens=False)["input_ids"])
+        trajs = [Trajectory(a.prompt, a.completion, "", p_ids, c_ids)]
+    else:
+        from oar_rl.data.arithmetic import load
+
+        if a.prompt is not None:
+            prompts, answers = [a.prompt], [""]
+        else:
+            ds = load("eval").select(range(a.n))
+            prompts, answers = list(ds["prompt"]), list(ds["answer"])
+        trajs = sample_trajectories(
+            model, tok, prompts, answers, max_new_tokens=a.max_new_tokens, seed=a.seed
+        )
+    trajs = [t for t in trajs if t.completion_ids.numel() > 0]
+    if not trajs:
+        print("oar-rl attribute: every completion is empty; nothing to score", file=sys.stderr)
+        return 1
+    scores, _ = method_scores(model, tok, trajs, methods, probe=a.probe, seed=a.seed)
+    write_atomic(out / "heatmaps.html", heatmap_page(trajs, tok, scores, "oar-rl token importance"))
+    print(f"[attribute] wrote {out / 'heatmaps.html'} ({len(trajs)} traces × {len(methods)} methods)")
+    return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    raise SystemExit(main())
