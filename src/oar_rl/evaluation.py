@@ -1,0 +1,662 @@
+"""Evaluation: sample n completions per problem, score them with `accuracy_reward`, report unbiased pass@k.
+
+``oar-rl eval --model DIR --benchmarks aime25,aime24,amc23,math500,gsm8k --n 32 --k 1,32 --out DIR``
+
+pass@k is the unbiased estimator of Chen et al. (2021), ``1 - C(n-c, k) / C(n, k)`` per problem, in the
+numerically stable product form ``1 - prod_{i=n-c+1}^{n} (1 - k/i)``, averaged over problems; pass@1 with
+n samples equals mean@n.
+
+Output directory (``--out``):
+
+* ``<benchmark>.jsonl`` -- one line per finished problem: index, prompt, answer, completions, verdicts
+  (the reward of each completion; ``None`` when the gold is unparseable), c (completions scored 1.0).
+  Lines are appended (and fsynced) as problems finish, so a rerun of the same command skips problems
+  already done; a torn last line (a crash mid-write) is ignored and dropped.
+* ``<benchmark>.meta.json`` -- the sampling configuration of that file and its hash. A rerun whose
+  configuration differs (model, split, template, n, temperature, top-p, top-k, max-new-tokens, seed,
+  backend, batch size, dtype) is refused with an error naming the differing fields -- results of two
+  configurations never mix; use another ``--out``. ``--k`` and ``--limit`` are not part of the hash:
+  they only choose what is reported, so raising ``--limit`` extends an earlier run.
+* ``results.json`` and ``results.md`` -- pass@k per benchmark and the average (``results.md`` is shaped
+  like the paper's Table 1: a P@k column per benchmark and k, then Avg = the mean of all those cells).
+  Written atomically at the end.
+
+Reproducibility: problems are sampled in fixed batches (``max(1, batch_size // n)`` consecutive problems,
+or one problem in ``ceil(n / batch_size)`` chunks), each seeded from (seed, benchmark, first index,
+chunk); a batch that was interrupted is regenerated whole with the same seed, so an interrupted and
+resumed run gives the same completions as an uninterrupted one (same machine and library versions).
+
+Departures from the paper: problems whose gold answer math-verify cannot parse are left out of pass@k
+(reported as ``unscored``) instead of counting as failures; the table shows every requested k for
+every benchmark (the paper shows P@32 for AIME/AMC only).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import dataclasses
+import hashlib
+import json
+import os
+import sys
+import tempfile
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+
+Backend = Literal["transformers", "vllm"]
+BACKENDS: tuple[str, ...] = ("transformers", "vllm")
+HASHED_FIELDS: tuple[str, ...] = (
+    "model",
+    "template",
+    "n",
+    "temperature",
+    "top_p",
+    "top_k",
+    "max_new_tokens",
+    "seed",
+    "backend",
+    "batch_size",
+    "dtype",
+)
+
+# ----------------------------------------------------------------------------------------------------
+# estimators
+
+
+def _pass_at_k_one(n: int, c: int, k: int) -> float:
+    if n - c < k:
+        return 1.0
+    prod = 1.0
+    for i in range(n - c + 1, n + 1):
+        prod *= 1.0 - k / i
+    return 1.0 - prod
+
+
+def _check_int(name: str, value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        raise ValueError(f"{name} must be an integer, got {value!r}")
+    return int(value)
+
+
+def pass_at_k(n: int, c: int | Sequence[int] | np.ndarray, k: int) -> float | np.ndarray:
+    """Unbiased pass@k of one problem with ``c`` correct out of ``n`` samples (Chen et al., 2021).
+
+    ``1 - C(n-c, k)/C(n, k)`` computed as ``1 - prod_{i=n-c+1}^{n}(1 - k/i)``; 1.0 when ``n - c < k``.
+    ``c`` may be a list/array of per-problem counts: the result is then an array of the same shape.
+    Raises ValueError unless ``1 <= k <= n`` and ``0 <= c <= n``.
+    """
+    n, k = _check_int("n", n), _check_int("k", k)
+    if n < 1:
+        raise ValueError(f"n must be >= 1, got {n}")
+    if k < 1:
+        raise ValueError(f"k must be >= 1, got {k}")
+    if k > n:
+        raise ValueError(f"k={k} must be <= n={n} (cannot estimate pass@{k} from {n} samples)")
+    if isinstance(c, (Sequence, np.ndarray)) and not isinstance(c, str):
+        arr = np.asarray(c)
+        if arr.size and not np.issubdtype(arr.dtype, np.integer):
+            raise ValueError(f"c must hold integers, got dtype {arr.dtype}")
+        if arr.size and (arr.min() < 0 or arr.max() > n):
+            raise ValueError(f"every c must be in [0, n={n}], got min {arr.min()} max {arr.max()}")
+        # vectorised product form: prod over i in (n-c, n] of (1 - k/i), as a masked cumulative product
+        i = np.arange(1, n + 1, dtype=np.float64)  # (n,)
+        factors = 1.0 - k / i  # (n,)
+        keep = i[None, :] > (n - arr.reshape(-1, 1))  # (P, n)  i in (n-c, n]
+        prod = np.where(keep, factors[None, :], 1.0).prod(axis=1)  # (P,)
+        out = np.where(n - arr.reshape(-1) < k, 1.0, 1.0 - prod)
+        return out.reshape(arr.shape).astype(np.float64)
+    c = _check_int("c", c)
+    if not 0 <= c <= n:
+        raise ValueError(f"c must be in [0, n={n}], got {c}")
+    return _pass_at_k_one(n, c, k)
+
+
+def mean_at_n(c: int | Sequence[int] | np.ndarray, n: int) -> float:
+    """Mean accuracy over all samples: ``mean(c) / n`` (equals the average pass@1)."""
+    n = _check_int("n", n)
+    if n < 1:
+        raise ValueError(f"n must be >= 1, got {n}")
+    arr = np.atleast_1d(np.asarray(c))
+    if arr.size == 0:
+        raise ValueError("c is empty")
+    if arr.min() < 0 or arr.max() > n:
+        raise ValueError(f"every c must be in [0, n={n}], got min {arr.min()} max {arr.max()}")
+    return float(arr.mean() / n)
+
+
+# ----------------------------------------------------------------------------------------------------
+# configuration and CLI
+
+
+def _csv(kind):
+    def parse(text: str) -> list:
+        items = [t.strip() for t in str(text).split(",") if t.strip()]
+        if not items:
+            raise argparse.ArgumentTypeError(f"expected a comma-separated list, got {text!r}")
+        try:
+            return [kind(t) for t in items]
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(f"bad list {text!r}: {exc}") from exc
+
+    return parse
+
+
+@dataclass
+class EvalConfig:
+    """Everything `oar-rl eval` needs; the CLI flags are these fields (``--max-new-tokens`` etc.)."""
+
+    model: str = field(metadata={"help": "Model directory (save_pretrained) or Hub id."})
+    out: str = field(metadata={"help": "Output directory (resumable; see the module docs)."})
+    benchmarks: list[str] = field(
+        default_factory=lambda: ["aime25", "aime24", "amc23", "math500", "gsm8k"],
+        metadata={
+            "help": "Comma-separated benchmarks (gsm8k, math500, aime24, aime25, amc23, dapo-math, "
+            "arithmetic) or local .jsonl/.json/.parquet files; NAME:SPLIT picks a split "
+            "(default: the test split; 'eval' for arithmetic).",
+            "type": _csv(str),
+        },
+    )
+    n: int = field(default=32, metadata={"help": "Samples per problem."})
+    k: list[int] = field(
+        default_factory=lambda: [1, 32],
+        metadata={"help": "Comma-separated k values (each <= n).", "type": _csv(int)},
+    )
+    temperature: float = field(default=0.6, metadata={"help": "Sampling temperature (0: greedy)."})
+    top_p: float = field(default=0.95, metadata={"help": "Nucleus sampling top-p in (0, 1]."})
+    top_k: int = field(default=0, metadata={"help": "Top-k sampling (0: off)."})
+    max_new_tokens: int = field(default=1024, metadata={"help": "Longest completion, in tokens."})
+    batch_size: int = field(
+        default=64, metadata={"help": "Sequences per generate call (problems x samples)."}
+    )
+    limit: int | None = field(default=None, metadata={"help": "Only the first N problems of each benchmark."})
+    template: str = field(
+        default="answer-tag",
+        metadata={"help": "Prompt template.", "choices": ("answer-tag", "boxed", "none")},
+    )
+    backend: str = field(default="transformers", metadata={"help": "Sampling backend.", "choices": BACKENDS})
+    seed: int = field(default=0, metadata={"help": "Base random seed."})
+    dtype: str = field(
+        default="auto",
+        metadata={"help": "Model dtype.", "choices": ("auto", "float32", "bfloat16", "float16")},
+    )
+    device: str = field(
+        default="auto", metadata={"help": "Device for the transformers backend (auto: cuda if any)."}
+    )
+    verify_timeout: float = field(default=10.0, metadata={"help": "Seconds per completion for math-verify."})
+    verify_workers: int = field(default=2, metadata={"help": "math-verify worker processes."})
+
+    def validate(self) -> None:
+        """Raise ValueError on any bad value (everything that can be checked without loading anything)."""
+        if self.n < 1:
+            raise ValueError(f"--n must be >= 1, got {self.n}")
+        if not self.k:
+            raise ValueError("--k must list at least one k")
+        bad = [k for k in self.k if k < 1 or k > self.n]
+        if bad:
+            raise ValueError(f"every k must be in [1, n={self.n}], got {bad}")
+        if self.temperature < 0:
+            raise ValueError(f"--temperature must be >= 0, got {self.temperature}")
+        if not 0 < self.top_p <= 1:
+            raise ValueError(f"--top-p must be in (0, 1], got {self.top_p}")
+        if self.top_k < 0:
+            raise ValueError(f"--top-k must be >= 0, got {self.top_k}")
+        if self.max_new_tokens < 1:
+            raise ValueError(f"--max-new-tokens must be >= 1, got {self.max_new_tokens}")
+        if self.batch_size < 1:
+            raise ValueError(f"--batch-size must be >= 1, got {self.batch_size}")
+        if self.limit is not None and self.limit < 1:
+            raise ValueError(f"--limit must be >= 1, got {self.limit}")
+        if self.backend not in BACKENDS:
+            raise ValueError(f"unknown backend {self.backend!r}; valid backends: {', '.join(BACKENDS)}")
+        if not self.benchmarks:
+            raise ValueError("--benchmarks is empty")
+        if self.verify_timeout <= 0 or self.verify_workers < 1:
+            raise ValueError("--verify-timeout must be > 0 and --verify-workers >= 1")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The `oar-rl eval` parser, generated from `EvalConfig`'s fields."""
+    parser = argparse.ArgumentParser(
+        prog="oar-rl eval",
+        description="Sample n completions per problem and report unbiased pass@k (results.json, results.md).",
+    )
+    for f in dataclasses.fields(EvalConfig):
+        flag = "--" + f.name.replace("_", "-")
+        kwargs: dict[str, Any] = {"help": f.metadata.get("help", ""), "dest": f.name}
+        if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
+            kwargs["required"] = True
+        else:
+            default = f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
+            kwargs["default"] = default
+            kwargs["help"] += (
+                f" (default: {','.join(map(str, default)) if isinstance(default, list) else default})"
+            )
+        if "type" in f.metadata:
+            kwargs["type"] = f.metadata["type"]
+        elif f.type in ("int", "int | None"):
+            kwargs["type"] = int
+        elif f.type == "float":
+            kwargs["type"] = float
+        if "choices" in f.metadata:
+            kwargs["choices"] = f.metadata["choices"]
+        parser.add_argument(flag, **kwargs)
+    return parser
+
+
+# ----------------------------------------------------------------------------------------------------
+# samplers
+
+
+class TransformersSampler:
+    """Batched sampling with ``model.generate`` (left padding); one global seed per call."""
+
+    def __init__(self, config: EvalConfig) -> None:
+        import torch
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        self.config = config
+        device = config.device
+        if device == "auto":
+            device = "cuda" if torch.cuda.is_available() else "cpu"
+        self.device = torch.device(device)
+        self.tokenizer = AutoTokenizer.from_pretrained(config.model)
+        self.tokenizer.padding_side = "left"
+        if self.tokenizer.pad_token is None:
+            self.tokenizer.pad_token = self.tokenizer.eos_token
+        dtype: Any = "auto" if config.dtype == "auto" else getattr(torch, config.dtype)
+        self.model = AutoModelForCausalLM.from_pretrained(config.model, dtype=dtype).to(self.device).eval()
+
+    def generate(self, prompts: list[str], n: int, seed: int) -> list[list[str]]:
+        """``n`` completions for each prompt (``len(prompts) * n`` sequences in one generate call)."""
+        import torch
+
+        cfg = self.config
+        torch.manual_seed(seed)
+        enc = self.tokenizer(prompts, return_tensors="pt", padding=True).to(self.device)
+        input_ids = enc["input_ids"].repeat_interleave(n, dim=0)  # (P*n, L)
+        attention_mask = enc["attention_mask"].repeat_interleave(n, dim=0)  # (P*n, L)
+        sampling: dict[str, Any] = (
+            {"do_sample": True, "temperature": cfg.temperature, "top_p": cfg.top_p, "top_k": cfg.top_k}
+            if cfg.temperature > 0
+            else {"do_sample": False}
+        )
+        with torch.no_grad():
+            out = self.model.generate(
+                input_ids=input_ids,
+                attention_mask=attention_mask,
+                max_new_tokens=cfg.max_new_tokens,
+                pad_token_id=self.tokenizer.pad_token_id,
+                **sampling,
+            )
+        texts = self.tokenizer.batch_decode(out[:, input_ids.shape[1] :], skip_special_tokens=True)
+        return [texts[i * n : (i + 1) * n] for i in range(len(prompts))]
+
+
+class VLLMSampler:
+    """Sampling with vLLM (``--backend vllm``); every prompt gets its own seed, so batching is irrelevant."""
+
+    def __init__(self, config: EvalConfig) -> None:
+        try:
+            from vllm import LLM, SamplingParams
+        except ImportError as exc:  # pragma: no cover - depends on the install
+            raise ValueError("--backend vllm needs vLLM: pip install 'oar-rl[vllm]'") from exc
+        self.config = config
+        self._params = SamplingParams
+        self.llm = LLM(model=config.model, seed=config.seed, dtype=config.dtype)
+
+    def generate(self, prompts: list[str], n: int, seed: int) -> list[list[str]]:  # pragma: no cover - GPU
+        cfg = self.config
+        params = [
+            self._params(
+                n=n,
+                temperature=cfg.temperature,
+                top_p=cfg.top_p,
+                top_k=cfg.top_k or -1,
+                max_tokens=cfg.max_new_tokens,
+                seed=(seed + j) % 2**31,
+            )
+            for j in range(len(prompts))
+        ]
+        outs = self.llm.generate(prompts, params, use_tqdm=False)
+        return [[o.text for o in out.outputs] for out in outs]
+
+
+def build_sampler(config: EvalConfig) -> TransformersSampler | VLLMSampler:
+    """The sampler for ``config.backend`` (vLLM imported only when chosen)."""
+    if config.backend == "transformers":
+        return TransformersSampler(config)
+    elif config.backend == "vllm":
+        return VLLMSampler(config)
+    raise ValueError(f"unknown backend {config.backend!r}; valid backends: {', '.join(BACKENDS)}")
+
+
+# ----------------------------------------------------------------------------------------------------
+# files
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` via a temporary file in the same directory and ``os.replace``."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
+def read_records(path: Path) -> dict[int, dict[str, Any]]:
+    """Finished problems of a JSONL file by index; a torn last line is dropped (the file is rewritten)."""
+    if not path.exists():
+        return {}
+    lines = path.read_text(encoding="utf-8").split("\n")
+    records: dict[int, dict[str, Any]] = {}
+    good: list[str] = []
+    for lineno, line in enumerate(lines):
+        if not line.strip():
+            continue
+        try:
+            rec = json.loads(line)
+        except json.JSONDecodeError as exc:
+            if any(rest.strip() for rest in lines[lineno + 1 :]):
+                raise ValueError(f"{path}:{lineno + 1} is corrupt (not a torn last line): {exc}") from exc
+            break  # torn last line: ignore it
+        records[int(rec["index"])] = rec
+        good.append(line)
+    clean = "".join(g + "\n" for g in good)
+    if clean != "\n".join(lines):  # a torn line or stray blank lines: keep only whole records
+        atomic_write_text(path, clean)
+    return records
+
+
+def append_record(path: Path, record: dict[str, Any]) -> None:
+    """Append one JSON line and fsync it (a crash can at worst leave a torn last line)."""
+    with open(path, "a", encoding="utf-8") as f:
+        f.write(json.dumps(record, ensure_ascii=False) + "\n")
+        f.flush()
+        os.fsync(f.fileno())
+
+
+# ----------------------------------------------------------------------------------------------------
+# the run
+
+
+@dataclass
+class BenchmarkJob:
+    """One benchmark of a run: its data, files and resume state."""
+
+    key: str
+    name: str
+    split: str | None
+    prompts: list[str]
+    answers: list[str]
+    records: dict[int, dict[str, Any]]
+    jsonl: Path
+    meta: Path
+    meta_data: dict[str, Any]
+
+
+def parse_benchmark(spec: str) -> tuple[str, str | None, str]:
+    """``NAME[:SPLIT]`` -> (name, split, file key); raises ValueError for an unknown name."""
+    from oar_rl import data
+
+    name, split = spec, None
+    if ":" in spec:
+        head, _, tail = spec.rpartition(":")
+        if data.is_known(head) and not data.is_known(spec):
+            name, split = head, tail or None
+    if not data.is_known(name):
+        raise ValueError(
+            f"unknown benchmark {name!r}; valid: {', '.join(data.NAMES)}, or a local "
+            ".jsonl/.json/.parquet file (NAME:SPLIT picks a split)"
+        )
+    if data.is_local_path(name):
+        if not Path(name).is_file():
+            raise ValueError(f"benchmark file {name!r} does not exist")
+        key = Path(name).stem
+    else:
+        key = name
+    if name == "arithmetic" and split is None:
+        split = "eval"
+    key = f"{key}-{split}" if split and (name == "arithmetic" or ":" in spec) else key
+    key = "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in key)
+    return name, split, key
+
+
+def config_hash(fields: dict[str, Any]) -> str:
+    return hashlib.sha256(json.dumps(fields, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def _model_id(model: str) -> str:
+    return str(Path(model).resolve()) if Path(model).exists() else model
+
+
+def _derive_seed(seed: int, key: str, index: int, chunk: int) -> int:
+    return int(hashlib.sha256(f"{seed}:{key}:{index}:{chunk}".encode()).hexdigest()[:8], 16)
+
+
+def prepare(config: EvalConfig) -> list[BenchmarkJob]:
+    """Validate everything that can fail before sampling; load data and resume state. ValueError on error."""
+    from oar_rl import data
+
+    config.validate()
+    model_path = Path(config.model).expanduser()
+    looks_like_hub_id = config.model.count("/") == 1 and not config.model.startswith((".", "/", "~"))
+    if not model_path.exists() and not looks_like_hub_id:
+        raise ValueError(f"model path {config.model!r} does not exist")
+    if model_path.exists() and not (model_path / "config.json").is_file():
+        raise ValueError(f"model path {config.model!r} has no config.json (save it with save_pretrained)")
+    if config.backend == "vllm":
+        import importlib.util
+
+        if importlib.util.find_spec("vllm") is None:
+            raise ValueError("--backend vllm needs vLLM, which is not installed: pip install 'oar-rl[vllm]'")
+    out = Path(config.out)
+    if out.exists() and not out.is_dir():
+        raise ValueError(f"--out {config.out!r} exists and is not a directory")
+    template = None if config.template == "none" else config.template
+    parsed = [parse_benchmark(b) for b in config.benchmarks]
+    keys = [k for _, _, k in parsed]
+    if len(set(keys)) != len(keys):
+        raise ValueError(f"benchmarks repeat: {config.benchmarks}")
+    jobs: list[BenchmarkJob] = []
+    for name, split, key in parsed:
+        ds = data.load(name, split, template=template if name != "arithmetic" else None, limit=config.limit)
+        if len(ds) == 0:
+            raise ValueError(f"benchmark {name!r} (split {split!r}) is empty")
+        hashed = {f: getattr(config, f) for f in HASHED_FIELDS}
+        hashed.update(model=_model_id(config.model), benchmark=name, split=split)
+        meta_data = {"config_hash": config_hash(hashed), "config": hashed}
+        jsonl, meta = out / f"{key}.jsonl", out / f"{key}.meta.json"
+        if meta.exists():
+            old = json.loads(meta.read_text(encoding="utf-8"))
+            if old.get("config_hash") != meta_data["config_hash"]:
+                diff = {
+                    f: (old.get("config", {}).get(f), v)
+                    for f, v in hashed.items()
+                    if old.get("config", {}).get(f) != v
+                }
+                raise ValueError(
+                    f"{jsonl} holds results of a different configuration (changed: "
+                    + ", ".join(f"{f} {a!r} -> {b!r}" for f, (a, b) in diff.items())
+                    + "); results never mix: use another --out or delete those files"
+                )
+        if jsonl.exists() and not meta.exists():
+            raise ValueError(f"{jsonl} exists without its {meta.name}; delete it or use another --out")
+        records = read_records(jsonl)
+        prompts, answers = list(ds["prompt"]), [str(a) for a in ds["answer"]]
+        for i, rec in records.items():
+            if i < len(prompts) and rec.get("prompt") != prompts[i]:
+                raise ValueError(f"{jsonl}: problem {i} has a different prompt than the dataset now gives")
+        jobs.append(BenchmarkJob(key, name, split, prompts, answers, records, jsonl, meta, meta_data))
+    return jobs
+
+
+def plan_batches(num_problems: int, n: int, batch_size: int) -> list[tuple[list[int], int, int]]:
+    """Fixed sampling calls: (problem indices, samples per problem, chunk id), each <= batch_size seqs."""
+    calls: list[tuple[list[int], int, int]] = []
+    if n <= batch_size:
+        per = max(1, batch_size // n)
+        for start in range(0, num_problems, per):
+            calls.append((list(range(start, min(start + per, num_problems))), n, 0))
+    else:
+        for i in range(num_problems):
+            for chunk, start in enumerate(range(0, n, batch_size)):
+                calls.append(([i], min(batch_size, n - start), chunk))
+    return calls
+
+
+def sample_benchmark(job: BenchmarkJob, config: EvalConfig, sampler: Any, reward: Any) -> None:
+    """Sample and score every problem of ``job`` not done yet, appending one record per problem."""
+    from tqdm.auto import tqdm
+
+    job.jsonl.parent.mkdir(parents=True, exist_ok=True)
+    if not job.meta.exists():
+        atomic_write_text(job.meta, json.dumps(job.meta_data, indent=2) + "\n")
+    todo = [i for i in range(len(job.prompts)) if i not in job.records]
+    calls = plan_batches(len(job.prompts), config.n, config.batch_size)
+    partial: dict[int, list[str]] = {}
+    with tqdm(total=len(todo), desc=f"eval {job.key}", unit="problem", disable=not todo) as bar:
+        for indices, n_call, chunk in calls:
+            missing = [i for i in indices if i not in job.records]
+            if not missing:
+                continue
+            prompts = [job.prompts[i] for i in indices]
+            outs = sampler.generate(prompts, n_call, _derive_seed(config.seed, job.key, indices[0], chunk))
+            for i, completions in zip(indices, outs, strict=True):
+                if i in missing:
+                    partial.setdefault(i, []).extend(completions)
+            for i in missing:
+                if len(partial.get(i, [])) < config.n:
+                    continue  # more chunks of this problem to come
+                completions = partial.pop(i)
+                verdicts = reward(completions, answer=[job.answers[i]] * len(completions))
+                record = {
+                    "index": i,
+                    "prompt": job.prompts[i],
+                    "answer": job.answers[i],
+                    "completions": completions,
+                    "verdicts": verdicts,
+                    "c": sum(1 for v in verdicts if v == 1.0),
+                    "n": len(completions),
+                }
+                append_record(job.jsonl, record)
+                job.records[i] = record
+                bar.update(1)
+
+
+def summarise(jobs: list[BenchmarkJob], config: EvalConfig) -> dict[str, Any]:
+    """The results dict written to results.json (fractions in [0, 1])."""
+    benchmarks: dict[str, Any] = {}
+    for job in jobs:
+        recs = [job.records[i] for i in range(len(job.prompts))]
+        scored = [r for r in recs if any(v is not None for v in r["verdicts"])]
+        scored_ids = {r["index"] for r in scored}
+        cs = np.array([r["c"] for r in scored], dtype=np.int64)
+        entry: dict[str, Any] = {
+            "name": job.name,
+            "split": job.split,
+            "num_problems": len(recs),
+            "num_scored": len(scored),
+            "unscored": [r["index"] for r in recs if r["index"] not in scored_ids],
+            "n": config.n,
+        }
+        for k in config.k:
+            entry[f"pass@{k}"] = float(pass_at_k(config.n, cs, k).mean()) if len(cs) else None
+        entry["mean@n"] = mean_at_n(cs, config.n) if len(cs) else None
+        benchmarks[job.key] = entry
+    average = {}
+    for k in config.k:
+        vals = [b[f"pass@{k}"] for b in benchmarks.values() if b[f"pass@{k}"] is not None]
+        average[f"pass@{k}"] = float(np.mean(vals)) if vals else None
+    cells = [b[f"pass@{k}"] for b in benchmarks.values() for k in config.k if b[f"pass@{k}"] is not None]
+    cfg = {
+        f.name: getattr(config, f.name) for f in dataclasses.fields(config) if f.name not in ("out", "device")
+    }
+    cfg["model"] = _model_id(config.model)
+    return {
+        "config": cfg,
+        "benchmarks": benchmarks,
+        "average": average,
+        "avg": float(np.mean(cells)) if cells else None,
+    }
+
+
+def results_markdown(results: dict[str, Any]) -> str:
+    """A Table-1-shaped markdown table: one P@k column per benchmark and k, then Avg (percent)."""
+    cfg = results["config"]
+    ks = cfg["k"]
+    keys = list(results["benchmarks"])
+    head = ["Method", *[f"{key} P@{k}" for key in keys for k in ks], "Avg"]
+
+    def pct(x: float | None) -> str:
+        return "–" if x is None else f"{100 * x:.1f}"
+
+    row = [Path(cfg["model"]).name or cfg["model"]]
+    row += [pct(results["benchmarks"][key][f"pass@{k}"]) for key in keys for k in ks]
+    row.append(pct(results["avg"]))
+    lines = [
+        "| " + " | ".join(head) + " |",
+        "|" + "|".join(["---"] + ["---:"] * (len(head) - 1)) + "|",
+        "| " + " | ".join(row) + " |",
+        "",
+        f"Unbiased pass@k (Chen et al., 2021) in percent; n={cfg['n']} samples per problem, "
+        f"temperature={cfg['temperature']}, top_p={cfg['top_p']}, max_new_tokens={cfg['max_new_tokens']}, "
+        f"template={cfg['template']}, seed={cfg['seed']}. Avg = mean of the P@k cells.",
+        "",
+        "| benchmark | problems | scored |",
+        "|---|---:|---:|",
+        *[f"| {key} | {b['num_problems']} | {b['num_scored']} |" for key, b in results["benchmarks"].items()],
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def evaluate(config: EvalConfig, *, sampler: Any = None) -> dict[str, Any]:
+    """Run (or resume) an evaluation, write its files, return the results dict; ValueError on bad input."""
+    from oar_rl.rewards import make_accuracy_reward
+
+    jobs = prepare(config)
+    if any(len(j.records) < len(j.prompts) for j in jobs):
+        if sampler is None:
+            try:
+                sampler = build_sampler(config)
+            except (OSError, ValueError) as exc:
+                raise ValueError(f"cannot load model {config.model!r}: {exc}") from exc
+        reward = make_accuracy_reward(timeout=config.verify_timeout, workers=config.verify_workers)
+        for job in jobs:
+            sample_benchmark(job, config, sampler, reward)
+    results = summarise(jobs, config)
+    out = Path(config.out)
+    atomic_write_text(out / "results.json", json.dumps(results, indent=2) + "\n")
+    atomic_write_text(out / "results.md", results_markdown(results))
+    return results
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`oar-rl eval`: exit 0 on success, 2 on bad input (nothing sampled), 130 when interrupted."""
+    args = build_parser().parse_args(sys.argv[1:] if argv is None else argv)
+    config = EvalConfig(**vars(args))
+    try:
+        results = evaluate(config)
+    except ValueError as exc:
+        print(f"oar-rl eval: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("oar-rl eval: interrupted; rerun the same command to resume", file=sys.stderr)
+        return 130
+    print(results_markdown(results))
+    print(f"wrote {Path(config.out) / 'results.json'} and results.md")
+    return 0
+
+
+__all__ = ["EvalConfig", "evaluate", "main", "mean_at_n", "pass_at_k"]
