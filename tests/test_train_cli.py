@@ -174,3 +174,22 @@ def test_reward_from_dotted_path(monkeypatch):
     assert fn(["<answer>2</answer>"]) == [1.0]
     with pytest.raises(ValueError, match="is not callable"):
         train.resolve_reward("oar_rl.rewards.__doc__")
+
+
+def test_local_file_dataset_without_answer_is_a_clear_error(model_dir, tmp_path, capsys):
+    path = tmp_path / "questions.jsonl"
+    path.write_text('{"question": "1+1=", "hint": "two"}\n')
+    argv = ["--config", TINY, "--model_name_or_path", str(model_dir), "--dataset", str(path)]
+    assert train.main([*argv, "--output_dir", str(tmp_path / "o")]) == 2
+    assert "no answer column" in capsys.readouterr().err
+
+
+def test_train_on_local_file_with_named_columns(model_dir, tmp_path):
+    path = tmp_path / "mine.jsonl"
+    path.write_text("".join(json.dumps({"q": f"{i}+{i}=", "gold": str(2 * i)}) + "\n" for i in range(8)))
+    argv = ["--config", TINY, "--model_name_or_path", str(model_dir), "--output_dir", str(tmp_path / "o")]
+    extra = ["--dataset", str(path), "--question_column", "q", "--answer_column", "gold", "--max_steps", "1"]
+    assert (
+        train.main([*argv, *extra, "--credit", "random", "--reward_funcs", f"{__name__}.digit_reward"]) == 0
+    )
+    assert (tmp_path / "o" / "model.safetensors").exists()

@@ -10,6 +10,7 @@ bit-identical to `GRPOTrainer`, and a resumed run lands on the uninterrupted run
 from __future__ import annotations
 
 import copy
+import json
 import math
 from pathlib import Path
 from typing import Any
@@ -331,3 +332,72 @@ def test_reward_function_that_raises_stops_the_run_loudly(tmp_path, tokenizer, d
     trainer = make_trainer(make_args(tmp_path, credit="oar-g"), tokenizer, dataset, reward=broken_reward)
     with pytest.raises(RuntimeError, match="reward exploded"):
         trainer.train()
+
+
+def test_evaluate_uses_token_credit_too(tmp_path, tokenizer, dataset):
+    args = make_args(tmp_path, credit="oar-g", per_device_eval_batch_size=4)
+    trainer = OARTrainer(
+        model=tiny_qwen2(len(tokenizer), seed=0),
+        reward_funcs=digit_reward,
+        args=args,
+        train_dataset=dataset,
+        eval_dataset=dataset.select(range(2)),
+        processing_class=tokenizer,
+    )
+    records = capture(trainer)
+    metrics = trainer.evaluate()
+    assert math.isfinite(metrics["eval_loss"]) and "eval_oar/importance_seconds" in metrics
+    assert records and all(r["out"]["advantages"].dim() == 2 for r in records)
+
+
+DDP_SCRIPT = """
+import json, sys, torch
+torch.set_num_threads(1)
+from datasets import Dataset
+from oar_rl.tiny import build_char_tokenizer, tiny_qwen2
+from oar_rl.trainer import OARConfig, OARTrainer
+
+def digit_reward(completions, **kwargs):
+    return [sum(ch.isdigit() for ch in c) / max(1, len(c)) for c in completions]
+
+out = sys.argv[1]
+tok = build_char_tokenizer()
+ds = Dataset.from_dict(json.load(open(sys.argv[2])))
+args = OARConfig(output_dir=out, credit="oar-g", learning_rate=0.01, per_device_train_batch_size=4,
+                 num_generations=4, max_completion_length=8, max_steps=2, use_cpu=True, bf16=False,
+                 report_to=[], logging_steps=1, seed=0, gradient_checkpointing=False, save_strategy="no",
+                 disable_tqdm=True)
+trainer = OARTrainer(model=tiny_qwen2(len(tok), seed=0), reward_funcs=digit_reward, args=args,
+                     train_dataset=ds, processing_class=tok)
+trainer.train()
+rank = trainer.accelerator.process_index
+checksum = sum(float(p.double().sum()) for p in trainer.model.parameters())
+with open(f"{out}/rank{rank}.json", "w") as f:
+    json.dump({"world": trainer.accelerator.num_processes, "checksum": checksum,
+               "logs": [h for h in trainer.state.log_history if "loss" in h]}, f)
+"""
+
+
+def test_two_process_ddp_gathers_credit_metrics(tmp_path):
+    """Two CPU ranks (gloo): the run completes, ranks stay in sync, and both log the same global metrics."""
+    import os
+    import subprocess
+    import sys
+
+    script = tmp_path / "ddp_run.py"
+    script.write_text(DDP_SCRIPT)
+    data = tmp_path / "data.json"
+    data.write_text(json.dumps({"prompt": PROMPTS, "answer": ANSWERS}))
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2"]
+    proc = subprocess.run(
+        [*cmd, str(script), str(tmp_path), str(data)], env=env, capture_output=True, text=True, timeout=300
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1)]
+    assert all(r["world"] == 2 for r in ranks)
+    assert ranks[0]["checksum"] == pytest.approx(ranks[1]["checksum"], rel=1e-9, abs=1e-9)
+    for a, b in zip(ranks[0]["logs"], ranks[1]["logs"], strict=True):
+        assert math.isfinite(a["loss"])
+        for key in ("oar/ess_ratio", "oar/top10_mass", "oar/boosted_frac"):
+            assert key in a and a[key] == b[key]  # gathered over both ranks before averaging
