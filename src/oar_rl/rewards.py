@@ -199,13 +199,16 @@ def _score_math(gold: str, text: str, inner_timeout: int) -> float | None:
 
 
 _HANG_MARKER = "__oar_rl_test_hang__"
+_CRASH_MARKER = "__oar_rl_test_crash__"
 
 
 def _score_with_test_hang(gold: str, text: str, inner_timeout: int) -> float | None:
-    """Test-only scorer: hangs forever (ignoring math-verify's alarm) when the text has the hang marker."""
+    """Test-only scorer: hangs forever when the text has the hang marker, dies on the crash marker."""
     if _HANG_MARKER in text:
         while True:  # like a hung C call: only killing the process ends it
             time.sleep(3600)
+    if _CRASH_MARKER in text:
+        os._exit(1)
     return _score_math(gold, text, inner_timeout)
 
 

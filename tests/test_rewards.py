@@ -1,0 +1,204 @@
+"""Rewards: math-verify accuracy (table of cases), the killable worker pool, format reward, safe_reward."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+
+import pytest
+
+from oar_rl import rewards
+from oar_rl.rewards import (
+    accuracy_reward,
+    completion_text,
+    extract_prediction,
+    format_reward,
+    make_accuracy_reward,
+    safe_reward,
+)
+
+# (completion, gold, expected reward)
+ACCURACY_CASES: list[tuple[str, str, float | None]] = [
+    ("<answer>19</answer>", "19", 1.0),
+    ("<answer>20</answer>", "19", 0.0),
+    ("<answer>1,234</answer>", "1234", 1.0),
+    ("19", "19", 1.0),  # a bare number is its own prediction
+    ("1,234", "1234", 1.0),
+    ("<answer> -3 </answer>", "-3", 1.0),
+    ("<answer>19.0</answer>", "19", 1.0),
+    (r"My answer is \boxed{\frac{1}{3}}", r"\frac{1}{3}", 1.0),  # TRL's docstring example
+    (r"My answer is \boxed{\frac{1}{2}}", r"\frac{1}{3}", 0.0),
+    (r"<answer>\frac{1}{2}</answer>", "0.5", 1.0),
+    (r"<answer>0.5</answer>", r"\frac12", 1.0),
+    (r"<answer>(3, \frac{\pi}{2})</answer>", r"\left( 3, \frac{\pi}{2} \right)", 1.0),  # MATH-500 style
+    (r"<answer>(3, \pi)</answer>", r"\left( 3, \frac{\pi}{2} \right)", 0.0),
+    (r"The answer is $x^2+1$.", "x^2+1", 1.0),
+    (r"so \boxed{3} first, but finally <answer>4</answer>", "4", 1.0),  # the answer tag wins
+    (r"<think>19 or 20?</think><answer>20</answer>", "20", 1.0),
+    (r"<answer>\sqrt{2}</answer>", r"\sqrt{2}", 1.0),
+    (r"<answer>\sqrt{3}</answer>", r"\sqrt{2}", 0.0),
+    ("The answer is 19", r"\frac{1}{2}", 0.0),  # no tag, no LaTeX: nothing to extract
+    ("<answer>1</answer>", "???", None),  # unparseable gold -> skipped by TRL
+    ("", "19", 0.0),  # empty completion: 0.0, not None
+    ("   ", "???", 0.0),
+]
+
+
+@pytest.fixture(scope="module")
+def hang_reward():
+    """An accuracy reward whose worker hangs on a marker; a short timeout and a single worker."""
+    fn = make_accuracy_reward(timeout=2.0, workers=1, _scorer="oar_rl.rewards:_score_with_test_hang")
+    fn([r"<answer>\frac12</answer>"], ["0.5"])  # start the worker outside the timed parts
+    return fn
+
+
+def test_accuracy_table():
+    completions = [c for c, _, _ in ACCURACY_CASES]
+    golds = [g for _, g, _ in ACCURACY_CASES]
+    got = accuracy_reward(completions, golds)
+    expected = [e for _, _, e in ACCURACY_CASES]
+    mismatches = [(c, g, e, r) for (c, g, e), r in zip(ACCURACY_CASES, got, strict=True) if r != e]
+    assert got == expected, mismatches
+
+
+def test_conversational_and_trl_kwargs():
+    logged = {}
+    completions = [
+        [{"role": "assistant", "content": r"My answer is \boxed{\frac{1}{3}}"}],
+        [{"role": "assistant", "content": [{"type": "text", "text": "<answer>7</answer>"}]}],
+        [{"role": "assistant", "content": "<answer>8</answer>"}],
+    ]
+    got = accuracy_reward(
+        prompts=["p"] * 3,
+        completions=completions,
+        completion_ids=[[1]] * 3,
+        answer=[r"\frac{1}{3}", "7", "7"],
+        trainer_state=None,
+        log_extra=lambda name, values: logged.__setitem__(name, values),
+        log_metric=lambda *a, **k: None,
+    )
+    assert got == [1.0, 1.0, 0.0]
+    assert logged["extracted_answer"] == [r"\frac{1}{3}", "7", "8"]
+
+
+def test_solution_column_fallback_and_missing_gold():
+    assert accuracy_reward(["<answer>5</answer>"], solution=["5"]) == [1.0]
+    with pytest.raises(ValueError, match="answer"):
+        accuracy_reward(["<answer>5</answer>"], prompts=["p"])
+    with pytest.raises(ValueError, match="2 completions but 1 gold"):
+        accuracy_reward(["a", "b"], ["1"])
+
+
+def test_numbers_do_not_need_the_pool(monkeypatch):
+    def no_pool(*args, **kwargs):
+        raise AssertionError("the pool must not be used for plain numbers")
+
+    monkeypatch.setattr(rewards, "get_pool", no_pool)
+    got = accuracy_reward(["<answer>12</answer>", "12", r"\boxed{1,200}", "", "<answer>-0.50</answer>"],
+                          ["12", "13", "1200", "5", "-.5"])  # fmt: skip
+    assert got == [1.0, 0.0, 1.0, 0.0, 1.0]
+
+
+def test_extraction_helpers():
+    assert extract_prediction("x <answer> 1 </answer> y <answer>2</answer>") == ("2", True)
+    assert extract_prediction(r"a \boxed{\frac{1}{2}} b \boxed{x^{2}}") == ("x^{2}", False)
+    assert extract_prediction("  plain  ") == ("plain", False)
+    assert completion_text([{"role": "user", "content": "q"}, {"role": "assistant", "content": "a"}]) == "a"
+    with pytest.raises(ValueError, match="string or a list"):
+        completion_text(3)  # type: ignore[arg-type]
+
+
+def test_factory_name_and_bad_arguments():
+    assert accuracy_reward.__name__ == "accuracy_reward"
+    assert make_accuracy_reward(timeout=3.0, workers=1).__name__ == "accuracy_reward"
+    with pytest.raises(ValueError, match="timeout"):
+        make_accuracy_reward(timeout=0)
+    with pytest.raises(ValueError, match="workers"):
+        make_accuracy_reward(workers=0)
+
+
+@pytest.mark.timeout(120)
+def test_hang_costs_one_reward_and_the_pool_survives(hang_reward, caplog):
+    pool = rewards.get_pool(2.0, 1)
+    timeouts, restarts = pool.timeouts, pool.restarts
+    completions = [
+        r"<answer>\frac{1}{2}</answer>",
+        "<answer>__oar_rl_test_hang__</answer>",
+        r"<answer>\sqrt{4}</answer>",
+    ]
+    start = time.monotonic()
+    with caplog.at_level(logging.WARNING, logger="oar_rl.rewards"):
+        got = hang_reward(completions, ["0.5", r"\frac{1}{2}", "2"])
+    elapsed = time.monotonic() - start
+    # one 2 s timeout + restarting a worker (an import of sympy on a busy 2-core machine)
+    assert elapsed < 2.0 + 30.0
+    assert got == [1.0, 0.0, 1.0]
+    assert pool.timeouts == timeouts + 1 and pool.restarts >= restarts + 1
+    assert "no math-verify answer" in caplog.text
+    # the replacement worker still scores
+    assert hang_reward([r"<answer>\frac{3}{4}</answer>", "<answer>x</answer>"], ["0.75", "y"]) == [1.0, 0.0]
+
+
+@pytest.mark.timeout(120)
+def test_worker_crash_costs_one_reward(hang_reward):
+    got = hang_reward(["<answer>__oar_rl_test_crash__</answer>", r"<answer>\pi</answer>"], ["1", r"\pi"])
+    assert got == [0.0, 1.0]
+
+
+@pytest.mark.timeout(120)
+def test_called_from_a_thread(hang_reward):
+    out: list = []
+    errors: list = []
+
+    def target():
+        try:
+            out.append(hang_reward([r"<answer>\frac{2}{4}</answer>", "<answer>__oar_rl_test_hang__</answer>"],
+                                   ["0.5", "1"]))  # fmt: skip
+        except Exception as exc:  # pragma: no cover - reported below
+            errors.append(exc)
+
+    thread = threading.Thread(target=target)
+    thread.start()
+    thread.join(timeout=60)
+    assert not thread.is_alive() and not errors
+    assert out == [[1.0, 0.0]]
+
+
+FORMAT_CASES: list[tuple[str, float]] = [
+    ("<answer>4</answer>", 1.0),
+    ("2+2 is 4. <answer>4</answer>\n", 1.0),
+    ("<think>2+2</think> <answer>4</answer>", 1.0),
+    ("<think>2+2</think>so <answer>4</answer>", 1.0),
+    ("", 0.0),
+    ("4", 0.0),
+    ("<answer></answer>", 0.0),  # empty answer
+    ("<answer>4</answer><answer>5</answer>", 0.0),  # two answers
+    ("<answer>4</answer> and more text", 0.0),  # text after the answer
+    ("<answer>4", 0.0),  # unclosed
+    ("<answer><answer>4</answer>", 0.0),
+    ("x <think>a</think><answer>4</answer>", 0.0),  # think block must open the completion
+    ("<think>a</think><think>b</think><answer>4</answer>", 0.0),
+    ("<think>a<answer>4</answer>", 0.0),
+]
+
+
+def test_format_reward_table():
+    got = format_reward([c for c, _ in FORMAT_CASES])
+    assert got == [e for _, e in FORMAT_CASES], [
+        (c, e, g) for (c, e), g in zip(FORMAT_CASES, got, strict=True) if e != g
+    ]
+    assert format_reward([[{"role": "assistant", "content": "<answer>1</answer>"}]]) == [1.0]
+
+
+def test_safe_reward(caplog):
+    def broken_reward(completions, **kwargs):
+        raise RuntimeError("boom")
+
+    wrapped = safe_reward(broken_reward)
+    assert wrapped.__name__ == "broken_reward"
+    with caplog.at_level(logging.WARNING, logger="oar_rl.rewards"):
+        assert wrapped(completions=["a", "b", "c"], answer=["1"] * 3) == [None, None, None]
+        assert wrapped(["a"]) == [None]
+    assert "broken_reward raised" in caplog.text and "boom" in caplog.text
+    assert safe_reward(format_reward)(["<answer>1</answer>"]) == [1.0]
