@@ -1,0 +1,175 @@
+"""Dataset loaders on tiny local fixtures in each Hub schema (tests/fixtures), templates, bad input."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from oar_rl import data
+from oar_rl.data import benchmarks
+from oar_rl.data.templates import BOXED_TEMPLATE, apply_template
+
+FIXTURES = Path(__file__).parent / "fixtures"
+
+
+@pytest.fixture
+def fixture_dir(monkeypatch):
+    monkeypatch.setenv(benchmarks.DATA_DIR_ENV, str(FIXTURES))
+
+
+# name -> (expected answers, a question fragment, columns kept from the source)
+EXPECTED = {
+    "gsm8k": (["19", "1234", "-3"], "Tom has 3 apples", {"raw_answer"}),
+    "math500": ([r"\left( 3, \frac{\pi}{2} \right)", r"\frac{3}{4}"], "rectangular", {"solution", "level"}),
+    "aime24": (["204", "25"], "ordered pairs", {"id", "url", "year"}),
+    "aime25": (["70", "588"], "integer bases", {"id", "url"}),
+    "amc23": (["27", "1.5"], "45$ miles", {"id", "url"}),
+    "dapo-math": (["5", "5"], "What is $2+3$?", {"solution", "reward_model", "extra_info"}),
+    "dapo-math-raw": (["5", "6", "42"], "What is $2+3$?", {"reward_model", "extra_info"}),
+}
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED))
+def test_hub_schemas_from_fixtures(name, fixture_dir):
+    answers, fragment, kept = EXPECTED[name]
+    ds = data.load(name)
+    assert ds.column_names[:2] == ["prompt", "answer"]
+    assert kept <= set(ds.column_names)
+    assert list(ds["answer"]) == answers
+    assert all(isinstance(a, str) for a in ds["answer"])
+    assert fragment in ds[0]["question"] and fragment in ds[0]["prompt"]
+    assert ds[0]["prompt"] == apply_template(ds[0]["question"], "answer-tag")
+    assert "<answer>" in ds[0]["prompt"]
+
+
+def test_gsm8k_keeps_the_worked_solution(fixture_dir):
+    ds = data.load("gsm8k", template=None)
+    assert ds[1]["raw_answer"].endswith("#### 1,234")
+    assert ds[0]["prompt"] == ds[0]["question"]  # template None: raw question
+    with pytest.raises(ValueError, match="####"):
+        benchmarks.gsm8k_answer("no marker here")
+
+
+def test_raw_dapo_is_deduplicated_and_unwrapped(fixture_dir):
+    raw_file = FIXTURES / "dapo-math-raw" / "train.jsonl"
+    ds = data.load("dapo-math", data_files=str(raw_file), template="boxed")  # raw schema, processed name
+    assert list(ds["question"]) == ["What is $2+3$?", "What is $10-4$?", r"What is $7 \cdot 6$?"]
+    assert list(ds["answer"]) == ["5", "6", "42"]
+    assert [e["index"] for e in ds["extra_info"]] == ["a1", "a2", "a3"]  # first occurrence kept
+    assert ds[0]["prompt"] == BOXED_TEMPLATE.format(question="What is $2+3$?")
+    assert "Answer:" not in "".join(ds["prompt"])
+    assert data.load("dapo-math-raw", limit=2, template=None)["question"] == [
+        "What is $2+3$?",
+        "What is $10-4$?",
+    ]
+
+
+def test_hub_path_calls_load_dataset(monkeypatch):
+    """Without a local override, `datasets.load_dataset` is called with the spec's id, config and split."""
+    import datasets
+
+    calls = []
+    real_load_dataset = datasets.load_dataset
+
+    def fake_load_dataset(path, name=None, split=None, **kwargs):
+        calls.append((path, name, split))
+        files = {"gsm8k": "gsm8k/test", "dapo-math": "dapo-math/train", "amc23": "amc23/test"}
+        key = next(k for k, v in benchmarks.HUB_DATASETS.items() if v.hub_id == path)
+        return real_load_dataset("json", data_files=str(FIXTURES / f"{files[key]}.jsonl"), split="train")
+
+    monkeypatch.delenv(benchmarks.DATA_DIR_ENV, raising=False)
+    monkeypatch.setattr(datasets, "load_dataset", fake_load_dataset)
+    assert list(data.load("gsm8k")["answer"]) == ["19", "1234", "-3"]
+    assert list(data.load("dapo-math", limit=1)["answer"]) == ["5"]
+    assert list(data.load("amc23", "test")["answer"]) == ["27", "1.5"]
+    assert calls == [
+        ("openai/gsm8k", "main", "test"),
+        ("open-r1/DAPO-Math-17k-Processed", "en", "train"),
+        ("math-ai/amc23", None, "test"),
+    ]
+
+
+def test_specs_match_the_hub():
+    specs = benchmarks.HUB_DATASETS
+    assert (specs["gsm8k"].hub_id, specs["gsm8k"].config, specs["gsm8k"].default_split) == (
+        "openai/gsm8k",
+        "main",
+        "test",
+    )
+    assert (
+        specs["math500"].hub_id == "HuggingFaceH4/MATH-500" and specs["math500"].question_column == "problem"
+    )
+    assert specs["aime24"].hub_id == "HuggingFaceH4/aime_2024" and specs["aime24"].default_split == "train"
+    assert specs["aime25"].hub_id == "yentinglin/aime_2025"
+    assert specs["amc23"].hub_id == "math-ai/amc23" and specs["amc23"].question_column == "question"
+    assert specs["dapo-math-raw"].hub_id == "BytedTsinghua-SIA/DAPO-Math-17k" and specs["dapo-math-raw"].dedup
+
+
+def test_local_files_and_column_mapping(tmp_path):
+    rows = [{"q": "What is 1+1?", "gold": 2, "extra": "x"}, {"q": "What is 2+2?", "gold": 4, "extra": "y"}]
+    path = tmp_path / "mine.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    ds = data.load(str(path), question_column="q", answer_column="gold", template="boxed")
+    assert list(ds["answer"]) == ["2", "4"] and list(ds["extra"]) == ["x", "y"]
+    assert ds[0]["prompt"].startswith("What is 1+1?\nPlease reason step by step")
+    with pytest.raises(ValueError, match=r"no answer column .*columns found: \['q', 'gold', 'extra'\]"):
+        data.load(str(path), question_column="q")
+    with pytest.raises(ValueError, match="column 'nope' not found"):
+        data.load(str(path), question_column="nope", answer_column="gold")
+
+    # parquet, and default column names
+    from datasets import Dataset
+
+    pq = tmp_path / "mine.parquet"
+    Dataset.from_dict({"problem": ["a", "b", "c"], "solution": ["1", "2", "3"]}).to_parquet(str(pq))
+    ds = data.load(pq, template=None, limit=2)
+    assert list(ds["prompt"]) == ["a", "b"] and list(ds["answer"]) == ["1", "2"]
+
+    # a local file in the raw DAPO schema is recognised
+    ds = data.load(str(FIXTURES / "dapo-math-raw" / "train.jsonl"), template=None)
+    assert len(ds) == 3
+
+
+def test_missing_answer_column_in_a_hub_schema(tmp_path, monkeypatch):
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text(json.dumps({"problem": "x", "solution": "y"}) + "\n")
+    with pytest.raises(
+        ValueError, match=r"answer column 'answer' not found; columns found: \['problem', 'solution'\]"
+    ):
+        data.load("math500", data_files=str(bad))
+
+
+def test_bad_names_and_arguments(fixture_dir, tmp_path):
+    with pytest.raises(ValueError, match="unknown dataset 'gsm9k'; valid names: gsm8k, math500"):
+        data.load("gsm9k")
+    with pytest.raises(ValueError, match="unknown template 'latex'"):
+        data.load("gsm8k", template="latex")
+    with pytest.raises(ValueError, match="limit"):
+        data.load("gsm8k", limit=0)
+    with pytest.raises(ValueError, match="does not exist"):
+        data.load(str(tmp_path / "missing.jsonl"))
+    with pytest.raises(ValueError, match="unsupported data file"):
+        data.load("gsm8k", data_files=str(tmp_path / "x.csv"))
+    with pytest.raises(ValueError, match="single split"):
+        data.load(str(FIXTURES / "eval_local.jsonl"), "test")
+
+
+def test_templates():
+    assert apply_template("Q?", None) == "Q?" and apply_template("Q?", "none") == "Q?"
+    assert apply_template("Q?", "boxed") == (
+        "Q?\nPlease reason step by step, and put your final answer within \\boxed{}."
+    )
+    tagged = apply_template(" Q? ", "answer-tag")
+    assert "User: Q?\nAssistant:" in tagged and "<answer>" in tagged and "</answer>" in tagged
+
+
+def test_arithmetic_delegates():
+    from oar_rl.data import arithmetic
+
+    ds = data.load("arithmetic", "eval", limit=3)
+    ref = arithmetic.load("eval")
+    assert list(ds["prompt"]) == list(ref["prompt"])[:3] and list(ds["answer"]) == list(ref["answer"])[:3]
+    with pytest.raises(ValueError, match="answer-tag"):
+        data.load("arithmetic", template="boxed")
