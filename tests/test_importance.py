@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import copy
+import ctypes
+import gc
 import re
 import types
 from pathlib import Path
@@ -214,6 +217,9 @@ def _tracked_peak_mb(fn) -> float:
     def read(key):
         return int(re.search(rf"{key}:\s+(\d+)", status.read_text()).group(1)) / 1024
 
+    gc.collect()
+    with contextlib.suppress(OSError, AttributeError):  # hand freed heap back, so growth is fn's own
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
     Path("/proc/self/clear_refs").write_text("5")  # resets VmHWM to the current RSS
     before = read("VmRSS")
     fn()
@@ -238,7 +244,7 @@ def test_oar_p_memory_is_bounded():
 
     peak = _tracked_peak_mb(run)
     assert (result["I"] >= 0).all() and (result["I"] > 0).any()
-    bound = 200.0  # MiB: < 4% of the full-logits footprint
+    bound = 256.0  # MiB: 5% of the full-logits footprint (measured ~135 MiB; 64 naive copies: ~1.7 GiB)
     assert peak < bound, (
         f"peak RSS growth {peak:.0f} MiB >= {bound} MiB (full logits: {full_logits_mb:.0f} MiB)"
     )

@@ -16,7 +16,9 @@ import torch
 from torch import Tensor, nn
 from tqdm.auto import tqdm
 
-from oar_rl.probes import _check_mask, body_hidden, eval_mode, head_logits, prepare_batch
+from oar_rl.probes import _check_mask, body_hidden, eval_mode, head_logits, prepare_batch, vocab_size
+
+_HEAD_BLOCK_ELEMENTS = 1 << 24
 
 
 def entropy_importance(
@@ -26,7 +28,7 @@ def entropy_importance(
     completion_ids: Tensor,
     completion_mask: Tensor,
     *,
-    chunk_size: int = 1024,
+    chunk_size: int | None = None,
     batch_size: int | None = None,
     temperature: float = 1.0,
     progress: bool = False,
@@ -39,7 +41,8 @@ def entropy_importance(
         prompt_mask: (B, P).
         completion_ids: (B, C) right-padded.
         completion_mask: (B, C).
-        chunk_size: completion positions per LM-head call.
+        chunk_size: completion positions per LM-head call (None: as many as keep one block of logits
+            under 2**24 elements, 64 MiB in float32).
         batch_size: rows per body forward (None: all rows at once).
         temperature: sampling temperature (> 0); logits are divided by it.
         progress: show a tqdm bar over the row chunks.
@@ -47,8 +50,10 @@ def entropy_importance(
     Returns:
         (B, C) float32 on the model's device; 0 on padding.
     """
-    if isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size < 1:
-        raise ValueError(f"chunk_size must be a positive int, got {chunk_size!r}")
+    if chunk_size is not None and (
+        isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size < 1
+    ):
+        raise ValueError(f"chunk_size must be a positive int or None, got {chunk_size!r}")
     if batch_size is not None and (
         isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1
     ):
@@ -65,6 +70,7 @@ def entropy_importance(
         raise ValueError("prompt_ids has width 0: the first completion token has no predicting position")
     rows_all = batch.completion_mask.any(dim=1).nonzero().flatten()  # (B',)
     step = batch_size or B
+    chunk = chunk_size or max(1, _HEAD_BLOCK_ELEMENTS // vocab_size(model))
     with torch.no_grad(), eval_mode(model):
         for lo in tqdm(range(0, rows_all.shape[0], step), desc="entropy", unit="chunk", disable=not progress):
             rows = rows_all[lo : lo + step]  # (n,)
@@ -75,11 +81,11 @@ def entropy_importance(
             r, t = valid.nonzero(as_tuple=True)  # (M,), (M,)
             h = hidden[r, P + t - 1]  # (M, H)
             ent = torch.empty(h.shape[0], dtype=torch.float32, device=h.device)  # (M,)
-            for a in range(0, h.shape[0], chunk_size):
-                logp = torch.log_softmax(
-                    head_logits(model, h[a : a + chunk_size]) / temperature, dim=-1
-                )  # (m, V)
-                ent[a : a + chunk_size] = -(logp.exp() * logp).sum(dim=-1).float()
+            for a in range(0, h.shape[0], chunk):
+                z = head_logits(model, h[a : a + chunk]) / temperature  # (m, V)
+                # H = logsumexp(z) - sum_v softmax(z)_v z_v: two (m, V) blocks live at a time
+                lse = torch.logsumexp(z, dim=-1)  # (m,)
+                ent[a : a + chunk] = (lse - torch.softmax(z, dim=-1).mul_(z).sum(dim=-1)).float()
             out[rows[r], t] = ent
     return out
 
