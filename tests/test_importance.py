@@ -21,7 +21,7 @@ from oar_rl.importance import (
     perturbation_importance,
     random_importance,
 )
-from oar_rl.probes import answer_span_mask, scored_positions
+from oar_rl.probes import answer_span_mask, body_hidden, build_probe_spec, probe_outcome, scored_positions
 from oar_rl.tiny import build_char_tokenizer, tiny_qwen2
 
 PROBES = ["lt-logits", "as-mean", "as-joint"]
@@ -466,3 +466,41 @@ def test_degenerate_batches(model64, batch):
     for fn in (perturbation_importance, gradient_importance):
         out = fn(model64, p_ids, p_mask, c_ids, c_mask, probe="as-mean", answer_mask=first)
         assert (out[first.any(1)] == 0).all() and (out[~first.any(1)][c_mask[~first.any(1)].bool()] > 0).all()
+
+
+@pytest.mark.parametrize("probe", PROBES)
+def test_clean_probe_equals_plain_forward(probe, tok, batch):
+    """float32 eager, the real configuration: the body+gathered-head probe equals the probe taken from
+    a plain model(input_ids, attention_mask) forward (same positions, same left-padding handling)."""
+    p_ids, p_mask, c_ids, c_mask, ans = batch
+    model = tiny_qwen2(len(tok), seed=5, hidden_size=32)
+    P = p_ids.shape[1]
+    ids, attn = torch.cat([p_ids, c_ids], 1), torch.cat([p_mask, c_mask], 1)
+    spec = build_probe_spec(P, attn, c_ids, None if probe == "lt-logits" else ans.bool(), probe)
+    with torch.no_grad():
+        got = probe_outcome(model, body_hidden(model, attn, input_ids=ids), spec)
+        logits = model(input_ids=ids, attention_mask=attn).logits
+    for b in range(ids.shape[0]):
+        kind, ref = _ref_probe(logits[b], attn[b], P, c_ids[b], ans[b], probe)
+        if kind == "dist":
+            torch.testing.assert_close(got.logp[b], ref, rtol=1e-5, atol=1e-5)
+        else:
+            torch.testing.assert_close(got.phi[b], ref, rtol=1e-5, atol=1e-6)
+
+
+def test_oar_g_with_checkpointing_and_frozen_params(tok, batch):
+    """Gradient checkpointing on and every parameter frozen (PEFT-like): same scores, no grads."""
+    p_ids, p_mask, c_ids, c_mask, _ = batch
+    model = tiny_qwen2(len(tok), seed=6)
+
+    def run():
+        g = torch.Generator().manual_seed(0)
+        return gradient_importance(model, p_ids, p_mask, c_ids, c_mask, generator=g)
+
+    ref = run()
+    model.gradient_checkpointing_enable()
+    model.train()
+    for p in model.parameters():
+        p.requires_grad_(False)
+    torch.testing.assert_close(run(), ref)
+    assert model.training and all(not p.requires_grad and p.grad is None for p in model.parameters())
