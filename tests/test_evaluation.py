@@ -1,0 +1,273 @@
+"""pass@k against the exact closed form; `oar-rl eval` end to end on a tiny random Qwen2; resume."""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from fractions import Fraction
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from oar_rl import evaluation
+from oar_rl.evaluation import EvalConfig, evaluate, main, mean_at_n, pass_at_k
+
+FIXTURES = Path(__file__).parent / "fixtures"
+LOCAL = str(FIXTURES / "eval_local.jsonl")  # answers 2, 4, 7, 10
+
+
+def exact_pass_at_k(n: int, c: int, k: int) -> Fraction:
+    """The definition: 1 - C(n-c, k) / C(n, k), in exact rational arithmetic (C(m, k) = 0 for m < k)."""
+    return 1 - Fraction(math.comb(n - c, k), math.comb(n, k))
+
+
+# ---------------------------------------------------------------------------------------------------- math
+
+
+def test_pass_at_k_matches_the_closed_form():
+    checked = 0
+    for n in range(1, 17):
+        for c in range(n + 1):
+            for k in range(1, n + 1):
+                got = pass_at_k(n, c, k)
+                assert abs(got - float(exact_pass_at_k(n, c, k))) < 1e-12, (n, c, k, got)
+                checked += 1
+    assert checked > 800
+    # large n: the product form stays accurate where the binomials are huge
+    for n, c, k in [(200, 3, 32), (1024, 1, 1), (1024, 700, 64), (64, 0, 32), (64, 64, 64), (500, 17, 100)]:
+        assert abs(pass_at_k(n, c, k) - float(exact_pass_at_k(n, c, k))) < 1e-12
+
+
+def test_pass_at_k_hand_worked():
+    # n=4, c=1, k=2: C(3,2)/C(4,2) = 3/6, so pass@2 = 0.5
+    assert pass_at_k(4, 1, 2) == pytest.approx(0.5, abs=1e-15)
+    # pass@1 = c/n; c = 0 -> 0; c = n -> 1; n - c < k -> 1
+    assert pass_at_k(32, 8, 1) == pytest.approx(0.25, abs=1e-15)
+    assert pass_at_k(8, 0, 8) == 0.0 and pass_at_k(8, 8, 1) == 1.0 and pass_at_k(8, 1, 8) == 1.0
+
+
+def test_pass_at_k_vectorised_and_mean_at_n():
+    rng = np.random.default_rng(0)
+    n = 32
+    cs = rng.integers(0, n + 1, size=50)
+    for k in (1, 5, 32):
+        vec = pass_at_k(n, cs, k)
+        assert vec.shape == (50,)
+        assert np.allclose(vec, [float(exact_pass_at_k(n, int(c), k)) for c in cs], atol=1e-12, rtol=0)
+    assert pass_at_k(n, [[0, 32], [1, 2]], 2).shape == (2, 2)
+    assert mean_at_n(cs, n) == pytest.approx(float(pass_at_k(n, cs, 1).mean()), abs=1e-12)
+    assert mean_at_n([1, 3], 4) == 0.5
+
+
+@pytest.mark.parametrize(
+    ("n", "c", "k", "match"),
+    [
+        (4, 1, 5, "k=5 must be <= n=4"),
+        (4, 1, 0, "k must be >= 1"),
+        (4, 5, 1, r"c must be in \[0, n=4\]"),
+        (4, -1, 1, r"c must be in \[0, n=4\]"),
+        (0, 0, 1, "n must be >= 1"),
+        (-3, 0, 1, "n must be >= 1"),
+        (4, [0, 5], 1, r"every c must be in \[0, n=4\]"),
+        (4, [0.5], 1, "integers"),
+        (4.0, 1, 1, "n must be an integer"),
+    ],
+)
+def test_pass_at_k_bad_input(n, c, k, match):
+    with pytest.raises(ValueError, match=match):
+        pass_at_k(n, c, k)
+
+
+# ---------------------------------------------------------------------------------------------------- runs
+
+
+@pytest.fixture(scope="module")
+def tiny_model_dir(tmp_path_factory) -> str:
+    from oar_rl.tiny import build_char_tokenizer, tiny_qwen2
+
+    path = tmp_path_factory.mktemp("tiny-model")
+    tok = build_char_tokenizer()
+    tiny_qwen2(len(tok), seed=0, hidden_size=32, num_layers=1).save_pretrained(path)
+    tok.save_pretrained(path)
+    return str(path)
+
+
+def _args(model: str, out: Path, *extra: str) -> list[str]:
+    return [
+        "--model", model, "--benchmarks", LOCAL, "--n", "3", "--k", "1,2", "--max-new-tokens", "6",
+        "--batch-size", "3", "--temperature", "1.0", "--verify-workers", "1", "--out", str(out), *extra,
+    ]  # fmt: skip
+
+
+class FakeSampler:
+    """Returns `correct[answer]` right answers then wrong ones, so every c is known in advance."""
+
+    def __init__(self, correct: dict[str, int]) -> None:
+        self.correct, self.calls = correct, []
+
+    def generate(self, prompts, n, seed):
+        self.calls.append((len(prompts), n, seed))
+        out = []
+        for p in prompts:
+            answer = {"1+1": "2", "2+2": "4", "3+4": "7", "5+5": "10"}[p]
+            good = self.correct[answer]
+            out.append([f"<answer>{answer}</answer>"] * good + ["<answer>-1</answer>"] * (n - good))
+        return out
+
+
+def test_scores_and_aggregates_exactly(tmp_path):
+    sampler = FakeSampler({"2": 0, "4": 1, "7": 3, "10": 4})
+    config = EvalConfig(
+        model=str(tmp_path), out=str(tmp_path / "out"), benchmarks=[LOCAL], n=4, k=[1, 4], template="none",
+        batch_size=8, verify_workers=1,
+    )  # fmt: skip
+    (tmp_path / "config.json").write_text("{}")  # a model dir is checked for, never loaded here
+    results = evaluate(config, sampler=sampler)
+    bench = results["benchmarks"]["eval_local"]
+    cs = [0, 1, 3, 4]
+    assert bench["num_problems"] == 4 and bench["num_scored"] == 4
+    assert bench["pass@1"] == pytest.approx(np.mean(cs) / 4, abs=1e-12)
+    expected4 = np.mean([float(exact_pass_at_k(4, c, 4)) for c in cs])  # = 3/4: only c=0 fails
+    assert bench["pass@4"] == pytest.approx(expected4, abs=1e-12) and expected4 == 0.75
+    assert results["average"]["pass@4"] == bench["pass@4"]
+    assert results["avg"] == pytest.approx((bench["pass@1"] + bench["pass@4"]) / 2, abs=1e-12)
+    # 8 sequences per call, n = 4: two problems per generate call
+    assert [c[:2] for c in sampler.calls] == [(2, 4), (2, 4)]
+    records = [json.loads(line) for line in (tmp_path / "out" / "eval_local.jsonl").read_text().splitlines()]
+    assert [r["c"] for r in records] == cs
+    assert records[2]["verdicts"] == [1.0, 1.0, 1.0, 0.0] and records[2]["answer"] == "7"
+    md = (tmp_path / "out" / "results.md").read_text()
+    assert "| Method | eval_local P@1 | eval_local P@4 | Avg |" in md
+    assert f"| {100 * bench['pass@1']:.1f} | 75.0 |" in md
+
+
+def test_eval_end_to_end_and_resume(tiny_model_dir, tmp_path, monkeypatch):
+    full, part = tmp_path / "full", tmp_path / "part"
+    assert main(_args(tiny_model_dir, full)) == 0
+    results = json.loads((full / "results.json").read_text())
+    bench = results["benchmarks"]["eval_local"]
+    records = [json.loads(x) for x in (full / "eval_local.jsonl").read_text().splitlines()]
+    assert [r["index"] for r in records] == [0, 1, 2, 3]
+    for r in records:
+        assert len(r["completions"]) == 3 and len(r["verdicts"]) == 3
+        assert r["c"] == sum(v == 1.0 for v in r["verdicts"])
+    cs = np.array([r["c"] for r in records])
+    assert bench["pass@2"] == pytest.approx(float(pass_at_k(3, cs, 2).mean()), abs=1e-12)
+    assert (full / "results.md").read_text().startswith("| Method | eval_local P@1 | eval_local P@2 | Avg |")
+
+    # interrupted after 2 problems (batch size 3 = n: one problem per generate call)
+    real_generate = evaluation.TransformersSampler.generate
+    calls = {"n": 0}
+
+    def interrupting_generate(self, prompts, n, seed):
+        if calls["n"] == 2:
+            raise KeyboardInterrupt
+        calls["n"] += 1
+        return real_generate(self, prompts, n, seed)
+
+    monkeypatch.setattr(evaluation.TransformersSampler, "generate", interrupting_generate)
+    assert main(_args(tiny_model_dir, part)) == 130
+    assert len((part / "eval_local.jsonl").read_text().splitlines()) == 2
+    assert not (part / "results.json").exists()
+    with open(part / "eval_local.jsonl", "a") as f:
+        f.write('{"index": 2, "prompt": "torn')  # a crash in the middle of a write
+    monkeypatch.setattr(evaluation.TransformersSampler, "generate", real_generate)
+    assert main(_args(tiny_model_dir, part)) == 0
+    resumed = [json.loads(x) for x in (part / "eval_local.jsonl").read_text().splitlines()]
+    assert resumed == records  # same completions, verdicts and counts as the uninterrupted run
+    assert json.loads((part / "results.json").read_text()) == results
+
+    # a finished run is not sampled again; --k only changes the report
+    def must_not_sample(*args, **kwargs):
+        raise AssertionError("nothing left to sample")
+
+    monkeypatch.setattr(evaluation, "build_sampler", must_not_sample)
+    assert main(_args(tiny_model_dir, part, "--k", "3")) == 0
+    assert json.loads((part / "results.json").read_text())["benchmarks"]["eval_local"][
+        "pass@3"
+    ] == pytest.approx(float(pass_at_k(3, cs, 3).mean()), abs=1e-12)
+
+
+def test_changed_configuration_is_refused(tiny_model_dir, tmp_path, monkeypatch, capsys):
+    out = tmp_path / "out"
+    assert main([*_args(tiny_model_dir, out), "--limit", "1"]) == 0
+    before = (out / "eval_local.jsonl").read_text()
+    assert main([*_args(tiny_model_dir, out), "--limit", "1", "--temperature", "0.7"]) == 2
+    err = capsys.readouterr().err
+    assert "different configuration" in err and "temperature 1.0 -> 0.7" in err
+    assert (out / "eval_local.jsonl").read_text() == before
+
+
+def _no_sampling(monkeypatch):
+    def fail(*args, **kwargs):
+        raise AssertionError("sampling must not start on bad input")
+
+    monkeypatch.setattr(evaluation, "build_sampler", fail)
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        (["--k", "1,4"], r"every k must be in \[1, n=3\], got \[4\]"),
+        (["--benchmarks", "gsm9k"], "unknown benchmark 'gsm9k'"),
+        (["--model", "/nonexistent/model"], "model path '/nonexistent/model' does not exist"),
+        (["--top-p", "0"], r"--top-p must be in \(0, 1\], got 0.0"),
+        (["--n", "0", "--k", "1"], "--n must be >= 1"),
+        (["--benchmarks", "missing.jsonl"], "does not exist"),
+    ],
+)
+def test_bad_input_exits_2_before_sampling(change, message, tiny_model_dir, tmp_path, monkeypatch, capsys):
+    _no_sampling(monkeypatch)
+    args = _args(tiny_model_dir, tmp_path / "out")
+    for flag, value in zip(change[::2], change[1::2], strict=True):
+        if flag in args:
+            args[args.index(flag) + 1] = value
+        else:
+            args += [flag, value]
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert re.search(message, err), err
+    assert not (tmp_path / "out" / "results.json").exists()
+
+
+def test_empty_dataset_and_missing_vllm(tiny_model_dir, tmp_path, monkeypatch, capsys):
+    import importlib.util
+
+    _no_sampling(monkeypatch)
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text(json.dumps({"question": "q", "answer": "1"}) + "\n")
+    monkeypatch.setattr(
+        "oar_rl.data.load",
+        lambda *a, **k: __import__("datasets").Dataset.from_dict({"prompt": [], "answer": []}),
+    )
+    args = _args(tiny_model_dir, tmp_path / "out")
+    args[args.index("--benchmarks") + 1] = str(empty)
+    assert main(args) == 2
+    assert "is empty" in capsys.readouterr().err
+    monkeypatch.undo()
+    _no_sampling(monkeypatch)
+    if importlib.util.find_spec("vllm") is None:
+        assert main([*_args(tiny_model_dir, tmp_path / "out"), "--backend", "vllm"]) == 2
+        assert "needs vLLM" in capsys.readouterr().err
+
+
+def test_argparse_rejects_bad_choices(tmp_path):
+    with pytest.raises(SystemExit) as exc:
+        main(["--model", "m", "--out", str(tmp_path), "--backend", "tgi"])
+    assert exc.value.code == 2
+    with pytest.raises(SystemExit):
+        main(["--model", "m", "--out", str(tmp_path), "--k", "one"])
+
+
+def test_plan_batches():
+    # problems x samples per call never exceed the batch size; every problem gets exactly n samples
+    for num, n, bs in [(5, 3, 7), (4, 4, 4), (3, 10, 4), (1, 1, 1), (7, 2, 64)]:
+        calls = evaluation.plan_batches(num, n, bs)
+        assert all(len(idx) * m <= max(bs, 1) for idx, m, _ in calls)
+        got = {i: 0 for i in range(num)}
+        for idx, m, _ in calls:
+            for i in idx:
+                got[i] += m
+        assert got == {i: n for i in range(num)}
