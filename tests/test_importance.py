@@ -504,3 +504,11 @@ def test_oar_g_with_checkpointing_and_frozen_params(tok, batch):
         p.requires_grad_(False)
     torch.testing.assert_close(run(), ref)
     assert model.training and all(not p.requires_grad and p.grad is None for p in model.parameters())
+
+
+def test_zero_width_prompt_rejected(model64, batch):
+    _, _, c_ids, c_mask, _ = batch
+    empty = torch.zeros(c_ids.shape[0], 0, dtype=torch.long)
+    for fn in SCORERS.values():
+        with pytest.raises(ValueError, match="width 0"):
+            fn(model64, empty, empty, c_ids, c_mask)

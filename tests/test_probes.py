@@ -11,10 +11,12 @@ from transformers import PreTrainedTokenizerFast
 
 from oar_rl.probes import (
     ANSWER_TAG_PATTERN,
+    ProbeOutcome,
     answer_span_mask,
     build_probe_spec,
     has_answer_span,
     last_boxed_span,
+    outcome_divergence,
     scored_positions,
 )
 from oar_rl.tiny import build_char_tokenizer
@@ -204,3 +206,26 @@ def test_probe_spec_positions():
         build_probe_spec(3, attn, comp, None, "as-mean")
     with pytest.raises(ValueError, match="probe"):
         build_probe_spec(3, attn, comp, ans, "lt_logits")
+
+
+def test_outcome_divergence_hand_worked():
+    # row 0 (dist): P = [1/2, 1/2], Q = [3/4, 1/4]
+    #   KL = 1/2 ln((1/2)/(3/4)) + 1/2 ln((1/2)/(1/4)) = 1/2 (-0.405465) + 1/2 (0.693147) = 0.143841
+    # row 1 (joint): phi = -1.0, phi~ = -1.5 -> drop 0.5; gradient objective (0.5)^2 / 2 = 0.125
+    # row 2 (joint): phi = -1.0, phi~ = -0.5 -> drop -0.5 clamped to 0; objective 0.125
+    # row 3 (dist): identical distributions -> 0
+    half = torch.tensor([0.5, 0.5]).log()
+    clean = ProbeOutcome(
+        torch.stack([half, torch.zeros(2), torch.zeros(2), half]), torch.tensor([0.0, -1.0, -1.0, 0.0])
+    )
+    pert = ProbeOutcome(
+        torch.stack([torch.tensor([0.75, 0.25]).log(), torch.zeros(2), torch.zeros(2), half]),
+        torch.tensor([0.0, -1.5, -0.5, 0.0]),
+    )
+    kind = torch.tensor([0, 1, 1, 0])
+    got = outcome_divergence(clean, pert, kind, mode="perturbation")
+    torch.testing.assert_close(got, torch.tensor([0.143841, 0.5, 0.0, 0.0]), rtol=0, atol=1e-6)
+    got = outcome_divergence(clean, pert, kind, mode="gradient")
+    torch.testing.assert_close(got, torch.tensor([0.143841, 0.125, 0.125, 0.0]), rtol=0, atol=1e-6)
+    with pytest.raises(ValueError, match="mode"):
+        outcome_divergence(clean, pert, kind, mode="kl")

@@ -605,6 +605,10 @@ def prepare_batch(
 ) -> ScoringBatch:
     """Validate the batch (shapes, dtypes, 0/1 masks, ids inside the vocabulary) and concatenate it."""
     check_batch(prompt_ids, prompt_mask, completion_ids, completion_mask)
+    if prompt_ids.shape[1] == 0:
+        raise ValueError(
+            "prompt_ids has width 0: the first completion token would have no predicting position"
+        )
     emb = base_model(model).get_input_embeddings()
     n_emb = getattr(emb, "num_embeddings", None)
     device = model_device(model)

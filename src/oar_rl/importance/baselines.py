@@ -66,8 +66,6 @@ def entropy_importance(
     out = torch.zeros(B, C, dtype=torch.float32, device=batch.input_ids.device)
     if not bool(batch.completion_mask.any()):
         return out
-    if P == 0:
-        raise ValueError("prompt_ids has width 0: the first completion token has no predicting position")
     rows_all = batch.completion_mask.any(dim=1).nonzero().flatten()  # (B',)
     step = batch_size or B
     chunk = chunk_size or max(1, _HEAD_BLOCK_ELEMENTS // vocab_size(model))
