@@ -14,6 +14,7 @@ from oar_rl.probes import (
     ProbeOutcome,
     answer_span_mask,
     build_probe_spec,
+    compile_answer_pattern,
     has_answer_span,
     last_boxed_span,
     outcome_divergence,
@@ -154,6 +155,11 @@ def test_bad_patterns(pattern, char_tok):
     ids, mask = _right_padded(char_tok, ["x"])
     with pytest.raises(ValueError, match="pattern"):
         answer_span_mask(ids, mask, char_tok, pattern=pattern)
+    with pytest.raises(ValueError, match="pattern"):
+        compile_answer_pattern(pattern)
+    assert (
+        compile_answer_pattern(None).pattern == ANSWER_TAG_PATTERN and compile_answer_pattern("boxed") is None
+    )
 
 
 def test_answer_span_bad_masks(char_tok):

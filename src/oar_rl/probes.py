@@ -23,8 +23,8 @@ An empty content (``<answer></answer>``) is no span.
 Scored positions (:func:`scored_positions`). With an answer-span probe only the valid completion tokens
 strictly *before* the span start get a score; the span and everything after it get 0 here (and so
 keep weight 1 after reshaping, which is the trainer's job). A row without a span falls back to
-LT-Logits for the whole row (all valid tokens scored); :func:`has_answer_span` tells which rows did,
-so the trainer can log the fallback rate.
+LT-Logits for the whole row (all valid tokens scored, compared by KL even under AS-Joint);
+:func:`has_answer_span` tells which rows did, so the trainer can log the fallback rate.
 
 Departures from the paper, and why:
 - Positions: the model is run exactly as TRL computes log-probs -- ``input_ids``/``inputs_embeds``
@@ -99,6 +99,15 @@ def _compile_pattern(pattern: str | None) -> re.Pattern[str] | None:
             "(the answer content), e.g. r'<answer>(.*?)</answer>'"
         )
     return compiled
+
+
+def compile_answer_pattern(pattern: str | None) -> re.Pattern[str] | None:
+    """Validate an answer pattern as :func:`answer_span_mask` would (ValueError if bad).
+
+    Returns the compiled regex (None -> the default tag pattern), or None for ``"boxed"`` (scanned,
+    not matched by a regex).
+    """
+    return _compile_pattern(pattern)
 
 
 def last_boxed_span(text: str) -> tuple[int, int] | None:
@@ -440,7 +449,11 @@ def build_probe_spec(
     B, L = attention_mask.shape
     device = attention_mask.device
     pos = torch.arange(L, device=device)
-    last = torch.where(attention_mask.bool(), pos, 0).amax(dim=1) if L else torch.zeros(B, dtype=torch.long)
+    last = (
+        torch.where(attention_mask.bool(), pos, 0).amax(dim=1)
+        if L
+        else torch.zeros(B, dtype=torch.long, device=device)
+    )  # (B,) last non-pad position
     if probe == "lt-logits" or answer_mask is None:
         if probe != "lt-logits":
             raise ValueError(f"probe={probe!r} needs an answer_mask (see oar_rl.probes.answer_span_mask)")
