@@ -291,6 +291,7 @@ class TransformersSampler:
                 attention_mask=attention_mask,
                 max_new_tokens=cfg.max_new_tokens,
                 pad_token_id=self.tokenizer.pad_token_id,
+                eos_token_id=self.model.generation_config.eos_token_id or self.tokenizer.eos_token_id,
                 **sampling,
             )
         texts = self.tokenizer.batch_decode(out[:, input_ids.shape[1] :], skip_special_tokens=True)

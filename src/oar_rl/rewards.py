@@ -20,13 +20,17 @@ Accuracy, step by step (``accuracy_reward``):
    ``verify(gold, pred)`` is called with the gold first.
 
 Time bound. math-verify's own timeout is ``signal.alarm`` (main thread only) and some inputs hang past
-it. Verification therefore runs in a small pool of long-lived worker processes (``spawn`` context, so
-no CUDA or thread state is inherited); a completion whose verification does not answer within
-``timeout`` seconds has its worker killed and replaced, and **scores 0.0** (a hang is treated as a wrong
-answer, never as a crash); the other completions of the batch are still scored. The pool is
-process-global per (timeout, workers), created lazily, reused across calls, safe to call from any thread
-(calls are serialised by a lock), and shut down at interpreter exit. An exception inside verification
-also scores 0.0 (logged). A worker's start-up (importing sympy) is not charged to the timeout.
+it. Verification therefore runs in a small pool of long-lived worker processes -- fresh interpreters
+started with ``subprocess`` and connected by a socket pair (not ``multiprocessing`` spawn/forkserver,
+which re-run the caller's ``__main__`` and so break unguarded scripts and notebooks; not fork, which
+would copy CUDA and thread state). Inside a worker math-verify runs in the main thread, so its own
+alarms work too (each set to a third of the budget). A completion whose verification does not answer
+within ``timeout`` seconds has its worker killed and replaced, and **scores 0.0** (a hang counts as a
+wrong answer, never as a crash); the other completions of the batch are still scored. A worker that
+dies, or a scorer that raises, also costs that one completion 0.0 (logged). The pool is process-wide
+per (timeout, workers), created on first use, reused across calls, safe to call from any thread
+(concurrent calls are serialised by a lock), rebuilt after a fork, and shut down at interpreter exit.
+A worker's start-up (importing sympy, ~1 s) is not charged to the timeout.
 
 Departures from TRL's ``accuracy_reward``: the gold column is ``answer``; answer tags are honoured;
 plain numbers are accepted without LaTeX delimiters; hangs cost one reward instead of the run.
