@@ -162,6 +162,8 @@ def test_config_defaults_follow_paper(tmp_path):
         ({"entropy_kappa": 0.0}, r"entropy_kappa must be > 0, got 0.0"),
         ({"probe_warmup_steps": -1}, r"probe_warmup_steps must be >= 0, got -1"),
         ({"mask_token_id": -3}, r"mask_token_id must be .*got -3"),
+        ({"answer_pattern": "(a)(b)"}, r"answer_pattern: .* has 2 capturing groups"),
+        ({"answer_pattern": "(unclosed"}, r"answer_pattern: .* not a valid regular expression"),
     ],
 )
 def test_config_rejects_bad_values(tmp_path, overrides, match):
@@ -401,3 +403,27 @@ def test_two_process_ddp_gathers_credit_metrics(tmp_path):
         assert math.isfinite(a["loss"])
         for key in ("oar/ess_ratio", "oar/top10_mass", "oar/boosted_frac"):
             assert key in a and a[key] == b[key]  # gathered over both ranks before averaging
+
+
+@pytest.mark.parametrize(
+    ("pattern", "text", "span"),
+    [(None, "so 4<answer>42</answer>", "42"), ("boxed", r"so \boxed{17} ok", "17")],
+)
+def test_answer_span_probe_inputs_decode_completions(tmp_path, tokenizer, dataset, pattern, text, span):
+    args = make_args(tmp_path, credit="oar-p", probe="as-joint", answer_pattern=pattern)
+    trainer = make_trainer(args, tokenizer, dataset)
+    rows = [text, "no span here"]
+    width = max(len(r) for r in rows)
+    ids = torch.zeros(2, width, dtype=torch.long)
+    mask = torch.zeros(2, width, dtype=torch.long)
+    for b, row in enumerate(rows):
+        ids[b, : len(row)] = torch.tensor(tokenizer(row, add_special_tokens=False)["input_ids"])
+        mask[b, : len(row)] = 1
+    probe, answer_mask, scored = trainer._probe_inputs(ids, mask)
+    assert probe == "as-joint"
+    start = text.index(span)
+    expected_span = torch.zeros(width, dtype=torch.bool)
+    expected_span[start : start + len(span)] = True
+    assert torch.equal(answer_mask[0], expected_span) and not answer_mask[1].any()
+    assert torch.equal(scored[0], torch.arange(width) < start)  # tokens before the span only
+    assert torch.equal(scored[1], mask[1].bool())  # no span: every valid token (LT-Logits fallback)

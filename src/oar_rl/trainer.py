@@ -59,7 +59,7 @@ from oar_rl.importance import (
     random_importance,
 )
 from oar_rl.metrics import ess_ratio, top_advantage_mass
-from oar_rl.probes import answer_span_mask, scored_positions
+from oar_rl.probes import _compile_pattern, answer_span_mask, scored_positions
 from oar_rl.reshape import entropy_shaped_advantages, rescale_sum, token_advantages
 
 Credit = Literal["none", "random", "entropy", "oar-g", "oar-p"]
@@ -105,8 +105,9 @@ class OARConfig(GRPOConfig):
     answer_pattern: str | None = field(
         default=None,
         metadata={
-            "help": "Regular expression whose first group is the answer span, for the answer-span probes. "
-            "None: `<answer>...</answer>` (with `\\boxed{...}` support, see oar_rl.probes)."
+            "help": "Answer span for the answer-span probes: None for `<answer>(.*?)</answer>`, 'boxed' for "
+            "the last balanced `\\boxed{...}`, or a regex with exactly one capturing group (the span); the "
+            "last match counts. See oar_rl.probes.answer_span_mask."
         },
     )
     tau: float = field(
@@ -196,6 +197,11 @@ class OARConfig(GRPOConfig):
             raise ValueError(f"entropy_kappa must be > 0, got {self.entropy_kappa}")
         if int(self.probe_warmup_steps) < 0:
             raise ValueError(f"probe_warmup_steps must be >= 0, got {self.probe_warmup_steps}")
+        if self.answer_pattern is not None:
+            try:
+                _compile_pattern(self.answer_pattern)  # the probes' own check, run early
+            except ValueError as err:
+                raise ValueError(f"answer_pattern: {err}") from err
         if self.mask_token_id is not None and int(self.mask_token_id) < 0:
             raise ValueError(
                 f"mask_token_id must be a token id >= 0 or None (the pad id), got {self.mask_token_id}"
