@@ -253,6 +253,12 @@ def test_empty_dataset_and_missing_vllm(tiny_model_dir, tmp_path, monkeypatch, c
         assert "needs vLLM" in capsys.readouterr().err
 
 
+def test_chat_needs_a_chat_template(tiny_model_dir, tmp_path, capsys):
+    assert main([*_args(tiny_model_dir, tmp_path / "out"), "--chat"]) == 2
+    assert "has no chat template" in capsys.readouterr().err
+    assert not (tmp_path / "out" / "eval_local.meta.json").exists()
+
+
 def test_argparse_rejects_bad_choices(tmp_path):
     with pytest.raises(SystemExit) as exc:
         main(["--model", "m", "--out", str(tmp_path), "--backend", "tgi"])

@@ -62,6 +62,7 @@ HASHED_FIELDS: tuple[str, ...] = (
     "backend",
     "batch_size",
     "dtype",
+    "chat",
 )
 
 # ----------------------------------------------------------------------------------------------------
@@ -189,6 +190,12 @@ class EvalConfig:
     )
     verify_timeout: float = field(default=10.0, metadata={"help": "Seconds per completion for math-verify."})
     verify_workers: int = field(default=2, metadata={"help": "math-verify worker processes."})
+    chat: bool = field(
+        default=False,
+        metadata={
+            "help": "Wrap each prompt as a user message with the tokenizer's chat template (instruct models)."
+        },
+    )
 
     def validate(self) -> None:
         """Raise ValueError on any bad value (everything that can be checked without loading anything)."""
@@ -240,6 +247,8 @@ def build_parser() -> argparse.ArgumentParser:
             kwargs["type"] = f.metadata["type"]
         elif f.type in ("int", "int | None"):
             kwargs["type"] = int
+        elif f.type == "bool":
+            kwargs["action"] = "store_true"
         elif f.type == "float":
             kwargs["type"] = float
         if "choices" in f.metadata:
@@ -250,6 +259,24 @@ def build_parser() -> argparse.ArgumentParser:
 
 # ----------------------------------------------------------------------------------------------------
 # samplers
+
+
+def check_chat_template(tokenizer: Any, config: EvalConfig) -> None:
+    """ValueError when ``--chat`` is asked for but the tokenizer has no chat template."""
+    if config.chat and not getattr(tokenizer, "chat_template", None):
+        raise ValueError(f"--chat: the tokenizer of {config.model!r} has no chat template")
+
+
+def format_prompts(tokenizer: Any, prompts: list[str], config: EvalConfig) -> list[str]:
+    """The prompts as given, or (``--chat``) each as one user message under the chat template."""
+    if not config.chat:
+        return prompts
+    return [
+        tokenizer.apply_chat_template(
+            [{"role": "user", "content": p}], tokenize=False, add_generation_prompt=True
+        )
+        for p in prompts
+    ]
 
 
 class TransformersSampler:
@@ -270,6 +297,7 @@ class TransformersSampler:
             self.tokenizer.pad_token = self.tokenizer.eos_token
         dtype: Any = "auto" if config.dtype == "auto" else getattr(torch, config.dtype)
         self.model = AutoModelForCausalLM.from_pretrained(config.model, dtype=dtype).to(self.device).eval()
+        check_chat_template(self.tokenizer, config)
 
     def generate(self, prompts: list[str], n: int, seed: int) -> list[list[str]]:
         """``n`` completions for each prompt (``len(prompts) * n`` sequences in one generate call)."""
@@ -277,6 +305,7 @@ class TransformersSampler:
 
         cfg = self.config
         torch.manual_seed(seed)
+        prompts = format_prompts(self.tokenizer, prompts, cfg)
         enc = self.tokenizer(prompts, return_tensors="pt", padding=True).to(self.device)
         input_ids = enc["input_ids"].repeat_interleave(n, dim=0)  # (P*n, L)
         attention_mask = enc["attention_mask"].repeat_interleave(n, dim=0)  # (P*n, L)
@@ -309,6 +338,8 @@ class VLLMSampler:
         self.config = config
         self._params = SamplingParams
         self.llm = LLM(model=config.model, seed=config.seed, dtype=config.dtype)
+        self.tokenizer = self.llm.get_tokenizer()
+        check_chat_template(self.tokenizer, config)
 
     def generate(self, prompts: list[str], n: int, seed: int) -> list[list[str]]:  # pragma: no cover - GPU
         cfg = self.config
@@ -323,7 +354,7 @@ class VLLMSampler:
             )
             for j in range(len(prompts))
         ]
-        outs = self.llm.generate(prompts, params, use_tqdm=False)
+        outs = self.llm.generate(format_prompts(self.tokenizer, prompts, cfg), params, use_tqdm=False)
         return [[o.text for o in out.outputs] for out in outs]
 
 
