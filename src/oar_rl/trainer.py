@@ -59,7 +59,7 @@ from oar_rl.importance import (
     random_importance,
 )
 from oar_rl.metrics import ess_ratio, top_advantage_mass
-from oar_rl.probes import _compile_pattern, answer_span_mask, scored_positions
+from oar_rl.probes import answer_span_mask, compile_answer_pattern, scored_positions
 from oar_rl.reshape import entropy_shaped_advantages, rescale_sum, token_advantages
 
 Credit = Literal["none", "random", "entropy", "oar-g", "oar-p"]
@@ -199,7 +199,7 @@ class OARConfig(GRPOConfig):
             raise ValueError(f"probe_warmup_steps must be >= 0, got {self.probe_warmup_steps}")
         if self.answer_pattern is not None:
             try:
-                _compile_pattern(self.answer_pattern)  # the probes' own check, run early
+                compile_answer_pattern(self.answer_pattern)  # the probes' own check, run early
             except ValueError as err:
                 raise ValueError(f"answer_pattern: {err}") from err
         if self.mask_token_id is not None and int(self.mask_token_id) < 0:
