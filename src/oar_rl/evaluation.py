@@ -503,11 +503,22 @@ def prepare(config: EvalConfig) -> list[BenchmarkJob]:
         raise ValueError(f"benchmarks repeat: {config.benchmarks}")
     jobs: list[BenchmarkJob] = []
     for name, split, key in parsed:
-        ds = data.load(name, split, template=template if name != "arithmetic" else None, limit=config.limit)
+        try:
+            ds = data.load(
+                name, split, template=template if name != "arithmetic" else None, limit=config.limit
+            )
+        except ValueError:
+            raise
+        except Exception as exc:  # network or Hub errors: still before any sampling
+            raise ValueError(
+                f"cannot load benchmark {name!r} ({type(exc).__name__}: {exc}); offline, put a copy in "
+                f"the Hub schema at ${data.benchmarks.DATA_DIR_ENV}/{name}/<split>.jsonl"
+            ) from exc
         if len(ds) == 0:
             raise ValueError(f"benchmark {name!r} (split {split!r}) is empty")
         hashed = {f: getattr(config, f) for f in HASHED_FIELDS}
-        hashed.update(model=_model_id(config.model), benchmark=name, split=split)
+        bench_id = str(Path(name).resolve()) if data.is_local_path(name) else name
+        hashed.update(model=_model_id(config.model), benchmark=bench_id, split=split)
         meta_data = {"config_hash": config_hash(hashed), "config": hashed}
         jsonl, meta = out / f"{key}.jsonl", out / f"{key}.meta.json"
         if meta.exists():
