@@ -190,6 +190,30 @@ def test_eval_end_to_end_and_resume(tiny_model_dir, tmp_path, monkeypatch):
     ] == pytest.approx(float(pass_at_k(3, cs, 3).mean()), abs=1e-12)
 
 
+def test_resume_inside_a_multi_problem_batch(tiny_model_dir, tmp_path, monkeypatch):
+    """Two problems per generate call; the run dies after the first of them is written. The resumed run
+    regenerates that batch with the same seed, keeps the written problem, and matches a clean run."""
+    full, part = tmp_path / "full", tmp_path / "part"
+    args = lambda out: [*_args(tiny_model_dir, out), "--batch-size", "6"]  # noqa: E731
+    assert main(args(full)) == 0
+    real_append = evaluation.append_record
+    written = {"n": 0}
+
+    def dying_append(path, record):
+        if written["n"] == 1:
+            raise KeyboardInterrupt
+        written["n"] += 1
+        real_append(path, record)
+
+    monkeypatch.setattr(evaluation, "append_record", dying_append)
+    assert main(args(part)) == 130
+    assert [json.loads(x)["index"] for x in (part / "eval_local.jsonl").read_text().splitlines()] == [0]
+    monkeypatch.setattr(evaluation, "append_record", real_append)
+    assert main(args(part)) == 0
+    assert (part / "eval_local.jsonl").read_text() == (full / "eval_local.jsonl").read_text()
+    assert (part / "results.json").read_text() == (full / "results.json").read_text()
+
+
 def test_changed_configuration_is_refused(tiny_model_dir, tmp_path, monkeypatch, capsys):
     out = tmp_path / "out"
     assert main([*_args(tiny_model_dir, out), "--limit", "1"]) == 0
