@@ -191,14 +191,40 @@ def test_format_reward_table():
     assert format_reward([[{"role": "assistant", "content": "<answer>1</answer>"}]]) == [1.0]
 
 
-def test_safe_reward(caplog):
+def test_safe_reward_scores_only_the_failing_completion_none(caplog):
+    def picky_reward(completions, answer, **kwargs):
+        if any("bad" in c for c in completions):
+            raise RuntimeError("boom")
+        return [float(c == a) for c, a in zip(completions, answer, strict=True)]
+
+    metrics = {}
+    wrapped = safe_reward(picky_reward)
+    assert wrapped.__name__ == "picky_reward"
+    with caplog.at_level(logging.WARNING, logger="oar_rl.rewards"):
+        out = wrapped(
+            completions=["1", "bad", "3"],
+            answer=["1", "2", "4"],
+            trainer_state=None,
+            log_metric=lambda k, v: metrics.__setitem__(k, v),
+        )
+    assert out == [1.0, None, 0.0]
+    assert metrics == {"rewards/picky_reward/failed_frac": pytest.approx(1 / 3)}
+    assert "picky_reward raised on 1 of 3 completions" in caplog.text and "boom" in caplog.text
+    assert safe_reward(format_reward)(["<answer>1</answer>"]) == [1.0]
+
+
+def test_safe_reward_is_not_silent_when_a_reward_always_fails():
     def broken_reward(completions, **kwargs):
         raise RuntimeError("boom")
 
-    wrapped = safe_reward(broken_reward)
-    assert wrapped.__name__ == "broken_reward"
-    with caplog.at_level(logging.WARNING, logger="oar_rl.rewards"):
-        assert wrapped(completions=["a", "b", "c"], answer=["1"] * 3) == [None, None, None]
-        assert wrapped(["a"]) == [None]
-    assert "broken_reward raised" in caplog.text and "boom" in caplog.text
-    assert safe_reward(format_reward)(["<answer>1</answer>"]) == [1.0]
+    wrapped = safe_reward(broken_reward, max_failed_batches=2)
+    assert wrapped(completions=["a", "b"]) == [None, None]
+    with pytest.raises(RuntimeError, match=r"broken_reward failed on every completion .*boom"):
+        wrapped(completions=["a"])
+    # a batch that partly succeeds resets the streak
+    flaky = safe_reward(lambda completions, **kw: [1.0 / int(c) for c in completions], max_failed_batches=2)
+    assert flaky(completions=["0"]) == [None]
+    assert flaky(completions=["0", "2"]) == [None, 0.5]
+    assert flaky(completions=["0"]) == [None]
+    with pytest.raises(ValueError, match="max_failed_batches"):
+        safe_reward(broken_reward, max_failed_batches=0)

@@ -331,9 +331,37 @@ def test_reward_function_that_raises_stops_the_run_loudly(tmp_path, tokenizer, d
     def broken_reward(completions, **kwargs):
         raise RuntimeError("reward exploded")
 
-    trainer = make_trainer(make_args(tmp_path, credit="oar-g"), tokenizer, dataset, reward=broken_reward)
-    with pytest.raises(RuntimeError, match="reward exploded"):
+    args = make_args(tmp_path, credit="oar-g", max_steps=4)
+    trainer = make_trainer(args, tokenizer, dataset, reward=broken_reward)
+    with pytest.raises(RuntimeError, match=r"broken_reward failed on every completion .*reward exploded"):
         trainer.train()
+    unsafe = make_trainer(
+        make_args(tmp_path, credit="oar-g", safe_rewards=False), tokenizer, dataset, reward=broken_reward
+    )
+    with pytest.raises(RuntimeError, match="reward exploded"):  # TRL's behaviour when asked for it
+        unsafe.train()
+
+
+def test_a_completion_whose_reward_raises_is_scored_none_and_training_goes_on(
+    tmp_path, tokenizer, dataset, caplog
+):
+    state: dict[str, Any] = {"bad": None}
+
+    def picky_reward(completions, **kwargs):
+        if state["bad"] is None:  # the very first completion seen breaks this reward, whenever it appears
+            state["bad"] = completions[0]
+        if state["bad"] in completions:
+            raise RuntimeError("this completion breaks the reward")
+        return digit_reward(completions)
+
+    trainer = make_trainer(make_args(tmp_path, credit="oar-g"), tokenizer, dataset, reward=picky_reward)
+    with caplog.at_level("WARNING", logger="oar_rl.rewards"):
+        trainer.train()
+    assert "picky_reward raised on" in caplog.text
+    key = "rewards/picky_reward/failed_frac"
+    failed = [h[key] for h in trainer.state.log_history if key in h]
+    assert failed and 0 < failed[0] < 1  # only the failing completion was dropped, the others were scored
+    assert all(math.isfinite(h["loss"]) for h in trainer.state.log_history if "loss" in h)
 
 
 def test_evaluate_uses_token_credit_too(tmp_path, tokenizer, dataset):

@@ -13,8 +13,9 @@ the run ends with `save_model(output_dir)`.
 Departures from TRL's script: reward functions are named `accuracy` / `format` (oar-rl's math-verify
 reward with a hang-proof worker pool, and the `<answer>` format check) or given as a dotted import path;
 their weights are TRL's `reward_weights`. `--resume_from_checkpoint true` (or `latest`) resumes from the
-newest `checkpoint-*` in `output_dir`; a path resumes from that checkpoint. A reward function that
-raises stops the run with its traceback (TRL's behaviour), it is never silently skipped.
+newest `checkpoint-*` in `output_dir`; a path resumes from that checkpoint. A completion whose reward
+raises is logged and scored None (`--safe_rewards`, on by default; see `oar_rl.rewards.safe_reward`); a
+reward that fails on every completion of 3 consecutive batches stops the run with its error.
 """
 
 from __future__ import annotations

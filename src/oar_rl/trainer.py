@@ -163,6 +163,14 @@ class OARConfig(GRPOConfig):
         default=2.0,
         metadata={"help": "κ > 0 of the entropy baseline, Eq. 6: the bonus is capped at |A|/κ."},
     )
+    safe_rewards: bool = field(
+        default=True,
+        metadata={
+            "help": "Wrap plain reward functions with oar_rl.rewards.safe_reward: a completion whose reward "
+            "raises is logged and scored None (skipped by TRL) instead of killing the run; a reward that "
+            "fails on every completion of 3 consecutive batches still stops the run. False: TRL's behaviour."
+        },
+    )
     probe_warmup_steps: int = field(
         default=0,
         metadata={
@@ -209,6 +217,20 @@ class OARConfig(GRPOConfig):
         super().__post_init__()
 
 
+def _safe_rewards(funcs: Any) -> Any:
+    """Wrap plain synchronous reward callables with `safe_reward` (models, Hub ids and async ones as is)."""
+    from trl.trainer.utils import is_async_callable
+
+    from oar_rl.rewards import safe_reward
+
+    def wrap(fn: Any) -> Any:
+        if isinstance(fn, (str, torch.nn.Module)) or not callable(fn) or is_async_callable(fn):
+            return fn
+        return fn if getattr(fn, "__oar_safe__", False) else safe_reward(fn)
+
+    return [wrap(f) for f in funcs] if isinstance(funcs, list) else wrap(funcs)
+
+
 def _check_choice(name: str, value: Any, valid: tuple[str, ...]) -> None:
     if value not in valid:
         raise ValueError(f"{name}={value!r} is not valid; choose one of {', '.join(valid)}")
@@ -240,6 +262,12 @@ class OARTrainer(GRPOTrainer):
     """
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
+        config = args[2] if len(args) > 2 else kwargs.get("args")
+        if getattr(config, "safe_rewards", False):
+            if len(args) > 1:
+                args = (args[0], _safe_rewards(args[1]), *args[2:])
+            elif kwargs.get("reward_funcs") is not None:
+                kwargs["reward_funcs"] = _safe_rewards(kwargs["reward_funcs"])
         super().__init__(*args, **kwargs)
         if not isinstance(self.args, OARConfig):
             raise ValueError(f"OARTrainer needs an OARConfig as `args`, got {type(self.args).__name__}")
