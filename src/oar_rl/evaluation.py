@@ -151,7 +151,12 @@ def _csv(kind):
 class EvalConfig:
     """Everything `oar-rl eval` needs; the CLI flags are these fields (``--max-new-tokens`` etc.)."""
 
-    model: str = field(metadata={"help": "Model directory (save_pretrained) or Hub id."})
+    model: str = field(
+        metadata={
+            "help": "Model directory (save_pretrained), Hub id, or 'default' for the embedded default model "
+            "(built and cached on first use, see oar_rl.tiny)."
+        }
+    )
     out: str = field(metadata={"help": "Output directory (resumable; see the module docs)."})
     benchmarks: list[str] = field(
         default_factory=lambda: ["aime25", "aime24", "amc23", "math500", "gsm8k"],
@@ -688,6 +693,10 @@ def evaluate(config: EvalConfig, *, sampler: Any = None) -> dict[str, Any]:
 def main(argv: list[str] | None = None) -> int:
     """`oar-rl eval`: exit 0 on success, 2 on bad input (nothing sampled), 130 when interrupted."""
     args = build_parser().parse_args(sys.argv[1:] if argv is None else argv)
+    if args.model == "default":
+        from oar_rl.tiny import load_default_model
+
+        args.model = str(load_default_model()[2])
     config = EvalConfig(**vars(args))
     try:
         results = evaluate(config)
