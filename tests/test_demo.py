@@ -152,6 +152,8 @@ def test_heatmap_escapes_and_checks_lengths():
     assert row.count("<span title=") == 3
     assert 'title="0.000" style="background:transparent"' in row
     assert "rgba(230, 85, 13, 0.950)" in row  # 2.0 is clipped to 1
+    unscored = heatmap.heatmap_row(["7", "<"], [None, float("nan")])
+    assert unscored.count('title="not scored"') == 2 and "rgba" not in unscored
     with pytest.raises(ValueError, match="one to one"):
         heatmap.heatmap_row(["a"], [0.1, 0.2])
     table = heatmap.heatmap_html("1+1<2", [("OAR-P", ["x"], [0.5])])
@@ -174,6 +176,7 @@ def test_demo_end_to_end_tiny(tmp_path, monkeypatch):
         assert (out / name).read_bytes()[:4] == b"\x89PNG"
     html = (out / "report.html").read_text()
     assert "data:image/png;base64," in html and "OAR-P" in html and "OAR-G" in html
+    assert (out / "report.html").stat().st_mode & 0o777 == report.default_file_mode()  # not mkstemp's 0o600
     # A rerun with the same configuration trains nothing.
     monkeypatch.setattr(demo, "train_one", lambda *a, **k: pytest.fail("finished runs must be skipped"))
     assert demo.main(["--tiny", "--out", str(out), "--cache-dir", str(cache)]) == 0

@@ -17,7 +17,12 @@ results are discarded, never mixed). `--fresh` always starts clean.
 Departures from the paper's setup (§4.1), all for CPU budget: a tiny char-level model instead of
 Qwen2.5; G and the batch are small; the learning rate is much larger (1e-6 barely moves a model this
 small in tens of steps); the reward is the exact integer checker of `oar_rl.data.arithmetic` rather than
-math-verify (answers are plain integers, and the checker is exact and fast).
+math-verify (answers are plain integers, and the checker is exact and fast); OAR-G and OAR-P both use
+the AS-Mean probe (the paper recommends LT-Logits for OAR-P). Every completion here ends in the fixed
+text "</answer>" + EOS, so the LT-Logits distribution (what follows the last token) is moved almost only by
+the last few tokens: measured on the warm start, LT-Logits gives ~0 normalised importance to every token
+but the final ">", which is no credit assignment at all. AS-Mean asks how each token before the answer
+moves the model's prediction of the answer digits, which is the causal structure the task is built on.
 """
 
 from __future__ import annotations
@@ -54,18 +59,20 @@ class DemoSettings:
     """Warm-start recipe: 'default' or 'test' (the seconds-to-build one used by the tests)."""
     methods: tuple[str, ...] = ("grpo", "oar-g", "oar-p")
     seeds: int = 2
-    steps: int = 30
+    steps: int = 60
     """Optimizer steps per run."""
     prompts_per_step: int = 8
     num_generations: int = 8
     """G: completions per prompt (the batch is prompts_per_step * G completions)."""
-    learning_rate: float = 2e-4
+    learning_rate: float = 5e-5
     max_completion_length: int = 72
     temperature: float = 1.0
+    probe: str = "as-mean"
+    """Outcome probe of OAR-G/OAR-P (see the module docstring for why not LT-Logits here)."""
     tau: float = 0.4
     oar_beta: float = 2.0
     eval_split: str = "eval"
-    eval_problems: int = 200
+    eval_problems: int = 300
     eval_samples: int = 2
     """Samples per problem for the temperature-1.0 accuracy (its mean over samples)."""
     eval_seed: int = 1234
@@ -112,7 +119,7 @@ class DemoSettings:
 
 PRESETS: dict[str, DemoSettings] = {
     "default": DemoSettings(),
-    "quick": DemoSettings(seeds=1, steps=12, eval_problems=100, eval_samples=1),
+    "quick": DemoSettings(seeds=1, steps=15, eval_problems=150, eval_samples=2),
     # Hidden, for the tests: a barely trained model, a few seconds per run.
     "tiny": DemoSettings(
         recipe="test",
@@ -239,6 +246,7 @@ def train_one(
     config = OARConfig(
         output_dir=str(workdir),
         credit=METHODS[method],
+        probe=settings.probe,
         tau=settings.tau,
         oar_beta=settings.oar_beta,
         per_device_train_batch_size=batch,
@@ -288,6 +296,7 @@ def token_heatmap(model, tokenizer, problems, settings: DemoSettings) -> str | N
     from oar_rl.analysis.heatmap import heatmap_html
     from oar_rl.data.arithmetic import check
     from oar_rl.importance import gradient_importance, perturbation_importance
+    from oar_rl.probes import answer_span_mask, scored_positions
     from oar_rl.reshape import normalize_importance
     from oar_rl.tiny import generate_completions
 
@@ -307,14 +316,22 @@ def token_heatmap(model, tokenizer, problems, settings: DemoSettings) -> str | N
     c_ids = torch.tensor([tokenizer(completion, add_special_tokens=False)["input_ids"]])  # (1, C)
     p_mask, c_mask = torch.ones_like(p_ids), torch.ones_like(c_ids)
     tokens = [tokenizer.decode([int(t)]) for t in c_ids[0]]
-    rows = []
-    p_raw = perturbation_importance(model, p_ids, p_mask, c_ids, c_mask)  # (1, C)
-    rows.append(("OAR-P", tokens, normalize_importance(p_raw, c_mask)[0].tolist()))
-    g_raw = gradient_importance(
-        model, p_ids, p_mask, c_ids, c_mask, generator=torch.Generator().manual_seed(0)
-    )
-    rows.append(("OAR-G", tokens, normalize_importance(g_raw, c_mask)[0].tolist()))
-    return heatmap_html(prompt, rows)
+    kw: dict[str, Any] = {"probe": settings.probe}
+    scored = c_mask.bool()  # (1, C)
+    if settings.probe != "lt-logits":
+        kw["answer_mask"] = answer_span_mask(c_ids, c_mask, tokenizer)  # (1, C)
+        if kw["answer_mask"].any():
+            scored = scored_positions(c_mask, kw["answer_mask"]).bool()
+
+    def row(raw: torch.Tensor) -> list[float | None]:
+        norm = normalize_importance(raw, scored.float())[0]  # (C,)
+        return [float(v) if s else None for v, s in zip(norm.tolist(), scored[0].tolist(), strict=True)]
+
+    rows = [("OAR-P", tokens, row(perturbation_importance(model, p_ids, p_mask, c_ids, c_mask, **kw)))]
+    gen = torch.Generator().manual_seed(0)
+    g_raw = gradient_importance(model, p_ids, p_mask, c_ids, c_mask, generator=gen, **kw)  # (1, C)
+    rows.append(("OAR-G", tokens, row(g_raw)))
+    return heatmap_html(f"{prompt}   (probe: {settings.probe})", rows)
 
 
 class Summary:

@@ -125,11 +125,11 @@ _RECIPE_FILE = "oar_rl_recipe.json"
 class ModelSpec:
     """Shape of the tiny Qwen2 (passed to `tiny_qwen2_config`)."""
 
-    hidden_size: int = 128
-    num_layers: int = 4
+    hidden_size: int = 96
+    num_layers: int = 3
     num_heads: int = 4
     num_kv_heads: int = 2
-    intermediate_size: int = 384
+    intermediate_size: int = 288
     max_position_embeddings: int = 256
     init_seed: int = 0
 
@@ -138,7 +138,7 @@ class ModelSpec:
 class SFTSpec:
     """Supervised warm start: AdamW, linear warm-up then cosine decay, loss on solution tokens (+ EOS)."""
 
-    steps: int = 1200
+    steps: int = 750
     batch_size: int = 64
     learning_rate: float = 3e-3
     warmup_steps: int = 50

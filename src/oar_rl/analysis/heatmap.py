@@ -18,18 +18,24 @@ def _colour(score: float) -> str:
     return f"rgba(230, 85, 13, {0.08 + 0.87 * s:.3f})" if s > 0 else "transparent"
 
 
-def heatmap_row(tokens: Sequence[str], scores: Sequence[float]) -> str:
-    """One HTML fragment: each token in a `<span>` whose background encodes its score (title shows it)."""
+def heatmap_row(tokens: Sequence[str], scores: Sequence[float | None]) -> str:
+    """One HTML fragment: each token in a `<span>` whose background encodes its score (title shows it).
+
+    A score of None or NaN marks an unscored token, drawn in grey.
+    """
     if len(tokens) != len(scores):
         raise ValueError(f"got {len(tokens)} tokens but {len(scores)} scores; they must match one to one")
     spans = []
     for tok, sc in zip(tokens, scores, strict=True):
         text = html.escape(tok).replace(" ", "&nbsp;").replace("\n", "&#9166;<br>")
-        spans.append(f'<span title="{sc:.3f}" style="background:{_colour(float(sc))}">{text}</span>')
+        if sc is None or not math.isfinite(float(sc)):  # not scored (e.g. the answer span under AS probes)
+            spans.append(f'<span title="not scored" style="color:#999">{text}</span>')
+        else:
+            spans.append(f'<span title="{sc:.3f}" style="background:{_colour(float(sc))}">{text}</span>')
     return '<span class="oar-trace">' + "".join(spans) + "</span>"
 
 
-def heatmap_html(prompt: str, rows: Sequence[tuple[str, Sequence[str], Sequence[float]]]) -> str:
+def heatmap_html(prompt: str, rows: Sequence[tuple[str, Sequence[str], Sequence[float | None]]]) -> str:
     """A table: the prompt, then one row per (label, tokens, scores) with the coloured completion."""
     body = [
         '<table class="oar-heatmap">',

@@ -13,6 +13,8 @@ import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from oar_rl.analysis.report import default_file_mode
+
 # (log-history key, plot title, y-axis label)
 CURVES: tuple[tuple[str, str, str], ...] = (
     ("reward", "Reward (accuracy on training prompts)", "mean reward"),
@@ -56,6 +58,7 @@ def _savefig_atomic(fig, path: Path) -> None:
     os.close(fd)
     try:
         fig.savefig(tmp, format="png", dpi=110, bbox_inches="tight")
+        os.chmod(tmp, default_file_mode())
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)

@@ -24,6 +24,13 @@ th{background:#f4f4f4}td.num{text-align:right;font-variant-numeric:tabular-nums}
 """
 
 
+def default_file_mode() -> int:
+    """0o666 minus the process umask: the mode `open(path, "w")` would give (mkstemp gives 0o600)."""
+    umask = os.umask(0)
+    os.umask(umask)
+    return 0o666 & ~umask
+
+
 def write_text_atomic(path: str | os.PathLike, text: str) -> None:
     """Write `text` to `path` through a temp file in the same directory and `os.replace`."""
     path = Path(path)
@@ -31,6 +38,7 @@ def write_text_atomic(path: str | os.PathLike, text: str) -> None:
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             f.write(text)
+        os.chmod(tmp, default_file_mode())
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
@@ -109,8 +117,9 @@ def render_report(
         parts.append("<h2>Token importance of one trace</h2>")
         parts.append(
             "<p class='note'>The warm-start model's greedy solution of a held-out problem; each character "
-            "is coloured by its normalised importance (Eq. 14) under OAR-P (perturbation) and OAR-G "
-            "(input gradient), LT-Logits probe. Hover a character for its value.</p>"
+            "before the answer is coloured by its normalised importance (Eq. 14) under OAR-P (perturbation) "
+            "and OAR-G (input gradient) with the probe used for training; the answer span and what "
+            "follows are not scored (grey; they keep weight 1). Hover a character for its value.</p>"
         )
         parts.append(heatmap)
     parts.append("<h2>Configuration</h2><pre>")
