@@ -1,0 +1,145 @@
+"""`oar-rl attribute`, `oar-rl oracle` and `oar-rl bench` end to end on a tiny random model."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from oar_rl.analysis import attribute, bench, recall
+from oar_rl.cli import main as cli_main
+from oar_rl.tiny import build_char_tokenizer, tiny_qwen2
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory):
+    path = tmp_path_factory.mktemp("tiny-model")
+    tok = build_char_tokenizer()
+    tiny_qwen2(len(tok), seed=1).save_pretrained(path)
+    tok.save_pretrained(path)
+    return str(path)
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def test_attribute_scores_a_given_trace(model_dir, tmp_path):
+    out = tmp_path / "attr"
+    rc = attribute.main(
+        [
+            "--model",
+            model_dir,
+            "--prompt",
+            "Compute 2+3.",
+            "--completion",
+            "First 2+3=5.<answer>5</answer>",
+            "--methods",
+            "oar-p,oar-g,entropy,random",
+            "--out",
+            str(out),
+        ]
+    )
+    assert rc == 0
+    page = (out / "heatmaps.html").read_text()
+    for name in ("oar-p", "oar-g", "entropy", "random"):
+        assert f"<th>{name}</th>" in page
+    assert page.count('class="oar-trace"') == 4  # one coloured row per method
+
+
+def test_oracle_study_end_to_end(model_dir, tmp_path, monkeypatch):
+    import oar_rl.data.arithmetic as arithmetic
+
+    # A random model never solves arithmetic; make "correct" mean an odd-length completion so that about
+    # half the sampled traces are correct and substitutions that change the greedy suffix flip correctness.
+    monkeypatch.setattr(arithmetic, "check", lambda text, answer: len(text) % 2 == 1)
+    out = tmp_path / "oracle"
+    rc = recall.main(
+        [
+            "--model",
+            model_dir,
+            "--n",
+            "3",
+            "--max-prompts",
+            "40",
+            "--max-new-tokens",
+            "10",
+            "--methods",
+            "oar-p,random",
+            "--out",
+            str(out),
+        ]
+    )
+    assert rc == 0
+    result = json.loads((out / "recall.json").read_text())
+    assert result["trajectories"] == 3 and result["pivots"] > 0
+    for curve in result["recall"].values():
+        values = [curve[k] for k in sorted(curve, key=float)]
+        assert all(0.0 <= v <= 1.0 for v in values)
+        assert values == sorted(values)  # recall grows with K
+        assert curve["1"] == 1.0  # every pivot is within the top 100%
+    assert (out / "recall.png").stat().st_size > 1000
+    assert "<th>oracle</th>" in (out / "heatmaps.html").read_text()
+
+
+def test_bench_reports_ratios_to_grpo(model_dir, tmp_path):
+    out = tmp_path / "bench"
+    rc = bench.main(
+        [
+            "--model",
+            model_dir,
+            "--methods",
+            "none,oar-g",
+            "--steps",
+            "1",
+            "--warmup",
+            "0",
+            "--prompts",
+            "1",
+            "--num-generations",
+            "4",
+            "--max-completion-length",
+            "8",
+            "--out",
+            str(out),
+        ]
+    )
+    assert rc == 0
+    report = json.loads((out / "bench.json").read_text())
+    by = {r["method"]: r for r in report["results"]}
+    assert by["none"]["ratio_vs_grpo"] == 1.0 and by["none"]["update_ratio_vs_grpo"] == 1.0
+    assert by["oar-g"]["seconds_per_token"] > 0
+    assert "| oar-g |" in (out / "bench.md").read_text()
+
+
+@pytest.mark.parametrize(
+    ("argv", "needle"),
+    [
+        (["attribute", "--methods", "oar-x"], "unknown value"),
+        (["attribute", "--model", "/nonexistent/model"], "not a directory"),
+        (["attribute", "--completion", "x"], "--completion needs --prompt"),
+        (["oracle", "--split", "test"], "--split"),
+        (["oracle", "--n", "0"], "--n"),
+    ],
+)
+def test_bad_input_is_a_clear_error(argv, needle, capsys, tmp_path):
+    assert cli_main([*argv, "--out", str(tmp_path / "o")]) == 2
+    assert needle in capsys.readouterr().err
+
+
+def test_unwritable_out_is_refused(model_dir, tmp_path, capsys):
+    blocker = tmp_path / "file"
+    blocker.write_text("not a directory")
+    assert attribute.main(["--model", model_dir, "--out", str(blocker / "sub")]) == 2
+    assert "cannot write to --out" in capsys.readouterr().err
+
+
+def test_bench_argument_errors(capsys):
+    with pytest.raises(SystemExit):
+        bench.main(["--methods", "oar-g"])  # no GRPO reference to divide by
+    assert "must include 'none'" in capsys.readouterr().err
