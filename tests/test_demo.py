@@ -56,6 +56,7 @@ def test_interrupt_then_resume_then_new_config_starts_clean(tmp_path, fake_work)
     assert partial["complete"] is False
     assert sorted(partial["runs"]) == ["grpo/seed0", "grpo/seed1", "oar-g/seed0"]
     assert not (out / "report.html").exists()
+    (out / "report.html").write_text("stale")  # e.g. left by an older run: must not survive a rerun
 
     state["interrupt_at"] = None
     assert demo.main(args) == 0
@@ -63,6 +64,7 @@ def test_interrupt_then_resume_then_new_config_starts_clean(tmp_path, fake_work)
     done = json.loads((out / "summary.json").read_text())
     assert done["complete"] is True and len(done["runs"]) == 4
     assert done["runs"]["grpo/seed0"] == partial["runs"]["grpo/seed0"]
+    assert "stale" not in (out / "report.html").read_text() and (out / "reward.png").exists()
 
     # Adding a method reuses the finished runs of the same configuration.
     assert demo.main([*args[:-3], "grpo,oar-g,oar-p", "--seeds", "2"]) == 0

@@ -15,14 +15,22 @@ with the same configuration skips the finished runs; with a different one it sta
 results are discarded, never mixed). `--fresh` always starts clean.
 
 Departures from the paper's setup (§4.1), all for CPU budget: a tiny char-level model instead of
-Qwen2.5; G and the batch are small; the learning rate is much larger (1e-6 barely moves a model this
-small in tens of steps); the reward is the exact integer checker of `oar_rl.data.arithmetic` rather than
-math-verify (answers are plain integers, and the checker is exact and fast); OAR-G and OAR-P both use
-the AS-Mean probe (the paper recommends LT-Logits for OAR-P). Every completion here ends in the fixed
-text "</answer>" + EOS, so the LT-Logits distribution (what follows the last token) is moved almost only by
-the last few tokens: measured on the warm start, LT-Logits gives ~0 normalised importance to every token
-but the final ">", which is no credit assignment at all. AS-Mean asks how each token before the answer
-moves the model's prediction of the answer digits, which is the causal structure the task is built on.
+Qwen2.5; G and the batch are small; the learning rate is 5e-5 rather than 1e-6 (which does not move a
+model this small in tens of steps); the reward is the exact integer checker of `oar_rl.data.arithmetic`
+rather than math-verify (answers are plain integers; the checker is exact and fast). OAR-G and OAR-P
+both use the AS-Mean probe (the paper recommends LT-Logits for OAR-P): every completion here ends in
+the fixed text "</answer>" + EOS, so the LT-Logits distribution (what follows the last token) is moved
+almost only by the last few tokens -- measured on the warm start, LT-Logits gives ~0 normalised
+importance to every token but the final ">", which is no credit assignment at all. AS-Mean asks how
+each token before the answer moves the model's prediction of the answer digits, which is the causal
+structure the task is built on.
+
+Tuning notes (GRPO from the default warm start, 8 prompts x 8 completions per step, held-out accuracy
+sampled at T=1): with Adam, lr 1e-3 collapses accuracy to ~0 within 4 steps and lr 2e-4 for 30 steps
+lowers it (0.50 -> 0.44) -- with gradients this noisy Adam's early steps are close to sign noise, which a
+model this small cannot absorb; SGD (lr 1.0) collapses too. lr 5e-5 raises it; 40 steps gained more
+than 60 (+2.5..+5.8 vs +0.3..+2.8 points over 6 runs), so the default is 40 steps. The gains are a few
+points: expect the ordering of methods to vary with the seed at this budget.
 """
 
 from __future__ import annotations
@@ -59,7 +67,7 @@ class DemoSettings:
     """Warm-start recipe: 'default' or 'test' (the seconds-to-build one used by the tests)."""
     methods: tuple[str, ...] = ("grpo", "oar-g", "oar-p")
     seeds: int = 2
-    steps: int = 60
+    steps: int = 40
     """Optimizer steps per run."""
     prompts_per_step: int = 8
     num_generations: int = 8
@@ -73,7 +81,7 @@ class DemoSettings:
     oar_beta: float = 2.0
     eval_split: str = "eval"
     eval_problems: int = 300
-    eval_samples: int = 2
+    eval_samples: int = 4
     """Samples per problem for the temperature-1.0 accuracy (its mean over samples)."""
     eval_seed: int = 1234
 
@@ -371,7 +379,7 @@ class Summary:
 
 def run_demo(settings: DemoSettings, out: Path, *, cache_dir: str | None = None, fresh: bool = False) -> dict:
     """Run the demo end to end; returns the final summary dict. See the module docstring."""
-    from oar_rl.analysis.plots import plot_curves
+    from oar_rl.analysis.plots import CURVES, plot_curves
     from oar_rl.analysis.report import write_report
     from oar_rl.data.arithmetic import split_problems
     from oar_rl.tiny import load_default_model
@@ -380,6 +388,10 @@ def run_demo(settings: DemoSettings, out: Path, *, cache_dir: str | None = None,
     check_writable(out)
     summary = Summary(out / "summary.json", settings, fresh)
     summary.save()
+    # The report and plots are regenerated from summary.json at the end; remove old ones now so that an
+    # interrupted or reconfigured run never leaves a report that disagrees with summary.json.
+    for stale in [out / "report.html", *(out / f"{key.split('/')[-1]}.png" for key, _, _ in CURVES)]:
+        stale.unlink(missing_ok=True)
     recipe = settings.recipe_obj()
     _phase(f"warm start: recipe {recipe.hash()} (built on first use, then cached)")
     model, tokenizer, model_path = load_default_model(recipe, cache_dir=cache_dir, progress=True)

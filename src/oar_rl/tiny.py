@@ -111,7 +111,11 @@ def tiny_qwen2(vocab_size: int, *, seed: int = 0, **config_kwargs) -> Qwen2ForCa
 # Not in the paper, which starts RL from Qwen2.5 checkpoints. A char-level model trained here for a few
 # minutes on the synthetic arithmetic task plays that role so `oar-rl demo` and the tests need no
 # download. The recipe is tuned so the warm start solves a fraction of held-out problems when sampling at
-# temperature 1.0, leaving RL headroom.
+# temperature 1.0, leaving RL headroom. Measured for DEFAULT_RECIPE (342k parameters, 750 SFT steps of 64
+# solutions; build 4 min 9 s wall / 5 min 5 s CPU on 2 shared, loaded CPU cores): held-out "eval" split
+# accuracy 48.5% sampled at T=1.0 (4 samples x 500 problems), 71.6% greedy; the 4-operand "hard" split
+# 1.6% / 1.4% (it does not length-generalise). Learning is a sharp phase transition: 600 steps give
+# ~12% sampled, 1000 steps ~76%, so changes to the recipe need re-measuring.
 # ----------------------------------------------------------------------------------------------------
 
 RECIPE_FORMAT_VERSION = 1
@@ -236,6 +240,7 @@ def load_default_model(
         tok.save_pretrained(tmp)
         (tmp / _RECIPE_FILE).write_text(json.dumps(recipe.to_dict(), indent=2, sort_keys=True))
         (tmp / _COMPLETE_MARKER).write_text("ok\n")
+        tmp.chmod(0o777 & ~_umask())  # mkdtemp makes 0o700; give the entry a normal directory's mode
         try:
             os.rename(tmp, path)
         except OSError:  # another process finished the same recipe first: keep theirs if it is good
@@ -247,6 +252,12 @@ def load_default_model(
         raise
     model, tok = _load(path)
     return model, tok, path
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
 
 
 def _log(enabled: bool, msg: str) -> None:
