@@ -116,6 +116,17 @@ def test_aggregate_matches_reference():
     assert plots.curve(h1, "reward") == ([1, 2], [0.1, 0.3])
 
 
+def test_moving_average_matches_reference():
+    values = [1.0, 5.0, 2.0, 8.0, 4.0]
+    # Window 3, trailing, fewer at the start: 1, (1+5)/2, (1+5+2)/3, (5+2+8)/3, (2+8+4)/3.
+    assert plots.moving_average(values, 3) == pytest.approx([1.0, 3.0, 8 / 3, 5.0, 14 / 3], abs=1e-12)
+    assert plots.moving_average(values, 1) == values
+    h = [{"step": i + 1, "reward": v} for i, v in enumerate(values)]
+    assert plots.aggregate([h], "reward", smooth=2)["mean"] == pytest.approx([1.0, 3.0, 3.5, 5.0, 6.0])
+    with pytest.raises(ValueError, match="window"):
+        plots.moving_average(values, 0)
+
+
 def test_plots_and_report(tmp_path):
     histories = {"grpo": [_fake_history(0.0), _fake_history(0.1)], "oar-g": [_fake_history(0.2)]}
     written = plots.plot_curves(histories, tmp_path)

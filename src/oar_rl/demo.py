@@ -441,7 +441,7 @@ def run_demo(settings: DemoSettings, out: Path, *, cache_dir: str | None = None,
     for seed in range(settings.seeds):
         for m in settings.methods:
             histories[m].append(runs[Summary.key(m, seed)]["history"])
-    plots = plot_curves(histories, out)
+    plots = plot_curves(histories, out, smooth=5 if settings.steps >= 20 else 1)
     heatmap = None
     try:
         heatmap = token_heatmap(model, tokenizer, problems, settings)

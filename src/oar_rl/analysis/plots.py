@@ -35,12 +35,32 @@ def curve(history: Sequence[Mapping[str, float]], key: str) -> tuple[list[int], 
     return steps, values
 
 
-def aggregate(histories: Sequence[Sequence[Mapping[str, float]]], key: str) -> dict[str, list[float]]:
+def moving_average(values: Sequence[float], window: int) -> list[float]:
+    """Trailing mean over the last `window` values (fewer at the start); window 1 returns the values."""
+    if window < 1:
+        raise ValueError(f"window={window} must be >= 1")
+    out, total = [], 0.0
+    for i, v in enumerate(values):
+        total += v
+        if i >= window:
+            total -= values[i - window]
+        out.append(total / min(i + 1, window))
+    return out
+
+
+def aggregate(
+    histories: Sequence[Sequence[Mapping[str, float]]], key: str, *, smooth: int = 1
+) -> dict[str, list[float]]:
     """Mean, min and max of `key` over seeds at each step that every seed logged.
 
-    Returns {"step": [...], "mean": [...], "low": [...], "high": [...]} (empty lists when no step is shared).
+    With `smooth` > 1 each seed's curve is first replaced by its trailing moving average over `smooth`
+    logged steps. Returns {"step": [...], "mean": [...], "low": [...], "high": [...]} (empty lists when
+    no step is shared).
     """
-    per_seed = [dict(zip(*curve(h, key), strict=True)) for h in histories]
+    per_seed = []
+    for h in histories:
+        steps, values = curve(h, key)
+        per_seed.append(dict(zip(steps, moving_average(values, smooth), strict=True)))
     if not per_seed:
         return {"step": [], "mean": [], "low": [], "high": []}
     shared = sorted(set.intersection(*(set(d) for d in per_seed)))
@@ -66,12 +86,15 @@ def _savefig_atomic(fig, path: Path) -> None:
 
 
 def plot_curves(
-    histories: Mapping[str, Sequence[Sequence[Mapping[str, float]]]], out_dir: str | os.PathLike
+    histories: Mapping[str, Sequence[Sequence[Mapping[str, float]]]],
+    out_dir: str | os.PathLike,
+    *,
+    smooth: int = 1,
 ) -> dict[str, Path]:
     """One PNG per entry of `CURVES` in `out_dir`; `histories` maps method -> one log history per seed.
 
-    Returns {metric key: PNG path} for the metrics that at least one method logged. Files are written
-    atomically.
+    `smooth` > 1 plots trailing moving averages over that many steps (said in the title). Returns
+    {metric key: PNG path} for the metrics that at least one method logged. Files are written atomically.
     """
     import matplotlib
 
@@ -82,7 +105,7 @@ def plot_curves(
     out.mkdir(parents=True, exist_ok=True)
     written: dict[str, Path] = {}
     for key, title, ylabel in CURVES:
-        series = {m: aggregate(hs, key) for m, hs in histories.items()}
+        series = {m: aggregate(hs, key, smooth=smooth) for m, hs in histories.items()}
         series = {m: s for m, s in series.items() if s["step"]}
         if not series:
             continue
@@ -91,7 +114,7 @@ def plot_curves(
             (line,) = ax.plot(s["step"], s["mean"], label=method, linewidth=1.6)
             if any(lo != hi for lo, hi in zip(s["low"], s["high"], strict=True)):
                 ax.fill_between(s["step"], s["low"], s["high"], color=line.get_color(), alpha=0.2)
-        ax.set_title(title, fontsize=10)
+        ax.set_title(title + (f", {smooth}-step moving average" if smooth > 1 else ""), fontsize=10)
         ax.set_xlabel("optimizer step")
         ax.set_ylabel(ylabel)
         ax.grid(alpha=0.3)
