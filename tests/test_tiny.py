@@ -146,3 +146,10 @@ def test_accuracy_counts_checked_completions(built, monkeypatch):
     assert tiny.accuracy(model, tok, ["p1", "p2"], ["6", "14"], samples=2) == pytest.approx(0.5)
     with pytest.raises(ValueError, match="samples"):
         tiny.accuracy(model, tok, ["p1"], ["6"], samples=0)
+
+
+def test_unwritable_cache_dir_is_a_clear_error(tmp_path):
+    blocker = tmp_path / "a_file"
+    blocker.write_text("x")
+    with pytest.raises(OSError, match="OAR_RL_CACHE"):
+        tiny.load_default_model(tiny.TEST_RECIPE, cache_dir=blocker / "models", progress=False)

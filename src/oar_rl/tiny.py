@@ -231,9 +231,15 @@ def load_default_model(
         else:
             _log(progress, f"[oar-rl] cached model at {path} is incomplete or stale; rebuilding")
         shutil.rmtree(path, ignore_errors=True)
-    root.mkdir(parents=True, exist_ok=True)
     _log(progress, f"[oar-rl] building the warm-start model (recipe {recipe.hash()}) into {path}")
-    tmp = Path(tempfile.mkdtemp(prefix=f".{recipe.hash()}.", dir=root))
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{recipe.hash()}.", dir=root))
+    except OSError as e:
+        raise OSError(
+            f"cannot write the model cache {root} ({e.strerror or e}); point ${CACHE_ENV} or cache_dir "
+            "at a writable directory"
+        ) from e
     try:
         model, tok = build_model(recipe, progress=progress)
         model.save_pretrained(tmp)
