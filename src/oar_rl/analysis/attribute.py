@@ -197,7 +197,13 @@ def main(argv: list[str] | None = None) -> int:
         "--n", type=int, default=3, help="traces sampled from the arithmetic eval split (no --prompt)"
     )
     p.add_argument("--methods", default=",".join(METHODS), help=f"comma-separated of {', '.join(METHODS)}")
-    p.add_argument("--probe", default="lt-logits", choices=PROBES)
+    p.add_argument(
+        "--probe",
+        default="as-mean",
+        choices=PROBES,
+        help="outcome probe of oar-p/oar-g (default as-mean: on the arithmetic task every completion ends in "
+        "the fixed text '</answer>', which leaves lt-logits almost no signal)",
+    )
     p.add_argument("--max-new-tokens", type=int, default=96)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", default="attribute_out", help="directory for heatmaps.html")

@@ -38,6 +38,7 @@ def _parse(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--prompts", type=int, default=2, help="prompts per step")
     p.add_argument("--num-generations", type=int, default=8, help="completions per prompt (G)")
     p.add_argument("--max-completion-length", type=int, default=96)
+    p.add_argument("--probe", default="as-mean", choices=("lt-logits", "as-mean", "as-joint"))
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", default="bench_out", help="directory for bench.json / bench.md / bench.png")
     a = p.parse_args(argv)
@@ -79,6 +80,7 @@ def run_method(method: str, model_path: str, args: argparse.Namespace, workdir: 
     config = OARConfig(
         output_dir=os.path.join(workdir, method),
         credit=credit,
+        probe=args.probe,
         perturbation_batch_size=1 if method == "oar-p-serial" else 64,
         per_device_train_batch_size=batch,
         num_generations=args.num_generations,

@@ -64,7 +64,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--n", type=int, default=40, help="correct trajectories to analyse")
     p.add_argument("--max-prompts", type=int, default=400, help="give up after sampling this many prompts")
     p.add_argument("--methods", default=",".join(METHODS), help=f"comma-separated of {', '.join(METHODS)}")
-    p.add_argument("--probe", default="lt-logits", choices=PROBES)
+    p.add_argument(
+        "--probe",
+        default="as-mean",
+        choices=PROBES,
+        help="outcome probe of oar-p/oar-g (default as-mean: on the arithmetic task every completion ends in "
+        "the fixed text '</answer>', which leaves lt-logits almost no signal)",
+    )
     p.add_argument("--max-new-tokens", type=int, default=96)
     p.add_argument("--heatmaps", type=int, default=4, help="traces shown in heatmaps.html")
     p.add_argument("--seed", type=int, default=0)
