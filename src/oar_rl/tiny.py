@@ -112,7 +112,8 @@ def tiny_qwen2(vocab_size: int, *, seed: int = 0, **config_kwargs) -> Qwen2ForCa
 # minutes on the synthetic arithmetic task plays that role so `oar-rl demo` and the tests need no
 # download. The recipe is tuned so the warm start solves a fraction of held-out problems when sampling at
 # temperature 1.0, leaving RL headroom. Measured for DEFAULT_RECIPE (342k parameters, 750 SFT steps of 64
-# solutions; build 4 min 9 s wall / 5 min 5 s CPU on 2 shared, loaded CPU cores): held-out "eval" split
+# solutions; cold build 1 min 34 s - 1 min 50 s on 2 CPU cores shared with other light jobs, 4 min 9 s
+# when heavily loaded, load average ~7): held-out "eval" split
 # accuracy 48.5% sampled at T=1.0 (4 samples x 500 problems), 71.6% greedy; the 4-operand "hard" split
 # 1.6% / 1.4% (it does not length-generalise). Learning is a sharp phase transition: 600 steps give
 # ~12% sampled, 1000 steps ~76%, so changes to the recipe need re-measuring.
