@@ -9,6 +9,7 @@ import pytest
 
 from oar_rl import demo, tiny
 from oar_rl.analysis import heatmap, plots, report
+from oar_rl.io import default_file_mode
 
 
 def _fake_history(offset: float) -> list[dict]:
@@ -189,7 +190,7 @@ def test_demo_end_to_end_tiny(tmp_path, monkeypatch):
         assert (out / name).read_bytes()[:4] == b"\x89PNG"
     html = (out / "report.html").read_text()
     assert "data:image/png;base64," in html and "OAR-P" in html and "OAR-G" in html
-    assert (out / "report.html").stat().st_mode & 0o777 == report.default_file_mode()  # not mkstemp's 0o600
+    assert (out / "report.html").stat().st_mode & 0o777 == default_file_mode()  # not mkstemp's 0o600
     # A rerun with the same configuration trains nothing.
     monkeypatch.setattr(demo, "train_one", lambda *a, **k: pytest.fail("finished runs must be skipped"))
     assert demo.main(["--tiny", "--out", str(out), "--cache-dir", str(cache)]) == 0

@@ -48,7 +48,7 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from oar_rl.analysis.report import write_text_atomic
+from oar_rl.io import ensure_writable_dir, write_text_atomic
 
 METHODS: dict[str, str] = {
     "grpo": "none",
@@ -187,18 +187,6 @@ def settings_from_args(args: argparse.Namespace) -> DemoSettings:
     if args.methods is not None:
         changes["methods"] = tuple(m.strip() for m in args.methods.split(",") if m.strip())
     return replace(s, **changes)
-
-
-def check_writable(out: Path) -> None:
-    """Create `out` and write/delete a probe file in it; raise ValueError with the reason if that fails."""
-    try:
-        if out.exists() and not out.is_dir():
-            raise ValueError(f"--out {str(out)!r} exists and is not a directory")
-        out.mkdir(parents=True, exist_ok=True)
-        with tempfile.NamedTemporaryFile(dir=out, prefix=".oar-rl-probe-"):
-            pass
-    except OSError as e:
-        raise ValueError(f"--out {str(out)!r} is not writable: {e.strerror or e}") from e
 
 
 def arithmetic_reward(completions: list[Any], answer: list[str], **kwargs: Any) -> list[float]:
@@ -387,7 +375,7 @@ def run_demo(settings: DemoSettings, out: Path, *, cache_dir: str | None = None,
     from oar_rl.tiny import load_default_model
 
     t_start = time.perf_counter()
-    check_writable(out)
+    ensure_writable_dir(out)
     summary = Summary(out / "summary.json", settings, fresh)
     summary.save()
     # The report and plots are regenerated from summary.json at the end; remove old ones now so that an
@@ -461,7 +449,7 @@ def main(argv: list[str]) -> int:
     try:
         settings = settings_from_args(args)
         out = Path(args.out).expanduser()
-        check_writable(out)
+        ensure_writable_dir(out)
     except ValueError as e:
         print(f"oar-rl demo: {e}", file=sys.stderr)
         return 2

@@ -34,19 +34,19 @@ every benchmark (the paper shows P@32 for AIME/AMC only).
 from __future__ import annotations
 
 import argparse
-import contextlib
 import dataclasses
 import hashlib
 import json
 import os
 import sys
-import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
+
+from oar_rl.io import resolve_model, write_text_atomic
 
 Backend = Literal["transformers", "vllm"]
 BACKENDS: tuple[str, ...] = ("transformers", "vllm")
@@ -376,22 +376,6 @@ def build_sampler(config: EvalConfig) -> TransformersSampler | VLLMSampler:
 # files
 
 
-def atomic_write_text(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` via a temporary file in the same directory and ``os.replace``."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
-
-
 def read_records(path: Path) -> dict[int, dict[str, Any]]:
     """Finished problems of a JSONL file by index; a torn last line is dropped (the file is rewritten)."""
     if not path.exists():
@@ -412,7 +396,7 @@ def read_records(path: Path) -> dict[int, dict[str, Any]]:
         good.append(line)
     clean = "".join(g + "\n" for g in good)
     if clean != "\n".join(lines):  # a torn line or stray blank lines: keep only whole records
-        atomic_write_text(path, clean)
+        write_text_atomic(path, clean)
     return records
 
 
@@ -570,7 +554,7 @@ def sample_benchmark(job: BenchmarkJob, config: EvalConfig, sampler: Any, reward
 
     job.jsonl.parent.mkdir(parents=True, exist_ok=True)
     if not job.meta.exists():
-        atomic_write_text(job.meta, json.dumps(job.meta_data, indent=2) + "\n")
+        write_text_atomic(job.meta, json.dumps(job.meta_data, indent=2) + "\n")
     todo = [i for i in range(len(job.prompts)) if i not in job.records]
     calls = plan_batches(len(job.prompts), config.n, config.batch_size)
     partial: dict[int, list[str]] = {}
@@ -685,18 +669,15 @@ def evaluate(config: EvalConfig, *, sampler: Any = None) -> dict[str, Any]:
             sample_benchmark(job, config, sampler, reward)
     results = summarise(jobs, config)
     out = Path(config.out)
-    atomic_write_text(out / "results.json", json.dumps(results, indent=2) + "\n")
-    atomic_write_text(out / "results.md", results_markdown(results))
+    write_text_atomic(out / "results.json", json.dumps(results, indent=2) + "\n")
+    write_text_atomic(out / "results.md", results_markdown(results))
     return results
 
 
 def main(argv: list[str] | None = None) -> int:
     """`oar-rl eval`: exit 0 on success, 2 on bad input (nothing sampled), 130 when interrupted."""
     args = build_parser().parse_args(sys.argv[1:] if argv is None else argv)
-    if args.model == "default":
-        from oar_rl.tiny import load_default_model
-
-        args.model = str(load_default_model()[2])
+    args.model = resolve_model(args.model)
     config = EvalConfig(**vars(args))
     try:
         results = evaluate(config)

@@ -28,6 +28,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from oar_rl.io import resolve_model
+
 REWARD_NAMES: tuple[str, ...] = ("accuracy", "format")
 
 
@@ -176,10 +178,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     try:
         data_args, training_args, model_args = parser.parse_args_and_config(argv)
-        if model_args.model_name_or_path == "default":  # the embedded arithmetic model (built on first use)
-            from oar_rl.tiny import load_default_model
-
-            model_args.model_name_or_path = str(load_default_model()[2])
+        model_args.model_name_or_path = resolve_model(model_args.model_name_or_path)  # 'default': embedded
         reward_names = list(data_args.reward_funcs)
         reward_funcs = [resolve_reward(name) for name in reward_names]
         if training_args.reward_weights is not None and len(training_args.reward_weights) != len(

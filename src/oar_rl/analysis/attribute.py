@@ -8,13 +8,13 @@ prompts, right-padded completions) and scoring them with every importance method
 from __future__ import annotations
 
 import argparse
-import os
 import sys
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
+
+from oar_rl.io import ensure_writable_dir, resolve_model, write_text_atomic
 
 METHODS = ("oar-p", "oar-g", "entropy", "random")
 PROBES = ("lt-logits", "as-mean", "as-joint")
@@ -33,11 +33,7 @@ class Trajectory:
 
 def load_model(spec: str):
     """(model in eval mode, tokenizer) from a directory, or the embedded default model for 'default'."""
-    if spec == "default":
-        from oar_rl.tiny import load_default_model
-
-        model, tok, _ = load_default_model()
-        return model.eval(), tok
+    spec = resolve_model(spec)
     if not Path(spec).is_dir():
         raise ValueError(f"--model {spec!r} is not a directory; pass a saved model dir or 'default'")
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -171,23 +167,6 @@ def heatmap_page(trajs: list[Trajectory], tokenizer, rows: dict[str, torch.Tenso
     return "\n".join(parts)
 
 
-def write_atomic(path: Path, data: str | bytes) -> None:
-    mode = "wb" if isinstance(data, bytes) else "w"
-    with tempfile.NamedTemporaryFile(mode, dir=path.parent, delete=False, suffix=".tmp") as f:
-        f.write(data)
-    os.replace(f.name, path)
-
-
-def ensure_out(out: Path, prog: str) -> None:
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-        probe = out / ".write-test"
-        probe.write_text("ok")
-        probe.unlink()
-    except OSError as exc:
-        raise ValueError(f"{prog}: cannot write to --out {str(out)!r}: {exc}") from exc
-
-
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="oar-rl attribute", description=__doc__.split("\n\n")[0])
     p.add_argument("--model", default="default", help="model directory, or 'default' (embedded model)")
@@ -214,8 +193,7 @@ def main(argv: list[str] | None = None) -> int:
             raise ValueError("--completion needs --prompt")
         if a.n < 1:
             raise ValueError(f"--n must be >= 1, got {a.n}")
-        out = Path(a.out)
-        ensure_out(out, "oar-rl attribute")
+        out = ensure_writable_dir(a.out)
         model, tok = load_model(a.model)
     except ValueError as exc:
         print(f"oar-rl attribute: {exc}", file=sys.stderr)
@@ -240,7 +218,7 @@ def main(argv: list[str] | None = None) -> int:
         print("oar-rl attribute: every completion is empty; nothing to score", file=sys.stderr)
         return 1
     scores, _ = method_scores(model, tok, trajs, methods, probe=a.probe, seed=a.seed)
-    write_atomic(out / "heatmaps.html", heatmap_page(trajs, tok, scores, "oar-rl token importance"))
+    write_text_atomic(out / "heatmaps.html", heatmap_page(trajs, tok, scores, "oar-rl token importance"))
     print(f"[attribute] wrote {out / 'heatmaps.html'} ({len(trajs)} traces × {len(methods)} methods)")
     return 0
 

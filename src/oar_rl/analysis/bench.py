@@ -22,6 +22,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from oar_rl.io import ensure_writable_dir, resolve_model, savefig_atomic, write_text_atomic
+
 METHODS = ("none", "random", "entropy", "oar-g", "oar-p", "oar-p-serial")
 
 
@@ -133,12 +135,6 @@ def run_method(method: str, model_path: str, args: argparse.Namespace, workdir: 
     }
 
 
-def _write_atomic(path: Path, text: str) -> None:
-    with tempfile.NamedTemporaryFile("w", dir=path.parent, delete=False, suffix=".tmp") as f:
-        f.write(text)
-    os.replace(f.name, path)
-
-
 def _plot(results: list[dict], path: Path) -> None:
     import matplotlib
 
@@ -159,35 +155,20 @@ def _plot(results: list[dict], path: Path) -> None:
         ax.set_title(title, fontsize=10)
         ax.tick_params(axis="x", labelsize=8)
     fig.tight_layout()
-    tmp = path.with_suffix(".tmp.png")
-    fig.savefig(tmp, dpi=120)
+    savefig_atomic(fig, path, dpi=120)
     plt.close(fig)
-    os.replace(tmp, path)
 
 
 def main(argv: list[str] | None = None) -> int:
     args = _parse(list(sys.argv[1:] if argv is None else argv))
-    out = Path(args.out)
     try:
-        out.mkdir(parents=True, exist_ok=True)
-        probe = out / ".write-test"
-        probe.write_text("ok")
-        probe.unlink()
-    except OSError as exc:
-        print(f"oar-rl bench: cannot write to --out {str(out)!r}: {exc}", file=sys.stderr)
+        out = ensure_writable_dir(args.out)
+        model_path = resolve_model(args.model)
+        if not Path(model_path).is_dir():
+            raise ValueError(f"--model {args.model!r} is not a directory (or use 'default')")
+    except ValueError as exc:
+        print(f"oar-rl bench: {exc}", file=sys.stderr)
         return 2
-    if args.model == "default":
-        from oar_rl.tiny import load_default_model
-
-        _, _, model_path = load_default_model()
-        model_path = str(model_path)
-    else:
-        if not Path(args.model).is_dir():
-            print(
-                f"oar-rl bench: --model {args.model!r} is not a directory (or use 'default')", file=sys.stderr
-            )
-            return 2
-        model_path = args.model
     import torch
 
     results = []
@@ -207,7 +188,7 @@ def main(argv: list[str] | None = None) -> int:
         "device": torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu",
     }
     report = {"args": vars(args), "machine": machine, "results": results}
-    _write_atomic(out / "bench.json", json.dumps(report, indent=2))
+    write_text_atomic(out / "bench.json", json.dumps(report, indent=2))
     lines = [
         f"Machine: {machine['device']}, {machine['cpu_count']} CPUs, "
         f"torch threads {machine['torch_threads']}; "
@@ -226,7 +207,7 @@ def main(argv: list[str] | None = None) -> int:
             f" | {r['update_ratio_vs_grpo']:.2f} |"
         )
     table = "\n".join(lines) + "\n"
-    _write_atomic(out / "bench.md", table)
+    write_text_atomic(out / "bench.md", table)
     _plot(results, out / "bench.png")
     print(table)
     print(f"[bench] wrote {out / 'bench.json'}, {out / 'bench.md'}, {out / 'bench.png'}")

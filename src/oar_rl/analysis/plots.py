@@ -9,11 +9,10 @@ from __future__ import annotations
 
 import math
 import os
-import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from oar_rl.analysis.report import default_file_mode
+from oar_rl.io import savefig_atomic
 
 # (log-history key, plot title, y-axis label)
 CURVES: tuple[tuple[str, str, str], ...] = (
@@ -73,18 +72,6 @@ def aggregate(
     }
 
 
-def _savefig_atomic(fig, path: Path) -> None:
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".png", dir=path.parent)
-    os.close(fd)
-    try:
-        fig.savefig(tmp, format="png", dpi=110, bbox_inches="tight")
-        os.chmod(tmp, default_file_mode())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
 def plot_curves(
     histories: Mapping[str, Sequence[Sequence[Mapping[str, float]]]],
     out_dir: str | os.PathLike,
@@ -120,7 +107,7 @@ def plot_curves(
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
         path = out / f"{key.split('/')[-1]}.png"
-        _savefig_atomic(fig, path)
+        savefig_atomic(fig, path)
         plt.close(fig)
         written[key] = path
     return written

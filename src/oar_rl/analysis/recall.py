@@ -22,15 +22,14 @@ from tqdm.auto import tqdm
 from oar_rl.analysis.attribute import (
     METHODS,
     PROBES,
-    ensure_out,
     heatmap_page,
     load_model,
     method_scores,
     parse_list,
     sample_trajectories,
-    write_atomic,
 )
 from oar_rl.analysis.oracle import causal_recall, counterfactual_oracle
+from oar_rl.io import ensure_writable_dir, savefig_atomic, write_text_atomic
 
 KS = (0.05, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0)
 
@@ -51,10 +50,8 @@ def _plot(recalls: dict[str, dict[float, float]], path: Path) -> None:
     ax.set_ylim(0, 1.02)
     ax.legend(frameon=False, fontsize=8)
     fig.tight_layout()
-    tmp = path.with_name(path.stem + ".tmp.png")
-    fig.savefig(tmp, dpi=120)
+    savefig_atomic(fig, path, dpi=120)
     plt.close(fig)
-    tmp.replace(path)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -82,8 +79,7 @@ def main(argv: list[str] | None = None) -> int:
             raise ValueError(f"--n and --max-prompts must be >= 1, got {a.n} and {a.max_prompts}")
         if a.split not in ("train", "eval", "hard"):
             raise ValueError(f"--split {a.split!r} is not valid; choose train, eval or hard")
-        out = Path(a.out)
-        ensure_out(out, "oar-rl oracle")
+        out = ensure_writable_dir(a.out)
         model, tok = load_model(a.model)
     except ValueError as exc:
         print(f"oar-rl oracle: {exc}", file=sys.stderr)
@@ -130,7 +126,7 @@ def main(argv: list[str] | None = None) -> int:
         "rows_with_pivot": int(oracle.any(dim=1).sum()),
         "recall": {name: {f"{k:g}": v for k, v in curve.items()} for name, curve in recalls.items()},
     }
-    write_atomic(out / "recall.json", json.dumps(result, indent=2))
+    write_text_atomic(out / "recall.json", json.dumps(result, indent=2))
     head = "| method | " + " | ".join(f"top {100 * k:g}%" for k in KS) + " |"
     lines = [head, "|---" * (len(KS) + 1) + "|"]
     for name, curve in recalls.items():
@@ -140,12 +136,12 @@ def main(argv: list[str] | None = None) -> int:
         f"{len(correct)} correct trajectories, {n_tokens} tokens, {n_pivots} oracle pivots "
         f"({100 * result['pivot_rate']:.1f}%), probe {a.probe}\n\n{table}\n"
     )
-    write_atomic(out / "recall.md", summary)
+    write_text_atomic(out / "recall.md", summary)
     _plot(recalls, out / "recall.png")
     shown = correct[: a.heatmaps]
     rows = {name: s[: len(shown)] for name, s in scores.items()}
     rows["oracle"] = oracle[: len(shown)].float()
-    write_atomic(
+    write_text_atomic(
         out / "heatmaps.html", heatmap_page(shown, tok, rows, "Importance vs. the counterfactual oracle")
     )
     print(summary)

@@ -10,10 +10,11 @@ import html
 import json
 import os
 import statistics
-import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
+
+from oar_rl.io import write_text_atomic
 
 _CSS = """
 body{font-family:system-ui,sans-serif;max-width:1100px;margin:2em auto;padding:0 1em;color:#222}
@@ -22,27 +23,6 @@ th{background:#f4f4f4}td.num{text-align:right;font-variant-numeric:tabular-nums}
 .plots img{width:48%;min-width:380px;margin:4px}code{font-size:14px}
 .oar-heatmap td{line-height:1.9}.note{color:#666;font-size:90%}
 """
-
-
-def default_file_mode() -> int:
-    """0o666 minus the process umask: the mode `open(path, "w")` would give (mkstemp gives 0o600)."""
-    umask = os.umask(0)
-    os.umask(umask)
-    return 0o666 & ~umask
-
-
-def write_text_atomic(path: str | os.PathLike, text: str) -> None:
-    """Write `text` to `path` through a temp file in the same directory and `os.replace`."""
-    path = Path(path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-        os.chmod(tmp, default_file_mode())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def _fmt(values: list[float]) -> str:
