@@ -153,3 +153,31 @@ def test_unwritable_cache_dir_is_a_clear_error(tmp_path):
     blocker.write_text("x")
     with pytest.raises(OSError, match="OAR_RL_CACHE"):
         tiny.load_default_model(tiny.TEST_RECIPE, cache_dir=blocker / "models", progress=False)
+
+
+def test_auto_tokenizer_on_a_saved_qwen2_dir_gives_the_same_ids(tmp_path):
+    # transformers forces Qwen2Tokenizer (byte-level BPE) on every qwen2 checkpoint loaded with AutoTokenizer,
+    # as TRL and `oar-rl eval` do; the char tokenizer must survive that rebuild (a plain ' ' entry did not:
+    # spaces vanished, "Find 1+24-8." reached the model as "Find1+24-8.").
+    from transformers import AutoTokenizer
+
+    from oar_rl.data.arithmetic import load
+
+    tok = tiny.build_char_tokenizer()
+    tiny.tiny_qwen2(len(tok)).save_pretrained(tmp_path)
+    tok.save_pretrained(tmp_path)
+    auto = AutoTokenizer.from_pretrained(tmp_path)
+    ds = load("eval", 20)
+    texts = [
+        tiny.ALPHABET,
+        "Find 1+24-8.\n\tok",
+        *(p + s for p, s in zip(ds["prompt"], ds["solution"], strict=True)),
+    ]
+    for text in texts:
+        ids = [4 + tiny.ALPHABET.index(c) for c in text]  # specials 0-3, then the alphabet in order
+        assert tok(text)["input_ids"] == ids
+        assert auto(text)["input_ids"] == ids
+        assert auto.decode(ids) == text == tok.decode(ids)
+    assert (auto.pad_token_id, auto.eos_token_id) == (tok.pad_token_id, tok.eos_token_id)
+    with pytest.raises(ValueError, match="ASCII"):
+        tiny.build_char_tokenizer("abé")

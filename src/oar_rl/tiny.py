@@ -18,7 +18,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers
 from transformers import PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
 
 from oar_rl.data.arithmetic import ArithmeticConfig
@@ -32,11 +32,25 @@ SPECIAL_TOKENS = (PAD, UNK, BOS, EOS)
 ALPHABET = "".join(ch for ch in string.printable if ch not in "\r\x0b\x0c")
 
 
+def _byte_level_char(byte: int) -> str:
+    """The printable stand-in the GPT-2/Qwen2 byte-level scheme uses for `byte` (e.g. space -> 'Ġ')."""
+    keep = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1), *range(ord("®"), ord("ÿ") + 1)]
+    if byte in keep:
+        return chr(byte)
+    return chr(256 + [b for b in range(256) if b not in keep].index(byte))
+
+
 def build_char_tokenizer(alphabet: str = ALPHABET) -> PreTrainedTokenizerFast:
     """A character-level fast tokenizer: one id per character of `alphabet`, plus pad/unk/bos/eos.
 
     Ids 0-3 are the special tokens; characters follow in `alphabet` order. Unknown characters map to
     `<unk>`. No BOS/EOS is added on encode (TRL appends EOS where it needs one).
+
+    It is a byte-level BPE without merges over a byte-level alphabet (space is stored as 'Ġ', newline as
+    'Ċ', as in Qwen2's vocabulary). That is what makes it survive `AutoTokenizer`: for a `qwen2` checkpoint
+    transformers always rebuilds the tokenizer as `Qwen2Tokenizer` (byte-level BPE) from the saved vocab,
+    whatever `tokenizer_config.json` says, and a plain ' ' entry would then be silently dropped. With this
+    layout both classes give the same ids for every ASCII text.
     """
     chars = list(dict.fromkeys(alphabet))
     if not chars:
@@ -44,11 +58,14 @@ def build_char_tokenizer(alphabet: str = ALPHABET) -> PreTrainedTokenizerFast:
     clash = [c for c in chars if c in SPECIAL_TOKENS]
     if clash:
         raise ValueError(f"alphabet characters {clash} clash with special tokens {SPECIAL_TOKENS}")
-    vocab = {tok: i for i, tok in enumerate([*SPECIAL_TOKENS, *chars])}
-    core = Tokenizer(models.WordLevel(vocab=vocab, unk_token=UNK))
-    core.pre_tokenizer = pre_tokenizers.Split(Regex("."), behavior="isolated")
-    core.decoder = decoders.Fuse()
-    tok = PreTrainedTokenizerFast(
+    wide = [c for c in chars if ord(c) > 127]
+    if wide:
+        raise ValueError(f"alphabet must be ASCII (one byte per character); got {wide[:5]}")
+    vocab = {tok: i for i, tok in enumerate([*SPECIAL_TOKENS, *(_byte_level_char(ord(c)) for c in chars)])}
+    core = Tokenizer(models.BPE(vocab=vocab, merges=[], unk_token=UNK, fuse_unk=False))
+    core.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
+    core.decoder = decoders.ByteLevel()
+    return PreTrainedTokenizerFast(
         tokenizer_object=core,
         pad_token=PAD,
         unk_token=UNK,
@@ -57,7 +74,6 @@ def build_char_tokenizer(alphabet: str = ALPHABET) -> PreTrainedTokenizerFast:
         padding_side="left",
         model_max_length=4096,
     )
-    return tok
 
 
 def tiny_qwen2_config(
@@ -119,7 +135,7 @@ def tiny_qwen2(vocab_size: int, *, seed: int = 0, **config_kwargs) -> Qwen2ForCa
 # ~12% sampled, 1000 steps ~76%, so changes to the recipe need re-measuring.
 # ----------------------------------------------------------------------------------------------------
 
-RECIPE_FORMAT_VERSION = 1
+RECIPE_FORMAT_VERSION = 2
 """Bump when the meaning of a recipe field or the build procedure changes: it invalidates every cache."""
 CACHE_ENV = "OAR_RL_CACHE"
 _COMPLETE_MARKER = "OAR_RL_COMPLETE"
