@@ -5,36 +5,17 @@ from __future__ import annotations
 import json
 
 import pytest
-import torch
 
 from oar_rl.analysis import attribute, bench, recall
 from oar_rl.cli import main as cli_main
-from oar_rl.tiny import build_char_tokenizer, tiny_qwen2
 
 
-@pytest.fixture(scope="module")
-def model_dir(tmp_path_factory):
-    path = tmp_path_factory.mktemp("tiny-model")
-    tok = build_char_tokenizer()
-    tiny_qwen2(len(tok), seed=1).save_pretrained(path)
-    tok.save_pretrained(path)
-    return str(path)
-
-
-@pytest.fixture(autouse=True)
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
-def test_attribute_scores_a_given_trace(model_dir, tmp_path):
+def test_attribute_scores_a_given_trace(tiny_model_dir, tmp_path):
     out = tmp_path / "attr"
     rc = attribute.main(
         [
             "--model",
-            model_dir,
+            str(tiny_model_dir),
             "--prompt",
             "Compute 2+3.",
             "--completion",
@@ -52,7 +33,7 @@ def test_attribute_scores_a_given_trace(model_dir, tmp_path):
     assert page.count('class="oar-trace"') == 4  # one coloured row per method
 
 
-def test_oracle_study_end_to_end(model_dir, tmp_path, monkeypatch):
+def test_oracle_study_end_to_end(tiny_model_dir, tmp_path, monkeypatch):
     import oar_rl.data.arithmetic as arithmetic
 
     # A random model never solves arithmetic; make "correct" mean an odd-length completion so that about
@@ -62,7 +43,7 @@ def test_oracle_study_end_to_end(model_dir, tmp_path, monkeypatch):
     rc = recall.main(
         [
             "--model",
-            model_dir,
+            str(tiny_model_dir),
             "--n",
             "3",
             "--max-prompts",
@@ -87,12 +68,12 @@ def test_oracle_study_end_to_end(model_dir, tmp_path, monkeypatch):
     assert "<th>oracle</th>" in (out / "heatmaps.html").read_text()
 
 
-def test_bench_reports_ratios_to_grpo(model_dir, tmp_path):
+def test_bench_reports_ratios_to_grpo(tiny_model_dir, tmp_path):
     out = tmp_path / "bench"
     rc = bench.main(
         [
             "--model",
-            model_dir,
+            str(tiny_model_dir),
             "--methods",
             "none,oar-g",
             "--steps",
@@ -132,10 +113,10 @@ def test_bad_input_is_a_clear_error(argv, needle, capsys, tmp_path):
     assert needle in capsys.readouterr().err
 
 
-def test_unwritable_out_is_refused(model_dir, tmp_path, capsys):
+def test_unwritable_out_is_refused(tiny_model_dir, tmp_path, capsys):
     blocker = tmp_path / "file"
     blocker.write_text("not a directory")
-    assert attribute.main(["--model", model_dir, "--out", str(blocker / "sub")]) == 2
+    assert attribute.main(["--model", str(tiny_model_dir), "--out", str(blocker / "sub")]) == 2
     assert "--out" in (err := capsys.readouterr().err) and "not writable" in err
 
 

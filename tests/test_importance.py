@@ -39,15 +39,6 @@ def _pad(tok, texts: list[str], side: str) -> tuple[torch.Tensor, torch.Tensor]:
     return ids, mask
 
 
-@pytest.fixture(scope="module", autouse=True)
-def _one_thread():
-    """Tiny models on a shared 2-core machine: one intra-op thread is faster and steadier."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
-
-
 @pytest.fixture(scope="module")
 def tok():
     return build_char_tokenizer()

@@ -19,25 +19,6 @@ RECIPES = sorted((ROOT / "configs").glob("qwen2.5-*-dapo-*.yaml"))
 MODES = {"grpo": "none", "random": "random", "entropy": "entropy", "oar-g": "oar-g", "oar-p": "oar-p"}
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    """Tiny matmuls on a loaded 2-core machine are far faster single-threaded (no oversubscription)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
-@pytest.fixture(scope="module")
-def model_dir(tmp_path_factory) -> Path:
-    """A tiny random Qwen2 + char tokenizer saved like a Hub checkpoint (loaded back with from_pretrained)."""
-    path = tmp_path_factory.mktemp("tiny-model")
-    tokenizer = build_char_tokenizer()
-    tiny_qwen2(len(tokenizer), seed=0).save_pretrained(path)
-    tokenizer.save_pretrained(path)
-    return path
-
-
 def digit_reward(completions: list[str], **kwargs) -> list[float]:
     """Deterministic toy reward with variance on a random model (math rewards are all 0 there)."""
     return [sum(ch.isdigit() for ch in c) / max(1, len(c)) for c in completions]
@@ -79,9 +60,9 @@ def test_paper_recipe_parses_with_section_4_1_settings(recipe):
 # ----------------------------------------------------------------------------------------------------
 # end to end
 # ----------------------------------------------------------------------------------------------------
-def test_train_tiny_recipe_saves_and_resumes(model_dir, tmp_path, capsys):
+def test_train_tiny_recipe_saves_and_resumes(tiny_model_dir, tmp_path, capsys):
     out = tmp_path / "run"
-    common = ["--config", TINY, "--model_name_or_path", str(model_dir), "--output_dir", str(out)]
+    common = ["--config", TINY, "--model_name_or_path", str(tiny_model_dir), "--output_dir", str(out)]
     # the recipe's rewards (accuracy, format) plus a toy one imported by dotted path (this module)
     rewards = ["--reward_funcs", "accuracy", "format", f"{__name__}.digit_reward"]
     overrides = [
@@ -136,12 +117,12 @@ def test_train_tiny_recipe_saves_and_resumes(model_dir, tmp_path, capsys):
         (["--limit", "0"], "limit must be >= 1"),
     ],
 )
-def test_configuration_errors_are_reported(model_dir, tmp_path, capsys, extra, message):
+def test_configuration_errors_are_reported(tiny_model_dir, tmp_path, capsys, extra, message):
     argv = [
         "--config",
         TINY,
         "--model_name_or_path",
-        str(model_dir),
+        str(tiny_model_dir),
         "--output_dir",
         str(tmp_path / "o"),
         *extra,
@@ -176,18 +157,25 @@ def test_reward_from_dotted_path(monkeypatch):
         train.resolve_reward("oar_rl.rewards.__doc__")
 
 
-def test_local_file_dataset_without_answer_is_a_clear_error(model_dir, tmp_path, capsys):
+def test_local_file_dataset_without_answer_is_a_clear_error(tiny_model_dir, tmp_path, capsys):
     path = tmp_path / "questions.jsonl"
     path.write_text('{"question": "1+1=", "hint": "two"}\n')
-    argv = ["--config", TINY, "--model_name_or_path", str(model_dir), "--dataset", str(path)]
+    argv = ["--config", TINY, "--model_name_or_path", str(tiny_model_dir), "--dataset", str(path)]
     assert train.main([*argv, "--output_dir", str(tmp_path / "o")]) == 2
     assert "no answer column" in capsys.readouterr().err
 
 
-def test_train_on_local_file_with_named_columns(model_dir, tmp_path):
+def test_train_on_local_file_with_named_columns(tiny_model_dir, tmp_path):
     path = tmp_path / "mine.jsonl"
     path.write_text("".join(json.dumps({"q": f"{i}+{i}=", "gold": str(2 * i)}) + "\n" for i in range(8)))
-    argv = ["--config", TINY, "--model_name_or_path", str(model_dir), "--output_dir", str(tmp_path / "o")]
+    argv = [
+        "--config",
+        TINY,
+        "--model_name_or_path",
+        str(tiny_model_dir),
+        "--output_dir",
+        str(tmp_path / "o"),
+    ]
     extra = ["--dataset", str(path), "--question_column", "q", "--answer_column", "gold", "--max_steps", "1"]
     assert (
         train.main([*argv, *extra, "--credit", "random", "--reward_funcs", f"{__name__}.digit_reward"]) == 0

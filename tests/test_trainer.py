@@ -34,15 +34,6 @@ def digit_reward(completions: list[str], **kwargs: Any) -> list[float]:
     return [sum(ch.isdigit() for ch in c) / max(1, len(c)) for c in completions]
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    """Tiny matmuls on a loaded 2-core machine are far faster single-threaded (no oversubscription)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 @pytest.fixture(scope="module")
 def tokenizer():
     return build_char_tokenizer()
