@@ -167,14 +167,9 @@ def heatmap_page(trajs: list[Trajectory], tokenizer, rows: dict[str, torch.Tenso
     return "\n".join(parts)
 
 
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="oar-rl attribute", description=__doc__.split("\n\n")[0])
+def add_scoring_arguments(p: argparse.ArgumentParser) -> None:
+    """The options every analysis command shares: model, methods, probe, sampling length, seed."""
     p.add_argument("--model", default="default", help="model directory, or 'default' (embedded model)")
-    p.add_argument("--prompt", help="prompt text; with --completion scores that trace, else one is sampled")
-    p.add_argument("--completion", help="completion text to score (needs --prompt)")
-    p.add_argument(
-        "--n", type=int, default=3, help="traces sampled from the arithmetic eval split (no --prompt)"
-    )
     p.add_argument("--methods", default=",".join(METHODS), help=f"comma-separated of {', '.join(METHODS)}")
     p.add_argument(
         "--probe",
@@ -185,6 +180,16 @@ def main(argv: list[str] | None = None) -> int:
     )
     p.add_argument("--max-new-tokens", type=int, default=96)
     p.add_argument("--seed", type=int, default=0)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="oar-rl attribute", description=__doc__.split("\n\n")[0])
+    add_scoring_arguments(p)
+    p.add_argument("--prompt", help="prompt text; with --completion scores that trace, else one is sampled")
+    p.add_argument("--completion", help="completion text to score (needs --prompt)")
+    p.add_argument(
+        "--n", type=int, default=3, help="traces sampled from the arithmetic eval split (no --prompt)"
+    )
     p.add_argument("--out", default="attribute_out", help="directory for heatmaps.html")
     a = p.parse_args(list(sys.argv[1:] if argv is None else argv))
     try:

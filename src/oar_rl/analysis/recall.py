@@ -21,7 +21,7 @@ from tqdm.auto import tqdm
 
 from oar_rl.analysis.attribute import (
     METHODS,
-    PROBES,
+    add_scoring_arguments,
     heatmap_page,
     load_model,
     method_scores,
@@ -56,21 +56,11 @@ def _plot(recalls: dict[str, dict[float, float]], path: Path) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="oar-rl oracle", description=__doc__.split("\n\n")[0])
-    p.add_argument("--model", default="default", help="model directory, or 'default' (embedded model)")
+    add_scoring_arguments(p)
     p.add_argument("--split", default="eval", help="arithmetic split to sample from (train, eval, hard)")
     p.add_argument("--n", type=int, default=40, help="correct trajectories to analyse")
     p.add_argument("--max-prompts", type=int, default=400, help="give up after sampling this many prompts")
-    p.add_argument("--methods", default=",".join(METHODS), help=f"comma-separated of {', '.join(METHODS)}")
-    p.add_argument(
-        "--probe",
-        default="as-mean",
-        choices=PROBES,
-        help="outcome probe of oar-p/oar-g (default as-mean: on the arithmetic task every completion ends in "
-        "the fixed text '</answer>', which leaves lt-logits almost no signal)",
-    )
-    p.add_argument("--max-new-tokens", type=int, default=96)
     p.add_argument("--heatmaps", type=int, default=4, help="traces shown in heatmaps.html")
-    p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", default="oracle_out")
     a = p.parse_args(list(sys.argv[1:] if argv is None else argv))
     try:
