@@ -122,28 +122,30 @@ def method_scores(
     seed: int = 0,
     answer_pattern: str | None = None,
 ) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
-    """Normalised importance (Eq. 14) of every method: ({method: (B, C)}, completion_mask (B, C))."""
+    """Normalised importance (Eq. 14) of every method, and the (B, C) mask of the *reasoning* tokens.
+
+    Reasoning tokens are the completion tokens before the answer span (all of them in a row without a
+    span): the tokens credit assignment is about. Answer-span probes score only those; every method's
+    scores are normalised over them, so rankings are comparable across methods.
+    """
     from oar_rl.importance import compute_importance
     from oar_rl.probes import answer_span_mask, scored_positions
     from oar_rl.reshape import normalize_importance
 
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     batch = batch_layout(trajs, pad)
-    mask = batch[3].bool()
-    answer_mask, scored = None, mask
-    if probe != "lt-logits":
-        answer_mask = answer_span_mask(batch[2], batch[3], tokenizer, pattern=answer_pattern)
-        scored = scored_positions(batch[3], answer_mask) & mask
+    answer_mask = answer_span_mask(batch[2], batch[3], tokenizer, pattern=answer_pattern)
+    reasoning = scored_positions(batch[3], answer_mask) & batch[3].bool()  # (B, C)
     out = {}
     for method in methods:
         kwargs: dict = {}
         if method in ("oar-g", "oar-p"):
-            kwargs = {"probe": probe, "answer_mask": answer_mask}
+            kwargs = {"probe": probe, "answer_mask": answer_mask if probe != "lt-logits" else None}
         if method in ("oar-g", "random"):
             kwargs["generator"] = torch.Generator().manual_seed(seed)
         raw = compute_importance(method, model, *batch, **kwargs)
-        out[method] = normalize_importance(raw.float(), scored)
-    return out, mask
+        out[method] = normalize_importance(raw.float(), reasoning)
+    return out, reasoning
 
 
 def heatmap_page(trajs: list[Trajectory], tokenizer, rows: dict[str, torch.Tensor], title: str) -> str:

@@ -2,7 +2,9 @@
 
 Samples trajectories on the arithmetic task, keeps the correct ones, labels each token with the
 counterfactual oracle (Eq. 19), scores the same tokens with every method, and reports the recall of
-oracle pivots within the top-K% tokens (paper Fig. 5a). A uniformly random ranking recalls K% in
+oracle pivots within the top-K% tokens (paper Fig. 5a). Recall is computed over the reasoning tokens
+(those before the answer span): the answer's own tokens are trivially causal, are not what credit
+assignment ranks, and answer-span probes do not score them. A uniformly random ranking recalls K% in
 expectation; the `random` method measures that empirically.
 
 Writes `recall.json` (per-K recall of each method, pivot statistics, settings), `recall.md`,
@@ -99,13 +101,13 @@ def main(argv: list[str] | None = None) -> int:
                 max_new_tokens=a.max_new_tokens,
             )
         )
-    scores, mask = method_scores(model, tok, correct, methods, probe=a.probe, seed=a.seed)
+    scores, mask = method_scores(model, tok, correct, methods, probe=a.probe, seed=a.seed)  # reasoning mask
     oracle = torch.zeros_like(mask)
     for i, lab in enumerate(labels):
         oracle[i, : lab.numel()] = lab
     recalls = {name: causal_recall(s, oracle, mask, KS) for name, s in scores.items()}
     n_tokens = int(mask.sum())
-    n_pivots = int(oracle.sum())
+    n_pivots = int((oracle & mask).sum())
     result = {
         "settings": {**vars(a), "methods": methods},
         "trajectories": len(correct),
@@ -113,7 +115,7 @@ def main(argv: list[str] | None = None) -> int:
         "tokens": n_tokens,
         "pivots": n_pivots,
         "pivot_rate": n_pivots / max(n_tokens, 1),
-        "rows_with_pivot": int(oracle.any(dim=1).sum()),
+        "rows_with_pivot": int((oracle & mask).any(dim=1).sum()),
         "recall": {name: {f"{k:g}": v for k, v in curve.items()} for name, curve in recalls.items()},
     }
     write_text_atomic(out / "recall.json", json.dumps(result, indent=2))
@@ -123,7 +125,7 @@ def main(argv: list[str] | None = None) -> int:
         lines.append(f"| {name} | " + " | ".join(f"{curve[k]:.2f}" for k in KS) + " |")
     table = "\n".join(lines)
     summary = (
-        f"{len(correct)} correct trajectories, {n_tokens} tokens, {n_pivots} oracle pivots "
+        f"{len(correct)} correct trajectories, {n_tokens} reasoning tokens, {n_pivots} oracle pivots "
         f"({100 * result['pivot_rate']:.1f}%), probe {a.probe}\n\n{table}\n"
     )
     write_text_atomic(out / "recall.md", summary)
