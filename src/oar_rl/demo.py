@@ -192,9 +192,9 @@ def settings_from_args(args: argparse.Namespace) -> DemoSettings:
 def arithmetic_reward(completions: list[Any], answer: list[str], **kwargs: Any) -> list[float]:
     """1.0 when the completion's last `<answer>` holds the right integer, else 0.0 (exact checker)."""
     from oar_rl.data.arithmetic import check
+    from oar_rl.rewards import completion_text
 
-    texts = [c if isinstance(c, str) else c[-1]["content"] for c in completions]
-    return [float(check(t, a)) for t, a in zip(texts, answer, strict=True)]
+    return [float(check(completion_text(c), a)) for c, a in zip(completions, answer, strict=True)]
 
 
 def _phase(msg: str) -> None:

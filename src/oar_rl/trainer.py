@@ -248,11 +248,13 @@ class TokenCredit:
     advantages: (B, C) token advantages (0 on padding and on rows with A_i = 0).
     weights: (B, C) effective per-token weights A_t / A_i (1 on valid tokens of unscored rows).
     fallback: (B,) bool, answer-span probe requested but the row has no span (LT-Logits was used).
+    active: (B,) bool, rows whose credit matters (A_i != 0 and at least one loss token).
     """
 
     advantages: torch.Tensor
     weights: torch.Tensor
     fallback: torch.Tensor
+    active: torch.Tensor
 
 
 class OARTrainer(GRPOTrainer):
@@ -294,13 +296,13 @@ class OARTrainer(GRPOTrainer):
         mode = "train" if self.model.training else "eval"
         if self.args.credit != "none" and "pixel_values" in output:
             raise ValueError(f"credit={self.args.credit!r} does not support vision inputs; use credit='none'")
-        mask = output["completion_mask"]  # (B, C)
+        mask = output["completion_mask"].bool()  # (B, C)
         if "tool_mask" in output:
-            mask = mask * output["tool_mask"]  # (B, C): TRL trains only non-tool tokens
+            mask = mask & output["tool_mask"].bool()  # (B, C): TRL trains only non-tool tokens
         start = time.perf_counter()
-        credit = self._assign_credit(output, mask.bool())
+        credit = self._assign_credit(output, mask)
         seconds = time.perf_counter() - start
-        self._log_credit(mode, output["advantages"], credit, mask.bool(), seconds)
+        self._log_credit(mode, credit, mask, seconds)
         if self.args.credit != "none":
             output["advantages"] = credit.advantages  # (B, C); TRL splits/shuffles it along dim 0
         return output
@@ -317,7 +319,7 @@ class OARTrainer(GRPOTrainer):
         fallback = torch.zeros_like(seq_adv, dtype=torch.bool)  # (B,)
         active = (seq_adv != 0) & mask.any(dim=1)  # (B,): rows whose credit matters
         if args.credit == "none":
-            return TokenCredit(token_adv, weights, fallback)
+            return TokenCredit(token_adv, weights, fallback, active)
         rows = active.nonzero(as_tuple=True)[0]  # (R,)
 
         if args.credit == "random":
@@ -326,7 +328,7 @@ class OARTrainer(GRPOTrainer):
                 w = rescale_sum(raw.to(mask.device), mask[rows])  # (R, C), rows sum to T_i
                 weights[rows] = w
                 token_adv[rows] = seq_adv[rows, None] * w
-            return TokenCredit(token_adv, weights, fallback)
+            return TokenCredit(token_adv, weights, fallback, active)
 
         sub = {k: output[k][rows] for k in ("prompt_ids", "prompt_mask", "completion_ids", "completion_mask")}
         # rows per forward pass: the micro-batch size TRL itself uses for its no-grad passes
@@ -350,10 +352,10 @@ class OARTrainer(GRPOTrainer):
                     )  # (R, C)
                     token_adv[rows] = shaped
                     weights[rows] = shaped / seq_adv[rows, None]  # A_t / A_i >= 0: the bonus keeps the sign
-                return TokenCredit(token_adv, weights, fallback)
+                return TokenCredit(token_adv, weights, fallback, active)
 
             if not rows.numel():
-                return TokenCredit(token_adv, weights, fallback)
+                return TokenCredit(token_adv, weights, fallback, active)
             probe, answer_mask, scored_mask = self._probe_inputs(
                 sub["completion_ids"], sub["completion_mask"]
             )
@@ -392,7 +394,7 @@ class OARTrainer(GRPOTrainer):
         )  # (R, C), (R, C)
         token_adv[rows] = adv_rows
         weights[rows] = w_rows
-        return TokenCredit(token_adv, weights, fallback)
+        return TokenCredit(token_adv, weights, fallback, active)
 
     def _probe_inputs(
         self, completion_ids: torch.Tensor, completion_mask: torch.Tensor
@@ -431,11 +433,9 @@ class OARTrainer(GRPOTrainer):
         key = f"{self.args.seed}/{self.accelerator.process_index}/{step}/{count}".encode()
         return torch.Generator().manual_seed(zlib.crc32(key))
 
-    def _log_credit(
-        self, mode: str, seq_adv: torch.Tensor, credit: TokenCredit, mask: torch.Tensor, seconds: float
-    ) -> None:
+    def _log_credit(self, mode: str, credit: TokenCredit, mask: torch.Tensor, seconds: float) -> None:
         """Gather per-rank sums (equal-size tensors) and log global means over rows with A_i != 0."""
-        active = (seq_adv != 0) & mask.any(dim=1)  # (B,)
+        active = credit.active  # (B,)
         valid = mask & active[:, None]  # (B, C)
         if active.any():
             ess = ess_ratio(credit.weights[active], mask[active]).sum()

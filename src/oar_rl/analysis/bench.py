@@ -59,21 +59,13 @@ def _parse(argv: list[str]) -> argparse.Namespace:
     return a
 
 
-def _arithmetic_reward(completions, answer, **_):
-    from oar_rl.data.arithmetic import check
-
-    return [
-        float(check(c if isinstance(c, str) else c[-1]["content"], a))
-        for c, a in zip(completions, answer, strict=True)
-    ]
-
-
 def run_method(method: str, model_path: str, args: argparse.Namespace, workdir: str) -> dict:
     """Train `args.warmup + args.steps` steps with one credit mode; return per-step timings."""
     import torch
     from transformers import AutoTokenizer
 
     from oar_rl.data.arithmetic import load
+    from oar_rl.demo import arithmetic_reward
     from oar_rl.trainer import OARConfig, OARTrainer
 
     credit = "oar-p" if method == "oar-p-serial" else method
@@ -104,7 +96,7 @@ def run_method(method: str, model_path: str, args: argparse.Namespace, workdir: 
         model=model_path,
         args=config,
         train_dataset=dataset,
-        reward_funcs=_arithmetic_reward,
+        reward_funcs=arithmetic_reward,
         processing_class=tokenizer,
     )
     generate_seconds: list[float] = []
