@@ -380,7 +380,7 @@ def build_model(
     return model, tok
 
 
-def generate_completions(
+def sample_ids(
     model: Qwen2ForCausalLM,
     tokenizer: PreTrainedTokenizerFast,
     prompts: list[str],
@@ -390,20 +390,23 @@ def generate_completions(
     batch_size: int = 128,
     seed: int = 0,
     progress: bool = False,
-) -> list[str]:
-    """Completions for `prompts` (greedy when temperature == 0), decoded without special tokens.
+) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """One completion per prompt (greedy when temperature == 0) as (prompt ids (P,), completion ids (T,)).
 
-    Sampling is seeded through a forked global RNG, so results are reproducible and the caller's RNG
-    state is untouched. The model's train/eval mode is restored.
+    Both are unpadded CPU tensors; the completion stops before its first EOS/pad. Sampling is seeded
+    through a forked global RNG, so results are reproducible and the caller's RNG state is untouched.
+    The model's train/eval mode is restored.
     """
     import torch
     from tqdm.auto import tqdm
 
     if temperature < 0:
         raise ValueError(f"temperature={temperature} must be >= 0 (0 means greedy)")
+    stop = {tokenizer.eos_token_id, tokenizer.pad_token_id} - {None}
+    sampling = {"do_sample": True, "temperature": temperature, "top_k": 0, "top_p": 1.0}
     was_training = model.training
     model.eval()
-    out: list[str] = []
+    out: list[tuple[torch.Tensor, torch.Tensor]] = []
     try:
         with torch.random.fork_rng(devices=[]), torch.no_grad():
             torch.manual_seed(seed)
@@ -412,19 +415,35 @@ def generate_completions(
                 chunk = prompts[start : start + batch_size]
                 enc = tokenizer(chunk, return_tensors="pt", padding=True, add_special_tokens=False)
                 enc = {k: v.to(model.device) for k, v in enc.items()}
-                kwargs = {"do_sample": True, "temperature": temperature, "top_k": 0, "top_p": 1.0}
                 gen = model.generate(
                     **enc,
                     max_new_tokens=max_new_tokens,
                     pad_token_id=tokenizer.pad_token_id,
                     eos_token_id=tokenizer.eos_token_id,
-                    **(kwargs if temperature > 0 else {"do_sample": False}),
+                    **(sampling if temperature > 0 else {"do_sample": False}),
                 )
-                new = gen[:, enc["input_ids"].shape[1] :]
-                out += tokenizer.batch_decode(new, skip_special_tokens=True)
+                width = enc["input_ids"].shape[1]
+                for row in range(len(chunk)):
+                    new = gen[row, width:].tolist()
+                    cut = next((i for i, t in enumerate(new) if t in stop), len(new))
+                    prompt_ids = enc["input_ids"][row][enc["attention_mask"][row].bool()].cpu()
+                    out.append((prompt_ids, torch.tensor(new[:cut], dtype=torch.long)))
     finally:
         model.train(was_training)
     return out
+
+
+def generate_completions(
+    model: Qwen2ForCausalLM,
+    tokenizer: PreTrainedTokenizerFast,
+    prompts: list[str],
+    **kwargs,
+) -> list[str]:
+    """Completion texts for `prompts` (special tokens skipped); keyword arguments as `sample_ids`."""
+    return [
+        tokenizer.decode(ids, skip_special_tokens=True)
+        for _, ids in sample_ids(model, tokenizer, prompts, **kwargs)
+    ]
 
 
 def accuracy(

@@ -53,44 +53,17 @@ def parse_list(value: str, valid: tuple[str, ...], flag: str) -> list[str]:
 
 @torch.no_grad()
 def sample_trajectories(
-    model,
-    tokenizer,
-    prompts: list[str],
-    answers: list[str],
-    *,
-    max_new_tokens: int = 96,
-    seed: int = 0,
-    temperature: float = 1.0,
-    batch_size: int = 64,
+    model, tokenizer, prompts: list[str], answers: list[str], **kwargs
 ) -> list[Trajectory]:
-    """One sampled completion per prompt, keeping the generated ids (no re-tokenisation)."""
-    out: list[Trajectory] = []
-    stop = {tokenizer.eos_token_id, tokenizer.pad_token_id} - {None}
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
-        for start in range(0, len(prompts), batch_size):
-            chunk = prompts[start : start + batch_size]
-            enc = tokenizer(chunk, return_tensors="pt", padding=True, add_special_tokens=False)
-            gen = model.generate(
-                **enc,
-                do_sample=temperature > 0,
-                temperature=temperature if temperature > 0 else None,
-                top_k=0,
-                top_p=1.0,
-                max_new_tokens=max_new_tokens,
-                pad_token_id=tokenizer.pad_token_id,
-                eos_token_id=tokenizer.eos_token_id,
-            )
-            width = enc["input_ids"].shape[1]
-            for row, prompt in enumerate(chunk):
-                p_ids = enc["input_ids"][row][enc["attention_mask"][row].bool()]
-                new = gen[row, width:].tolist()
-                cut = next((i for i, t in enumerate(new) if t in stop), len(new))
-                c_ids = torch.tensor(new[:cut], dtype=torch.long)
-                out.append(
-                    Trajectory(prompt, tokenizer.decode(c_ids), answers[start + row], p_ids.cpu(), c_ids)
-                )
-    return out
+    """One sampled completion per prompt, keeping the generated ids; keyword arguments as
+    `oar_rl.tiny.sample_ids` (temperature, max_new_tokens, batch_size, seed, progress)."""
+    from oar_rl.tiny import sample_ids
+
+    pairs = sample_ids(model, tokenizer, prompts, **kwargs)
+    return [
+        Trajectory(prompt, tokenizer.decode(c_ids), answer, p_ids, c_ids)
+        for prompt, answer, (p_ids, c_ids) in zip(prompts, answers, pairs, strict=True)
+    ]
 
 
 def batch_layout(trajs: list[Trajectory], pad_id: int):
