@@ -86,8 +86,14 @@ class DemoSettings:
     eval_samples: int = 4
     """Samples per problem for the temperature-1.0 accuracy (its mean over samples)."""
     eval_seed: int = 1234
+    task: str = "arithmetic"
+    """Embedded task (`oar_rl.tasks`): 'arithmetic' or 'wordproblems' (shipped warm start, token roles)."""
 
     def __post_init__(self) -> None:
+        from oar_rl.tasks import TASKS
+
+        if self.task not in TASKS:
+            raise ValueError(f"task={self.task!r}; valid tasks: {', '.join(TASKS)}")
         bad = [m for m in self.methods if m not in METHODS]
         if bad or not self.methods:
             raise ValueError(f"unknown methods {bad or '(none given)'}; valid methods: {', '.join(METHODS)}")
@@ -100,12 +106,15 @@ class DemoSettings:
                 raise ValueError(f"{name}={getattr(self, name)} must be >= 1")
         if self.num_generations < 2:
             raise ValueError(f"num_generations={self.num_generations} must be >= 2 (GRPO needs a group)")
-        if self.eval_split not in ("eval", "hard"):
-            raise ValueError(f"eval_split={self.eval_split!r}; valid: eval, hard")
+        valid_splits = ("eval", "hard") if self.task == "arithmetic" else ("eval", "validation")
+        if self.eval_split not in valid_splits:
+            raise ValueError(f"eval_split={self.eval_split!r}; valid: {', '.join(valid_splits)}")
 
     def recipe_obj(self):
-        from oar_rl.tiny import DEFAULT_RECIPE, TEST_RECIPE
+        from oar_rl.tiny import DEFAULT_RECIPE, TEST_RECIPE, WORDPROBLEMS_RECIPE
 
+        if self.task == "wordproblems":  # one shipped warm start, whatever the preset
+            return WORDPROBLEMS_RECIPE
         return DEFAULT_RECIPE if self.recipe == "default" else TEST_RECIPE
 
     def to_dict(self) -> dict[str, Any]:
@@ -170,6 +179,13 @@ def _parse(argv: list[str]) -> argparse.Namespace:
         default=None,
         help="warm-start model cache (default: $OAR_RL_CACHE/models or ~/.cache/oar-rl/models)",
     )
+    p.add_argument(
+        "--task",
+        choices=("arithmetic", "wordproblems"),
+        default="arithmetic",
+        help="embedded task (default: arithmetic); wordproblems uses the shipped warm start and logs "
+        "ground-truth credit metrics",
+    )
     p.add_argument("--fresh", action="store_true", help="discard results in --out instead of resuming")
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
     return p.parse_args(argv)
@@ -184,6 +200,12 @@ def settings_from_args(args: argparse.Namespace) -> DemoSettings:
         changes["seeds"] = args.seeds
     if args.steps is not None:
         changes["steps"] = args.steps
+    if getattr(args, "task", "arithmetic") != "arithmetic":
+        from oar_rl.tasks import get_task
+
+        changes["task"] = args.task
+        if not args.tiny:
+            changes["max_completion_length"] = get_task(args.task).max_completion_length
     if args.methods is not None:
         changes["methods"] = tuple(m.strip() for m in args.methods.split(",") if m.strip())
     return replace(s, **changes)
@@ -237,8 +259,10 @@ def train_one(
     import torch
     from transformers import PreTrainedTokenizerFast, Qwen2ForCausalLM
 
-    from oar_rl.data.arithmetic import load
+    from oar_rl.tasks import get_task
     from oar_rl.trainer import OARConfig, OARTrainer
+
+    task = get_task(settings.task)
 
     batch = settings.prompts_per_step * settings.num_generations
     config = OARConfig(
@@ -266,7 +290,8 @@ def train_one(
         gradient_checkpointing=False,
         disable_tqdm=False,
     )
-    dataset = load("train").select(range(settings.prompts_per_step * settings.steps * 2))
+    n_train = settings.prompts_per_step * settings.steps * 2
+    dataset = task.load("train", n_train)
     model = Qwen2ForCausalLM.from_pretrained(model_path, attn_implementation="eager")
     tokenizer = PreTrainedTokenizerFast.from_pretrained(model_path)
     trainer = OARTrainer(
@@ -275,6 +300,7 @@ def train_one(
         train_dataset=dataset,
         reward_funcs=arithmetic_reward,
         processing_class=tokenizer,
+        token_roles=task.token_roles,
     )
     t0 = time.perf_counter()
     trainer.train()
@@ -356,6 +382,8 @@ class Summary:
             "warm_start": (old or {}).get("warm_start", {}),
             "runs": (old or {}).get("runs", {}),
         }
+        if old and "task" in old:
+            self.data["task"] = old["task"]
         if old:
             _phase(f"resuming: {len(self.data['runs'])} finished run(s) in {path}")
 
@@ -369,10 +397,10 @@ class Summary:
 
 def run_demo(settings: DemoSettings, out: Path, *, cache_dir: str | None = None, fresh: bool = False) -> dict:
     """Run the demo end to end; returns the final summary dict. See the module docstring."""
+    from oar_rl import tiny
     from oar_rl.analysis.plots import CURVES, plot_curves
     from oar_rl.analysis.report import write_report
-    from oar_rl.data.arithmetic import split_problems
-    from oar_rl.tiny import load_default_model
+    from oar_rl.tasks import get_task
 
     t_start = time.perf_counter()
     ensure_writable_dir(out)
@@ -384,8 +412,12 @@ def run_demo(settings: DemoSettings, out: Path, *, cache_dir: str | None = None,
         stale.unlink(missing_ok=True)
     recipe = settings.recipe_obj()
     _phase(f"warm start: recipe {recipe.hash()} (built on first use, then cached)")
-    model, tokenizer, model_path = load_default_model(recipe, cache_dir=cache_dir, progress=True)
-    problems = split_problems(settings.eval_split, settings.eval_problems)
+    task = get_task(settings.task)
+    if settings.task == "arithmetic":
+        model, tokenizer, model_path = tiny.load_default_model(recipe, cache_dir=cache_dir, progress=True)
+    else:
+        model, tokenizer, model_path = task.load_model()
+    problems = task.split_problems(settings.eval_split, settings.eval_problems)
     ws = summary.data["warm_start"]
     if ws.get("recipe_hash") != recipe.hash() or "accuracy" not in ws:
         _phase(f"evaluating the warm start on {len(problems)} held-out '{settings.eval_split}' problems")
@@ -394,6 +426,20 @@ def run_demo(settings: DemoSettings, out: Path, *, cache_dir: str | None = None,
             "recipe": recipe.to_dict(),
             "accuracy": evaluate(model, tokenizer, settings, problems),
         }
+        summary.save()
+    if task.token_roles is not None and "task" not in summary.data:
+        from oar_rl.roles import role_statistics
+
+        _phase("measuring token roles and policy entropy on the warm start's own samples")
+        summary.data["task"] = role_statistics(
+            model,
+            tokenizer,
+            [p.prompt for p in problems],
+            task.token_roles,
+            temperature=settings.temperature,
+            max_new_tokens=settings.max_completion_length,
+            seed=settings.eval_seed,
+        )
         summary.save()
     _phase(
         f"warm start accuracy: sampled {ws['accuracy']['sampled']:.3f}, greedy {ws['accuracy']['greedy']:.3f}"

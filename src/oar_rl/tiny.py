@@ -22,6 +22,7 @@ from tokenizers import Tokenizer, decoders, models, pre_tokenizers
 from transformers import PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
 
 from oar_rl.data.arithmetic import ArithmeticConfig
+from oar_rl.data.wordproblems import WordProblemConfig
 
 if TYPE_CHECKING:
     import torch
@@ -182,7 +183,8 @@ class SFTSpec:
 class Recipe:
     """Everything that determines the warm-started model; its hash names the cache directory."""
 
-    task: ArithmeticConfig = field(default_factory=ArithmeticConfig)
+    task: ArithmeticConfig | WordProblemConfig = field(default_factory=ArithmeticConfig)
+    """The task (and with it the tokenizer): arithmetic (char-level) or word problems (word-level BPE)."""
     model: ModelSpec = field(default_factory=ModelSpec)
     sft: SFTSpec = field(default_factory=SFTSpec)
     format_version: int = RECIPE_FORMAT_VERSION
@@ -315,18 +317,37 @@ def sft_examples(
     return ids, mask, labels
 
 
+def _task_sft_data(recipe: Recipe) -> tuple[PreTrainedTokenizerFast, list[str], list[str]]:
+    """(tokenizer, SFT prompts, SFT solutions) of the recipe's task (train split stream)."""
+    if isinstance(recipe.task, WordProblemConfig):
+        from oar_rl.data import wordproblems
+
+        problems = wordproblems.generate(
+            recipe.task, recipe.sft.num_problems, wordproblems.SPLITS["train"][2]
+        )
+        tok = wordproblems.build_tokenizer(recipe.task)
+    else:
+        from oar_rl.data.arithmetic import SPLITS, generate
+
+        problems = generate(recipe.task, recipe.sft.num_problems, SPLITS["train"][2])
+        tok = build_char_tokenizer()
+    return tok, [p.prompt for p in problems], [p.solution for p in problems]
+
+
 def build_model(
-    recipe: Recipe = DEFAULT_RECIPE, *, progress: bool = True
+    recipe: Recipe = DEFAULT_RECIPE, *, progress: bool = True, callback=None
 ) -> tuple[Qwen2ForCausalLM, PreTrainedTokenizerFast]:
-    """Train the warm start from scratch (no caching): a plain torch loop, seeded, CPU-friendly."""
+    """Train the warm start from scratch (no caching): a plain torch loop, seeded, CPU-friendly.
+
+    `callback(step, model, tokenizer)`, if given, runs after every optimizer step (for monitoring; it
+    must not change the model, and the model is put back in train mode after it).
+    """
     import math
 
     import torch
     from tqdm.auto import tqdm
 
-    from oar_rl.data.arithmetic import SPLITS, generate
-
-    tok = build_char_tokenizer()
+    tok, prompts, solutions = _task_sft_data(recipe)
     m = recipe.model
     model = tiny_qwen2(
         len(tok),
@@ -339,8 +360,7 @@ def build_model(
         max_position_embeddings=m.max_position_embeddings,
     )
     s = recipe.sft
-    problems = generate(recipe.task, s.num_problems, SPLITS["train"][2])
-    ids, mask, labels = sft_examples(tok, [p.prompt for p in problems], [p.solution for p in problems])
+    ids, mask, labels = sft_examples(tok, prompts, solutions)
     gen = torch.Generator().manual_seed(s.seed)
     decay = [p for n, p in model.named_parameters() if p.ndim >= 2]
     no_decay = [p for n, p in model.named_parameters() if p.ndim < 2]
@@ -357,12 +377,12 @@ def build_model(
         return s.learning_rate * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * frac)))
 
     model.train()
-    order = torch.randperm(len(problems), generator=gen)
+    order = torch.randperm(len(prompts), generator=gen)
     cursor = 0
     bar = tqdm(range(s.steps), desc="warm start (SFT)", disable=not progress, mininterval=1.0)
     for step in bar:
         if cursor + s.batch_size > len(order):
-            order, cursor = torch.randperm(len(problems), generator=gen), 0
+            order, cursor = torch.randperm(len(prompts), generator=gen), 0
         idx = order[cursor : cursor + s.batch_size]
         cursor += s.batch_size
         b_mask = mask[idx]
@@ -376,6 +396,9 @@ def build_model(
         opt.step()
         if step % 20 == 0:
             bar.set_postfix(loss=f"{out.loss.item():.3f}")
+        if callback is not None:
+            callback(step + 1, model, tok)
+            model.train()
     model.eval()
     return model, tok
 
@@ -479,3 +502,124 @@ def accuracy(
         progress=progress,
     )
     return sum(check(c, g) for c, g in zip(comps, gold, strict=True)) / len(comps)
+
+
+# ----------------------------------------------------------------------------------------------------
+# Word-problem task: a warm start shipped with the package (begin; owner: the wordproblems task).
+#
+# The issue this answers: a recipe built on two machines of the same kind gave different warm starts
+# (floating point), so the word-problem warm start is built once and its weights ship in the package
+# (`oar_rl/models/wordproblems/`, ~1-2 MB). `load_task_model("wordproblems")` loads those files and
+# checks them against `WORDPROBLEMS_RECIPE` and the sha256 manifest written at build time; it never
+# rebuilds silently. Rebuild with `python -m oar_rl.tiny build --task wordproblems` (writes the package
+# directory; commit the result).
+# ----------------------------------------------------------------------------------------------------
+
+WORDPROBLEMS_RECIPE = Recipe(
+    task=WordProblemConfig(),
+    model=ModelSpec(
+        hidden_size=64,
+        num_layers=2,
+        num_heads=4,
+        num_kv_heads=2,
+        intermediate_size=192,
+        max_position_embeddings=320,
+    ),
+    sft=SFTSpec(steps=600, batch_size=32, learning_rate=3e-3, warmup_steps=30, num_problems=8_000),
+)
+TASK_RECIPES: dict[str, Recipe] = {"arithmetic": DEFAULT_RECIPE, "wordproblems": WORDPROBLEMS_RECIPE}
+SHIPPED_DIR = Path(__file__).parent / "models"
+_MANIFEST = "oar_rl_manifest.json"
+
+
+def shipped_path(task: str) -> Path:
+    return SHIPPED_DIR / task
+
+
+def _file_digests(path: Path) -> dict[str, str]:
+    return {
+        f.name: hashlib.sha256(f.read_bytes()).hexdigest()
+        for f in sorted(path.iterdir())
+        if f.is_file() and f.name != _MANIFEST
+    }
+
+
+def verify_shipped(task: str = "wordproblems") -> Path:
+    """The shipped directory of `task`, after checking its recipe and every file's sha256; else raise."""
+    if task not in TASK_RECIPES:
+        raise ValueError(f"unknown task {task!r}; valid: {', '.join(TASK_RECIPES)}")
+    path = shipped_path(task)
+    rebuild = f"rebuild with `python -m oar_rl.tiny build --task {task}`"
+    try:
+        manifest = json.loads((path / _MANIFEST).read_text())
+    except (OSError, ValueError) as e:
+        raise FileNotFoundError(f"no valid shipped warm start for {task!r} at {path} ({e}); {rebuild}") from e
+    recipe = TASK_RECIPES[task]
+    if manifest.get("recipe_hash") != recipe.hash() or manifest.get("recipe") != recipe.to_dict():
+        raise ValueError(
+            f"the shipped warm start at {path} was built from recipe {manifest.get('recipe_hash')}, but the "
+            f"code's recipe for {task!r} is {recipe.hash()}; {rebuild}"
+        )
+    digests = _file_digests(path)
+    if digests != manifest.get("files"):
+        raise ValueError(f"the files at {path} do not match their manifest (corrupt or edited); {rebuild}")
+    return path
+
+
+def load_task_model(task: str = "wordproblems") -> tuple[Qwen2ForCausalLM, PreTrainedTokenizerFast, Path]:
+    """The shipped warm start of `task` (model in eval mode, tokenizer, directory), verified first.
+
+    'arithmetic' has no shipped weights: it goes through the cache (`load_default_model`).
+    """
+    if task == "arithmetic":
+        return load_default_model(DEFAULT_RECIPE)
+    path = verify_shipped(task)
+    model, tok = _load(path)
+    return model, tok, path
+
+
+def write_shipped(task: str, out: Path | None = None, *, progress: bool = True, callback=None) -> Path:
+    """Build `task`'s recipe from scratch and write it (weights, tokenizer, recipe, manifest) atomically."""
+    if task not in TASK_RECIPES:
+        raise ValueError(f"unknown task {task!r}; valid: {', '.join(TASK_RECIPES)}")
+    recipe = TASK_RECIPES[task]
+    out = Path(out) if out is not None else shipped_path(task)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    model, tok = build_model(recipe, progress=progress, callback=callback)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{task}.", dir=out.parent))
+    try:
+        model.save_pretrained(tmp)
+        tok.save_pretrained(tmp)
+        (tmp / _RECIPE_FILE).write_text(json.dumps(recipe.to_dict(), indent=2, sort_keys=True))
+        manifest = {"task": task, "recipe_hash": recipe.hash(), "recipe": recipe.to_dict()}
+        manifest["files"] = _file_digests(tmp)
+        (tmp / _MANIFEST).write_text(json.dumps(manifest, indent=2, sort_keys=True))
+        tmp.chmod(0o777 & ~_umask())
+        if out.exists():
+            shutil.rmtree(out)
+        os.rename(tmp, out)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m oar_rl.tiny build --task wordproblems [--out DIR]`: (re)build a shipped warm start."""
+    import argparse
+
+    p = argparse.ArgumentParser(prog="python -m oar_rl.tiny", description=main.__doc__)
+    sub = p.add_subparsers(dest="cmd", required=True)
+    b = sub.add_parser("build", help="build a task's warm start from its recipe")
+    b.add_argument("--task", choices=[t for t in TASK_RECIPES if t != "arithmetic"], default="wordproblems")
+    b.add_argument("--out", default=None, help="output directory (default: the package's models/<task>)")
+    args = p.parse_args(argv)
+    path = write_shipped(args.task, Path(args.out) if args.out else None)
+    print(f"wrote {path} (recipe {TASK_RECIPES[args.task].hash()})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
+
+# (end; owner: the wordproblems task)

@@ -255,6 +255,8 @@ class TokenCredit:
     weights: torch.Tensor
     fallback: torch.Tensor
     active: torch.Tensor
+    importance: torch.Tensor | None = None
+    """(B, C) the credit mode's raw importance signal (0 on unscored rows); None for plain GRPO."""
 
 
 class OARTrainer(GRPOTrainer):
@@ -264,6 +266,11 @@ class OARTrainer(GRPOTrainer):
     """
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
+        # token_roles (oar-rl): optional labeller `completion text -> per-char roles | None` (see
+        # oar_rl.roles); when given, ground-truth credit metrics are logged every step.
+        self._oar_token_roles = kwargs.pop("token_roles", None)
+        if self._oar_token_roles is not None and not callable(self._oar_token_roles):
+            raise ValueError(f"token_roles must be a callable text -> roles, got {self._oar_token_roles!r}")
         config = args[2] if len(args) > 2 else kwargs.get("args")
         if getattr(config, "safe_rewards", False):
             if len(args) > 1:
@@ -303,6 +310,8 @@ class OARTrainer(GRPOTrainer):
         credit = self._assign_credit(output, mask)
         seconds = time.perf_counter() - start
         self._log_credit(mode, credit, mask, seconds)
+        if self._oar_token_roles is not None:  # token_roles (oar-rl): ground-truth credit metrics
+            self._log_roles(mode, credit, mask, output)
         if self.args.credit != "none":
             output["advantages"] = credit.advantages  # (B, C); TRL splits/shuffles it along dim 0
         return output
@@ -321,6 +330,7 @@ class OARTrainer(GRPOTrainer):
         if args.credit == "none":
             return TokenCredit(token_adv, weights, fallback, active)
         rows = active.nonzero(as_tuple=True)[0]  # (R,)
+        signal = torch.zeros_like(weights)  # (B, C): the raw importance, for TokenCredit.importance
 
         if args.credit == "random":
             if rows.numel():
@@ -328,7 +338,8 @@ class OARTrainer(GRPOTrainer):
                 w = rescale_sum(raw.to(mask.device), mask[rows])  # (R, C), rows sum to T_i
                 weights[rows] = w
                 token_adv[rows] = seq_adv[rows, None] * w
-            return TokenCredit(token_adv, weights, fallback, active)
+                signal[rows] = raw.float().to(mask.device)
+            return TokenCredit(token_adv, weights, fallback, active, signal)
 
         sub = {k: output[k][rows] for k in ("prompt_ids", "prompt_mask", "completion_ids", "completion_mask")}
         # rows per forward pass: the micro-batch size TRL itself uses for its no-grad passes
@@ -352,10 +363,11 @@ class OARTrainer(GRPOTrainer):
                     )  # (R, C)
                     token_adv[rows] = shaped
                     weights[rows] = shaped / seq_adv[rows, None]  # A_t / A_i >= 0: the bonus keeps the sign
-                return TokenCredit(token_adv, weights, fallback, active)
+                    signal[rows] = entropies.float().to(mask.device)
+                return TokenCredit(token_adv, weights, fallback, active, signal)
 
             if not rows.numel():
-                return TokenCredit(token_adv, weights, fallback, active)
+                return TokenCredit(token_adv, weights, fallback, active, signal)
             probe, answer_mask, scored_mask = self._probe_inputs(
                 sub["completion_ids"], sub["completion_mask"]
             )
@@ -394,7 +406,8 @@ class OARTrainer(GRPOTrainer):
         )  # (R, C), (R, C)
         token_adv[rows] = adv_rows
         weights[rows] = w_rows
-        return TokenCredit(token_adv, weights, fallback, active)
+        signal[rows] = importance.float().to(mask.device)
+        return TokenCredit(token_adv, weights, fallback, active, signal)
 
     def _probe_inputs(
         self, completion_ids: torch.Tensor, completion_mask: torch.Tensor
@@ -463,3 +476,52 @@ class OARTrainer(GRPOTrainer):
         if tokens > 0:
             metrics["oar/boosted_frac"].append(boosted / tokens)
         metrics["oar/importance_seconds"].append(stats[:, 6].mean().item())
+
+    # ------------------------------------------------------------------------------------------------
+    # token_roles (oar-rl): ground-truth credit metrics (begin)
+    # ------------------------------------------------------------------------------------------------
+    ROLE_RECALL_KS: tuple[float, ...] = (0.1, 0.2)
+
+    def _log_roles(self, mode: str, credit: TokenCredit, mask: torch.Tensor, output: dict[str, Any]) -> None:
+        """Log the share of |A_t| on ground-truth pivots and the signal's pivot recall@K%.
+
+        Completions the labeller cannot parse are left out and counted (oar/roles_unknown_frac). The
+        means run over rows with A_i != 0 and at least one reasoning token (recall: at least one pivot).
+        """
+        from oar_rl.metrics import pivot_advantage_share, pivot_fraction, pivot_recall_at_k
+        from oar_rl.roles import role_masks
+
+        pivot, filler, known = role_masks(
+            output["completion_ids"], output["completion_mask"], self.processing_class, self._oar_token_roles
+        )  # (B, C), (B, C), (B,)
+        pivot, filler = pivot & mask, filler & mask
+        has_tokens = mask.any(dim=1)  # (B,)
+        rows = credit.active & known & (pivot | filler).any(dim=1)  # (B,)
+        sums = [
+            (has_tokens & ~known).sum().float(),
+            has_tokens.sum().float(),
+            rows.sum().float(),
+            pivot_fraction(pivot, filler)[rows].sum(),
+            pivot_advantage_share(credit.advantages, pivot, filler)[rows].sum(),
+        ]
+        recall_rows = rows & pivot.any(dim=1)  # (B,)
+        sums.append(recall_rows.sum().float())
+        for k in self.ROLE_RECALL_KS:
+            if credit.importance is None:
+                sums.append(torch.zeros((), device=mask.device))
+            else:
+                sums.append(pivot_recall_at_k(credit.importance, pivot, filler, k)[recall_rows].sum())
+        local = torch.stack([x.float().to(mask.device) for x in sums])  # (6 + len(KS),)
+        stats = self.accelerator.gather(local).view(-1, local.numel()).sum(dim=0).tolist()
+        unknown, completions, n_rows, frac, share, n_recall, *recalls = stats
+        metrics = self._metrics[mode]
+        if completions > 0:
+            metrics["oar/roles_unknown_frac"].append(unknown / completions)
+        if n_rows > 0:
+            metrics["oar/pivot_frac"].append(frac / n_rows)
+            metrics["oar/pivot_adv_share"].append(share / n_rows)
+        if n_recall > 0 and credit.importance is not None:
+            for k, r in zip(self.ROLE_RECALL_KS, recalls, strict=True):
+                metrics[f"oar/pivot_recall@{round(100 * k)}"].append(r / n_recall)
+
+    # token_roles (oar-rl): ground-truth credit metrics (end)
