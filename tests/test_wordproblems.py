@@ -306,3 +306,34 @@ def test_trainer_rejects_a_non_callable_labeller(tmp_path):
 
     with pytest.raises(ValueError, match="token_roles must be a callable"):
         OARTrainer(model=None, token_roles="digits")
+
+
+# ---------------------------------------------------------------------------------------------------
+# the task API and the demo
+
+
+def test_task_api():
+    from oar_rl.tasks import get_task
+
+    task = get_task("wordproblems")
+    assert task.token_roles is wp.label_roles and task.validation_split == "validation"
+    ds = task.load("train", 4)
+    assert task.reward([f"x <answer>{a}</answer>" for a in ds["answer"]], answer=ds["answer"]) == [1.0] * 4
+    assert task.reward(["<answer>-1</answer>"], answer=["3"]) == [0.0]
+    assert get_task("arithmetic").token_roles is None
+    with pytest.raises(ValueError, match="unknown task 'chess'"):
+        get_task("chess")
+
+
+def test_demo_runs_the_wordproblems_task(tmp_path):
+    from oar_rl import demo
+
+    out = tmp_path / "demo"
+    assert demo.main(["--tiny", "--task", "wordproblems", "--methods", "grpo", "--out", str(out)]) == 0
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["config"]["task"] == "wordproblems"
+    stats = summary["task"]
+    assert set(stats) >= {"pivot_fraction", "entropy_by_role", "mean_reasoning_tokens"}
+    assert stats["labelled"] + stats["unlabelled"] == summary["config"]["eval_problems"]
+    history = summary["runs"]["grpo/seed0"]["history"]
+    assert all("oar/roles_unknown_frac" in h for h in history if "oar/ess_ratio" in h)

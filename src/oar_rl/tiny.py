@@ -519,13 +519,13 @@ WORDPROBLEMS_RECIPE = Recipe(
     task=WordProblemConfig(),
     model=ModelSpec(
         hidden_size=64,
-        num_layers=2,
+        num_layers=3,
         num_heads=4,
         num_kv_heads=2,
         intermediate_size=192,
         max_position_embeddings=320,
     ),
-    sft=SFTSpec(steps=600, batch_size=32, learning_rate=3e-3, warmup_steps=30, num_problems=8_000),
+    sft=SFTSpec(steps=1000, batch_size=32, learning_rate=3e-3, warmup_steps=30, num_problems=8_000),
 )
 TASK_RECIPES: dict[str, Recipe] = {"arithmetic": DEFAULT_RECIPE, "wordproblems": WORDPROBLEMS_RECIPE}
 SHIPPED_DIR = Path(__file__).parent / "models"
@@ -592,6 +592,8 @@ def write_shipped(task: str, out: Path | None = None, *, progress: bool = True, 
         tok.save_pretrained(tmp)
         (tmp / _RECIPE_FILE).write_text(json.dumps(recipe.to_dict(), indent=2, sort_keys=True))
         manifest = {"task": task, "recipe_hash": recipe.hash(), "recipe": recipe.to_dict()}
+        for f in tmp.iterdir():
+            f.chmod(0o644)  # package data: readable by everyone (save_pretrained may write 0o600)
         manifest["files"] = _file_digests(tmp)
         (tmp / _MANIFEST).write_text(json.dumps(manifest, indent=2, sort_keys=True))
         tmp.chmod(0o777 & ~_umask())

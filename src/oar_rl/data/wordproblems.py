@@ -26,8 +26,9 @@ role metrics and count them, never guess.
 
 There is no counterpart in the paper (which trains on DAPO-Math). The task exists so credit assignment
 can be scored against ground truth on a laptop CPU; the paper's premise (§1) -- few decisive tokens
-among many stylistic ones -- is built in by construction. Numbers stay small (results 0..99) so a tiny
-model can learn the arithmetic; the difficulty is in picking the right quantities and chaining steps.
+among many stylistic ones -- is built in by construction. Numbers stay small (results 0..60, changes
+2..9) so a tiny model can learn the arithmetic; the difficulty is in picking the right quantities
+(distractors) and chaining two to four steps.
 """
 
 from __future__ import annotations
@@ -122,15 +123,15 @@ class WordProblemConfig:
     min_events: int = 2
     max_events: int = 3
     """Events that change the asked count (a bags event takes two solution steps)."""
-    max_start: int = 30
-    max_change: int = 15
+    max_start: int = 25
+    max_change: int = 9
     max_factor: int = 5
     """Bag count and bag size are drawn from 2..max_factor."""
     mul_prob: float = 0.3
     """Probability that one event is a bags (multiplication) event."""
     min_distractors: int = 2
     max_distractors: int = 3
-    max_result: int = 99
+    max_result: int = 60
     remark_prob: float = 0.5
     """Probability of an optional remark after each step."""
     ignore_prob: float = 0.6
