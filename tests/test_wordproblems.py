@@ -127,6 +127,7 @@ def test_role_masks_match_the_generator(tok):
     for i, r in enumerate(rows):
         ids[i, : len(r)] = torch.tensor(r)
         mask[i, : len(r)] = 1
+    ids[0, len(rows[0])], mask[0, len(rows[0])] = tok.eos_token_id, 1  # TRL's mask includes the EOS
     junk = tok("no answer here", add_special_tokens=False)["input_ids"]
     ids[-1, : len(junk)], mask[-1, : len(junk)] = torch.tensor(junk), 1
     pivot, filler, known = role_masks(ids, mask, tok, wp.label_roles)
@@ -136,6 +137,7 @@ def test_role_masks_match_the_generator(tok):
         digits = sum(len(str(x)) + len(str(y)) + len(str(r)) for x, _, y, r in p.steps)
         assert int(pivot[i].sum()) == digits + len(p.steps)  # every digit and operator, one token each
         assert not (pivot[i] & ~mask[i].bool()).any()
+    assert not (pivot[0, len(rows[0])] or filler[0, len(rows[0])])  # the EOS has no role
 
 
 # ---------------------------------------------------------------------------------------------------

@@ -51,14 +51,18 @@ def role_masks(
 
     Returns:
         (pivot (B, C) bool, filler (B, C) bool, known (B,) bool). Rows the labeller cannot parse (it
-        returns None) are all-False and `known` is False for them. Only valid tokens get a role.
+        returns None) are all-False and `known` is False for them. Only valid tokens get a role;
+        special tokens (EOS, pad, unk) get none and are left out of the labelled text, as TRL leaves
+        them out of the text it gives the reward (`skip_special_tokens=True`).
     """
     import torch
 
     from oar_rl.probes import _token_pieces
 
-    mask = completion_mask.bool().cpu()
     ids = completion_ids.cpu()
+    special = torch.tensor(sorted(set(tokenizer.all_special_ids)), dtype=ids.dtype)
+    # Special tokens (TRL's completion mask includes the EOS) are skipped, as in the text the reward sees.
+    mask = completion_mask.bool().cpu() & ~torch.isin(ids, special)  # (B, C)
     rows = [ids[i][mask[i]].tolist() for i in range(ids.shape[0])]
     pieces = _token_pieces(tokenizer, rows)
     pivot = torch.zeros(ids.shape, dtype=torch.bool)  # (B, C)
