@@ -210,18 +210,85 @@ def default_cache_dir() -> Path:
     return base / "models"
 
 
-def _is_complete(path: Path, recipe: Recipe) -> bool:
+_WEIGHTS_FILE = "model.safetensors"
+_TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json")
+
+
+def _safetensors_problem(path: Path) -> str | None:
+    """Why a safetensors file is unusable (missing, empty, bad header, truncated), or None if it is whole."""
     try:
-        if not (path / _COMPLETE_MARKER).is_file():
-            return False
-        return json.loads((path / _RECIPE_FILE).read_text()) == recipe.to_dict()
-    except (OSError, ValueError):
-        return False
+        size = path.stat().st_size
+        with path.open("rb") as f:
+            head = f.read(8)
+            if len(head) < 8:
+                return f"{path.name} is empty or truncated ({size} bytes)"
+            n = int.from_bytes(head, "little")
+            if n <= 0 or 8 + n > size:
+                return f"{path.name} has a bad header length ({n}) for a {size}-byte file"
+            header = json.loads(f.read(n))
+    except FileNotFoundError:
+        return f"{path.name} is missing"
+    except (OSError, ValueError) as e:
+        return f"{path.name} is unreadable ({e})"
+    ends = [t["data_offsets"][1] for k, t in header.items() if k != "__metadata__"]
+    if not ends:
+        return f"{path.name} holds no tensors"
+    if 8 + n + max(ends) != size:
+        return f"{path.name} is {size} bytes but its header describes {8 + n + max(ends)} (truncated?)"
+    return None
+
+
+def cache_problem(path: Path, recipe: Recipe) -> str | None:
+    """Why the cache entry at `path` cannot be used for `recipe`, or None when it is whole.
+
+    Checks everything a load would read, before anything is built from it: the completion marker, the
+    recipe, `config.json` (it must describe exactly the recipe's model: without it transformers would
+    silently build its default multi-GB Qwen2), the weights file (complete, not truncated) and the
+    tokenizer files.
+    """
+    if not (path / _COMPLETE_MARKER).is_file():
+        return "no completion marker (an interrupted build)"
+    try:
+        if json.loads((path / _RECIPE_FILE).read_text()) != recipe.to_dict():
+            return "it was built from a different recipe"
+    except (OSError, ValueError) as e:
+        return f"{_RECIPE_FILE} is missing or unreadable ({e.__class__.__name__})"
+    try:
+        config = json.loads((path / "config.json").read_text())
+    except (OSError, ValueError) as e:
+        return f"config.json is missing or unreadable ({e.__class__.__name__})"
+    m = recipe.model
+    expected = {
+        "model_type": "qwen2",
+        "hidden_size": m.hidden_size,
+        "num_hidden_layers": m.num_layers,
+        "num_attention_heads": m.num_heads,
+        "num_key_value_heads": m.num_kv_heads,
+        "intermediate_size": m.intermediate_size,
+        "max_position_embeddings": m.max_position_embeddings,
+    }
+    wrong = {k: config.get(k) for k, v in expected.items() if config.get(k) != v}
+    if wrong:
+        return f"config.json does not describe the recipe's model ({wrong}, expected {expected})"
+    for name in _TOKENIZER_FILES:
+        try:
+            json.loads((path / name).read_text())
+        except (OSError, ValueError) as e:
+            return f"tokenizer file {name} is missing or unreadable ({e.__class__.__name__})"
+    return _safetensors_problem(path / _WEIGHTS_FILE)
+
+
+def _is_complete(path: Path, recipe: Recipe) -> bool:
+    return cache_problem(path, recipe) is None
 
 
 def _load(path: Path) -> tuple[Qwen2ForCausalLM, PreTrainedTokenizerFast]:
-    model = Qwen2ForCausalLM.from_pretrained(path, attn_implementation="eager")
+    # The config is read explicitly and passed in, so a load can never fall back to a default config.
+    config = Qwen2Config.from_pretrained(path)
+    model = Qwen2ForCausalLM.from_pretrained(path, config=config, attn_implementation="eager")
     tok = PreTrainedTokenizerFast.from_pretrained(path)
+    if len(tok) != config.vocab_size:
+        raise ValueError(f"tokenizer has {len(tok)} tokens but config.json says vocab_size={config.vocab_size}")
     return model.eval(), tok
 
 
@@ -232,22 +299,26 @@ def load_default_model(
 
     The cache entry is `cache_dir/<recipe hash>` (`cache_dir` defaults to `default_cache_dir()`). It is
     built in a temporary sibling directory and renamed into place only after `save_pretrained` and a
-    completion marker are written, so an interrupted build leaves no entry. An entry without the marker,
-    with a different recipe, or that fails to load is deleted and rebuilt. Returns (model in eval mode,
-    tokenizer, path of the entry).
+    completion marker are written, so an interrupted build leaves no entry. The whole entry is checked
+    before anything is built from it (`cache_problem`: marker, recipe, config.json, weights, tokenizer);
+    an entry that fails a check or fails to load is deleted and rebuilt (with a message on stderr),
+    never loaded with a default-sized model. Returns (model in eval mode, tokenizer, path of the entry).
     """
     root = Path(cache_dir).expanduser() if cache_dir is not None else default_cache_dir()
     path = root / recipe.hash()
     if path.exists():
-        if _is_complete(path, recipe):
+        problem = cache_problem(path, recipe)
+        if problem is None:
             try:
                 model, tok = _load(path)
                 return model, tok, path
-            except Exception as e:  # a truncated weight file, a bad config: rebuild
-                _log(progress, f"[oar-rl] cached model at {path} does not load ({e!r}); rebuilding")
+            except Exception as e:  # passed the checks but still does not load: rebuild
+                _log(True, f"[oar-rl] cached model at {path} does not load ({e!r}); rebuilding")
         else:
-            _log(progress, f"[oar-rl] cached model at {path} is incomplete or stale; rebuilding")
+            _log(True, f"[oar-rl] cached model at {path} is unusable: {problem}; rebuilding")
         shutil.rmtree(path, ignore_errors=True)
+        if path.exists():
+            raise OSError(f"cannot remove the bad model cache entry {path}; delete it by hand")
     _log(progress, f"[oar-rl] building the warm-start model (recipe {recipe.hash()}) into {path}")
     try:
         root.mkdir(parents=True, exist_ok=True)
@@ -273,6 +344,9 @@ def load_default_model(
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+    problem = cache_problem(path, recipe)
+    if problem is not None:  # never load something this process did not just verify
+        raise OSError(f"the model cache entry {path} just built is unusable: {problem}")
     model, tok = _load(path)
     return model, tok, path
 
