@@ -496,8 +496,8 @@ def prepare(config: EvalConfig) -> list[BenchmarkJob]:
             ds = data.load(
                 name, split, template=template if name != "arithmetic" else None, limit=config.limit
             )
-        except ValueError:
-            raise
+        except ValueError as exc:
+            raise ValueError(f"benchmark {name!r}: {exc}") from exc
         except Exception as exc:  # network or Hub errors: still before any sampling
             raise ValueError(
                 f"cannot load benchmark {name!r} ({type(exc).__name__}: {exc}); offline, put a copy in "

@@ -124,7 +124,10 @@ def load_train_dataset(data_args: DataArguments, reward_names: list[str]):
     for key in ("template", "question_column", "answer_column"):
         if getattr(data_args, key) is not None:
             kwargs[key] = getattr(data_args, key)
-    dataset = data.load(data_args.dataset, data_args.dataset_split, **kwargs)
+    try:
+        dataset = data.load(data_args.dataset, data_args.dataset_split, **kwargs)
+    except ValueError as err:
+        raise ValueError(f"dataset {data_args.dataset!r}: {err}") from err
     columns = list(dataset.column_names)
     if "prompt" not in columns:
         raise ValueError(f"dataset {data_args.dataset!r} has no 'prompt' column; columns: {columns}")
@@ -136,6 +139,23 @@ def load_train_dataset(data_args: DataArguments, reward_names: list[str]):
     if len(dataset) == 0:
         raise ValueError(f"dataset {data_args.dataset!r} (split {data_args.dataset_split!r}) is empty")
     return dataset
+
+
+def check_enough_prompts(rows: int, args, name: str | None) -> None:
+    """ValueError when the dataset cannot fill one generation batch, i.e. training would do zero steps.
+
+    TRL's `RepeatSampler` drops an incomplete batch of `generation_batch_size / num_generations` prompts;
+    with fewer rows than that the trainer stops at step 0 and would still save an untrained model.
+    """
+    prompts = args.generation_batch_size // args.num_generations
+    if rows < prompts:
+        raise ValueError(
+            f"dataset {name!r} has {rows} row{'s' if rows != 1 else ''} but one generation batch needs "
+            f"{prompts} prompts (generation_batch_size {args.generation_batch_size} = "
+            f"per_device_train_batch_size x processes x steps_per_generation, / num_generations "
+            f"{args.num_generations}): training would do zero optimizer steps. Use more rows (--limit) or "
+            "a smaller batch"
+        )
 
 
 def model_init_kwargs(model_args, training_args) -> dict[str, Any]:
@@ -196,6 +216,7 @@ def main(argv: list[str] | None = None) -> int:
         checkpoint = resolve_checkpoint(training_args.resume_from_checkpoint, training_args.output_dir)
         training_args.model_init_kwargs = model_init_kwargs(model_args, training_args)
         train_dataset = load_train_dataset(data_args, reward_names)
+        check_enough_prompts(len(train_dataset), training_args, data_args.dataset)
         from trl import get_peft_config, get_quantization_config
 
         from oar_rl.trainer import OARTrainer
@@ -213,6 +234,9 @@ def main(argv: list[str] | None = None) -> int:
         return 2
 
     trainer.train(resume_from_checkpoint=checkpoint)
+    if trainer.state.global_step == 0:  # a second line of defence behind check_enough_prompts
+        print("oar-rl train: error: training did zero optimizer steps; nothing saved", file=sys.stderr)
+        return 1
     trainer.save_model(training_args.output_dir)
     trainer.accelerator.print(
         f"oar-rl train: credit={training_args.credit} done at step {trainer.state.global_step}; "
