@@ -37,7 +37,9 @@ def no_big_models(monkeypatch):
     "damage",
     ["delete config.json", "empty config.json", "truncate weights", "delete tokenizer.json", "wrong shape"],
 )
-def test_bad_cache_entry_is_rebuilt_never_loaded_with_a_default_config(tmp_path, no_big_models, damage, capsys):
+def test_bad_cache_entry_is_rebuilt_never_loaded_with_a_default_config(
+    tmp_path, no_big_models, damage, capsys
+):
     _, _, path = tiny.load_default_model(MICRO, cache_dir=tmp_path, progress=False)
     if damage == "delete config.json":
         (path / "config.json").unlink()
@@ -65,7 +67,16 @@ def _write(path: Path, text: str) -> str:
 
 
 def _train(model_dir, out, *extra) -> list[str]:
-    return ["train", "--config", TINY, "--model_name_or_path", str(model_dir), "--output_dir", str(out), *extra]
+    return [
+        "train",
+        "--config",
+        TINY,
+        "--model_name_or_path",
+        str(model_dir),
+        "--output_dir",
+        str(out),
+        *extra,
+    ]
 
 
 def test_train_on_too_small_dataset_is_an_error_not_a_zero_step_run(tiny_model_dir, tmp_path, capsys):

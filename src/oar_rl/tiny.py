@@ -288,7 +288,9 @@ def _load(path: Path) -> tuple[Qwen2ForCausalLM, PreTrainedTokenizerFast]:
     model = Qwen2ForCausalLM.from_pretrained(path, config=config, attn_implementation="eager")
     tok = PreTrainedTokenizerFast.from_pretrained(path)
     if len(tok) != config.vocab_size:
-        raise ValueError(f"tokenizer has {len(tok)} tokens but config.json says vocab_size={config.vocab_size}")
+        raise ValueError(
+            f"tokenizer has {len(tok)} tokens but config.json says vocab_size={config.vocab_size}"
+        )
     return model.eval(), tok
 
 
