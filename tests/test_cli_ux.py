@@ -105,3 +105,111 @@ def test_eval_on_empty_or_columnless_file_is_one_clear_line(tiny_model_dir, tmp_
     err = capsys.readouterr().err
     assert "bad.jsonl" in err and "Hub" not in err and "DATA_DIR" not in err
     assert ("empty" in err) if not text.strip() else ("column" in err)
+
+
+# ----------------------------------------------------------------------------------------------------
+# trackers and terminal output
+# ----------------------------------------------------------------------------------------------------
+def test_two_step_demo_run_logs_to_tensorboard_and_a_jsonl_file(tiny_model_dir, tmp_path, capsys):
+    from oar_rl import demo
+
+    settings = demo.PRESETS["tiny"]
+    logs = tmp_path / "logs"
+    demo.train_one(
+        "oar-g", 0, settings, tiny_model_dir, tmp_path / "work", report_to="tensorboard", log_dir=logs
+    )
+    events = list((logs / "tensorboard").glob("events.out.tfevents.*"))
+    assert events and events[0].stat().st_size > 0
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    acc = EventAccumulator(str(logs / "tensorboard"))
+    acc.Reload()
+    assert any("reward" in tag for tag in acc.Tags()["scalars"])
+    rows = [json.loads(line) for line in (logs / "logs.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows if "reward" in r] == [1, 2]
+    captured = capsys.readouterr()
+    # the terminal shows a bar, not TRL's log dicts
+    assert "'reward'" not in captured.out + captured.err and "oar-g" in captured.err
+
+
+def test_missing_tracker_is_refused_before_any_loading(monkeypatch, tmp_path, capsys):
+    import importlib.util
+
+    from oar_rl import console, demo
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda n, *a: None if n == "trackio" else real(n, *a))
+    with pytest.raises(ValueError, match=r"oar-rl\[trackers\]"):
+        console.check_trackers("tensorboard,trackio")
+    assert console.check_trackers("none") == [] and console.check_trackers(["tensorboard"]) == ["tensorboard"]
+    assert demo.main(["--tiny", "--out", str(tmp_path / "d"), "--report-to", "trackio"]) == 2
+    assert "trackio" in capsys.readouterr().err
+    assert not (tmp_path / "d" / "summary.json").exists()
+
+
+def test_summary_lines():
+    from oar_rl.console import summary
+
+    hist = [{"step": 1, "reward": 0.25, "loss": 0.1}, {"step": 2, "reward": 0.75}, {"train_runtime": 3.0}]
+    assert summary(hist) == [
+        "2 steps logged",
+        "reward: 0.25 -> 0.75 (mean 0.5)",
+        "loss: 0.1 -> 0.1 (mean 0.1)",
+    ]
+    assert summary([]) == ["no logged steps"]
+
+
+# ----------------------------------------------------------------------------------------------------
+# one flag style, TRL's dataset names, defaults in every help, OAR options under their own heading
+# ----------------------------------------------------------------------------------------------------
+def test_eval_and_analysis_commands_take_both_spellings():
+    from oar_rl import evaluation
+
+    a = evaluation.build_parser().parse_args(["--model", "m", "--out", "o", "--max_new_tokens", "7"])
+    b = evaluation.build_parser().parse_args(["--model", "m", "--out", "o", "--max-new-tokens", "7"])
+    assert a.max_new_tokens == b.max_new_tokens == 7
+
+
+def test_train_takes_trl_dataset_names_on_the_command_line_and_in_yaml(tmp_path):
+    from oar_rl import train
+
+    argv = ["--dataset_name", "gsm8k", "--dataset_train_split", "test", "--use_cpu", "true"]
+    data_args, _, _ = train.build_parser().parse_args_and_config(argv)
+    assert (data_args.dataset, data_args.dataset_split) == ("gsm8k", "test")
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text("dataset_name: arithmetic\ndataset_train_split: eval\nuse_cpu: true\n")
+    data_args, _, _ = train.build_parser().parse_args_and_config(["--config", str(recipe)])
+    assert (data_args.dataset, data_args.dataset_split) == ("arithmetic", "eval")
+    recipe.write_text("dataset: arithmetic\ndataset_name: gsm8k\nuse_cpu: true\n")
+    with pytest.raises(ValueError, match="alias"):
+        train.build_parser().parse_args_and_config(["--config", str(recipe)])
+
+
+@pytest.mark.parametrize(
+    ("command", "flag", "default"),
+    [
+        ("eval", "--temperature", "0.6"),
+        ("attribute", "--max-new-tokens", "96"),
+        ("oracle", "--max-prompts", "400"),
+        ("oracle", "--model", "default"),
+        ("demo", "--out", "demo_out"),
+        ("train", "--tau", "0.4"),
+    ],
+)
+def test_every_help_shows_defaults(command, flag, default, capsys):
+    with pytest.raises(SystemExit) as exit_:
+        cli.main([command, "--help"])
+    assert exit_.value.code == 0
+    text = " ".join(capsys.readouterr().out.split())
+    after = text[text.index(flag, text.index("options:")) :]  # the option's entry, not the usage line
+    assert f"(default: {default})" in after[: after.index(" --", len(flag) + 20)]
+
+
+def test_train_help_lists_oar_options_first_under_their_heading(capsys):
+    with pytest.raises(SystemExit):
+        cli.main(["train", "--help"])
+    text = capsys.readouterr().out
+    data, credit, trl = (text.index(h) for h in ("OAR options: data", "OAR options: credit", "TRL options"))
+    assert data < credit < trl
+    assert data < text.index("--dataset_name") < credit < text.index("--credit") < text.index("--tau") < trl
+    assert trl < text.index("--learning_rate")

@@ -233,12 +233,14 @@ class EvalConfig:
 
 def build_parser() -> argparse.ArgumentParser:
     """The `oar-rl eval` parser, generated from `EvalConfig`'s fields."""
-    parser = argparse.ArgumentParser(
-        prog="oar-rl eval",
-        description="Sample n completions per problem and report unbiased pass@k (results.json, results.md).",
+    from oar_rl.argparsing import flag_names, new_parser
+
+    parser = new_parser(
+        "oar-rl eval",
+        "Sample n completions per problem and report unbiased pass@k (results.json, results.md).",
     )
     for f in dataclasses.fields(EvalConfig):
-        flag = "--" + f.name.replace("_", "-")
+        flags = flag_names(f.name)  # --max-new-tokens and --max_new_tokens, as TRL takes them
         kwargs: dict[str, Any] = {"help": f.metadata.get("help", ""), "dest": f.name}
         if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
             kwargs["required"] = True
@@ -258,7 +260,7 @@ def build_parser() -> argparse.ArgumentParser:
             kwargs["type"] = float
         if "choices" in f.metadata:
             kwargs["choices"] = f.metadata["choices"]
-        parser.add_argument(flag, **kwargs)
+        parser.add_argument(*flags, **kwargs)
     return parser
 
 

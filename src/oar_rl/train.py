@@ -79,12 +79,46 @@ class DataArguments:
 
 
 def build_parser():
-    """TRL's parser over (DataArguments, OARConfig, ModelConfig)."""
-    from trl import ModelConfig, TrlParser
+    """TRL's parser over (DataArguments, OARConfig, ModelConfig).
 
+    As TRL's: every flag in both spellings (`--max_steps`, `--max-steps`), defaults in `--help`. Added:
+    TRL's dataset flag names (`--dataset_name`, `--dataset_train_split`) as aliases, in YAML too, and
+    `--help` lists oar-rl's options under their own headings before TRL's.
+    """
+    import dataclasses
+
+    from trl import GRPOConfig, ModelConfig, TrlParser
+
+    from oar_rl.argparsing import DATASET_ALIASES, dealias_config, group_options
     from oar_rl.trainer import OARConfig
 
-    return TrlParser((DataArguments, OARConfig, ModelConfig), prog="oar-rl train")
+    class Parser(TrlParser):
+        def set_defaults_with_config(self, **kwargs):
+            return super().set_defaults_with_config(**dealias_config(kwargs, DATASET_ALIASES))
+
+    parser = Parser(
+        (DataArguments, OARConfig, ModelConfig),
+        prog="oar-rl train",
+        usage="oar-rl train [--config RECIPE.yaml] [--key value ...]   (YAML keys are the flag names)",
+    )
+    for action in parser._actions:
+        for alias in DATASET_ALIASES.get(action.dest, ()):
+            for flag in (f"--{alias}", f"--{alias.replace('_', '-')}"):
+                parser._option_string_actions[flag] = action
+                action.option_strings.append(flag)
+    data = [f.name for f in dataclasses.fields(DataArguments)]
+    grpo = {f.name for f in dataclasses.fields(GRPOConfig)}
+    oar = [f.name for f in dataclasses.fields(OARConfig) if f.name not in grpo]
+    rest = [a.dest for a in parser._actions if a.dest not in {"help", *data, *oar}]
+    group_options(
+        parser,
+        [
+            ("OAR options: data and rewards", None, data),
+            ("OAR options: credit assignment", "OARConfig's fields (see oar_rl.trainer)", oar),
+            ("TRL options", "TRL's GRPOConfig (with transformers' TrainingArguments) and ModelConfig", rest),
+        ],
+    )
+    return parser
 
 
 def resolve_reward(name: str) -> Callable[..., list[float | None]]:
@@ -117,7 +151,9 @@ def load_train_dataset(data_args: DataArguments, reward_names: list[str]):
     from oar_rl import data
 
     if not data_args.dataset:
-        raise ValueError("--dataset is required (a benchmark name known to oar_rl.data or a local path)")
+        raise ValueError(
+            "--dataset (or TRL's --dataset_name) is required: a name known to oar_rl.data or a local path"
+        )
     if data_args.limit is not None and data_args.limit < 1:
         raise ValueError(f"limit must be >= 1 or None, got {data_args.limit}")
     kwargs: dict[str, Any] = {"limit": data_args.limit, "data_files": data_args.data_files}
@@ -213,6 +249,9 @@ def main(argv: list[str] | None = None) -> int:
                 f"eval_strategy={training_args.eval_strategy!s}: `oar-rl train` takes no eval dataset; use "
                 "`oar-rl eval` on the saved model (eval_strategy: no)"
             )
+        from oar_rl.console import check_trackers
+
+        check_trackers(training_args.report_to)  # before the model loads, not after
         checkpoint = resolve_checkpoint(training_args.resume_from_checkpoint, training_args.output_dir)
         training_args.model_init_kwargs = model_init_kwargs(model_args, training_args)
         train_dataset = load_train_dataset(data_args, reward_names)

@@ -144,28 +144,31 @@ def heatmap_page(trajs: list[Trajectory], tokenizer, rows: dict[str, torch.Tenso
 
 def add_scoring_arguments(p: argparse.ArgumentParser) -> None:
     """The options every analysis command shares: model, methods, probe, sampling length, seed."""
-    p.add_argument("--model", default="default", help="model directory, or 'default' (embedded model)")
-    p.add_argument("--methods", default=",".join(METHODS), help=f"comma-separated of {', '.join(METHODS)}")
-    p.add_argument(
+    from oar_rl.argparsing import add
+
+    add(p, "--model", default="default", help="model directory, or 'default' (embedded model)")
+    add(p, "--methods", default=",".join(METHODS), help=f"comma-separated of {', '.join(METHODS)}")
+    add(
+        p,
         "--probe",
         default="as-mean",
         choices=PROBES,
-        help="outcome probe of oar-p/oar-g (default as-mean: on the arithmetic task every completion ends in "
-        "the fixed text '</answer>', which leaves lt-logits almost no signal)",
+        help="outcome probe of oar-p/oar-g; as-mean because on the arithmetic task every completion ends in "
+        "the fixed text '</answer>', which leaves lt-logits almost no signal",
     )
-    p.add_argument("--max-new-tokens", type=int, default=96)
-    p.add_argument("--seed", type=int, default=0)
+    add(p, "--max-new-tokens", type=int, default=96, help="longest sampled completion, in tokens")
+    add(p, "--seed", type=int, default=0, help="sampling and scoring seed")
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="oar-rl attribute", description=__doc__.split("\n\n")[0])
+    from oar_rl.argparsing import add, new_parser
+
+    p = new_parser("oar-rl attribute", __doc__.split("\n\n")[0])
     add_scoring_arguments(p)
-    p.add_argument("--prompt", help="prompt text; with --completion scores that trace, else one is sampled")
-    p.add_argument("--completion", help="completion text to score (needs --prompt)")
-    p.add_argument(
-        "--n", type=int, default=3, help="traces sampled from the arithmetic eval split (no --prompt)"
-    )
-    p.add_argument("--out", default="attribute_out", help="directory for heatmaps.html")
+    add(p, "--prompt", help="prompt text; with --completion scores that trace, else one is sampled")
+    add(p, "--completion", help="completion text to score (needs --prompt)")
+    add(p, "--n", type=int, default=3, help="traces sampled from the arithmetic eval split (no --prompt)")
+    add(p, "--out", default="attribute_out", help="directory for heatmaps.html")
     a = p.parse_args(list(sys.argv[1:] if argv is None else argv))
     try:
         methods = parse_list(a.methods, METHODS, "--methods")

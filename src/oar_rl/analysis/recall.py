@@ -13,7 +13,6 @@ Writes `recall.json` (per-K recall of each method, pivot statistics, settings), 
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 from pathlib import Path
@@ -31,6 +30,7 @@ from oar_rl.analysis.attribute import (
     sample_trajectories,
 )
 from oar_rl.analysis.oracle import causal_recall, counterfactual_oracle
+from oar_rl.argparsing import add, new_parser
 from oar_rl.io import ensure_writable_dir, savefig_atomic, write_text_atomic
 
 KS = (0.05, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0)
@@ -57,13 +57,13 @@ def _plot(recalls: dict[str, dict[float, float]], path: Path) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="oar-rl oracle", description=__doc__.split("\n\n")[0])
+    p = new_parser("oar-rl oracle", __doc__.split("\n\n")[0])
     add_scoring_arguments(p)
-    p.add_argument("--split", default="eval", help="arithmetic split to sample from (train, eval, hard)")
-    p.add_argument("--n", type=int, default=40, help="correct trajectories to analyse")
-    p.add_argument("--max-prompts", type=int, default=400, help="give up after sampling this many prompts")
-    p.add_argument("--heatmaps", type=int, default=4, help="traces shown in heatmaps.html")
-    p.add_argument("--out", default="oracle_out")
+    add(p, "--split", default="eval", help="arithmetic split to sample from (train, eval, hard)")
+    add(p, "--n", type=int, default=40, help="correct trajectories to analyse")
+    add(p, "--max-prompts", type=int, default=400, help="give up after sampling this many prompts")
+    add(p, "--heatmaps", type=int, default=4, help="traces shown in heatmaps.html")
+    add(p, "--out", default="oracle_out", help="directory for recall.json/.md/.png and heatmaps.html")
     a = p.parse_args(list(sys.argv[1:] if argv is None else argv))
     try:
         methods = parse_list(a.methods, METHODS, "--methods")
