@@ -213,3 +213,58 @@ def test_train_help_lists_oar_options_first_under_their_heading(capsys):
     assert data < credit < trl
     assert data < text.index("--dataset_name") < credit < text.index("--credit") < text.index("--tau") < trl
     assert trl < text.index("--learning_rate")
+
+
+# ----------------------------------------------------------------------------------------------------
+# oracle: samples only what --n needs, warns when it finds fewer; report items
+# ----------------------------------------------------------------------------------------------------
+def test_oracle_samples_only_what_n_needs(tiny_model_dir, monkeypatch):
+    import oar_rl.data.arithmetic as arithmetic
+    from oar_rl.analysis import recall
+    from oar_rl.analysis.attribute import load_model
+
+    monkeypatch.setattr(arithmetic, "check", lambda text, answer: True)
+    model, tok = load_model(str(tiny_model_dir))
+    ds = arithmetic.load("eval").select(range(200))
+    trajs, correct = recall.sample_correct(model, tok, ds, 3, max_new_tokens=4, seed=0, chunk=8)
+    assert len(correct) == 3 and len(trajs) == 8  # one chunk, not all 200 prompts
+
+
+def test_oracle_warns_when_fewer_correct_than_n_and_plots_n_and_intervals(
+    tiny_model_dir, tmp_path, monkeypatch, capsys
+):
+    import oar_rl.data.arithmetic as arithmetic
+    from oar_rl.analysis import recall
+
+    monkeypatch.setattr(arithmetic, "check", lambda text, answer: len(text) % 2 == 1)
+    titles = []
+    real_plot = recall._plot
+    monkeypatch.setattr(recall, "_plot", lambda *a, **k: titles.append(k) or real_plot(*a, **k))
+    out = tmp_path / "o"
+    argv = ["--model", str(tiny_model_dir), "--n", "50", "--max-prompts", "6", "--max-new-tokens", "7"]
+    assert recall.main([*argv, "--methods", "random", "--out", str(out)]) == 0
+    err = capsys.readouterr().err
+    result = json.loads((out / "recall.json").read_text())
+    assert f"only {result['trajectories']} correct trajectories of the 50 asked for" in err
+    assert titles[0]["n"] == result["trajectories"]
+    for k, (lo, hi) in result["recall_ci95"]["random"].items():
+        assert lo <= result["recall"]["random"][k] + 1e-9 and result["recall"]["random"][k] <= hi + 1e-9
+
+
+def test_heatmaps_grey_unscored_tokens_and_caption_matches_rows():
+    import torch
+
+    from oar_rl.analysis.attribute import Trajectory, heatmap_page
+    from oar_rl.tiny import build_char_tokenizer
+
+    tok = build_char_tokenizer()
+    c_ids = torch.tensor(tok("12<answer>3</answer>", add_special_tokens=False)["input_ids"])
+    t = Trajectory("p", "", "3", torch.tensor([5]), c_ids)
+    scores = torch.zeros(1, c_ids.numel())  # (1, C): normalised scores are 0 outside the reasoning tokens
+    scored = torch.zeros(1, c_ids.numel(), dtype=torch.bool)
+    scored[0, :2] = True
+    page = heatmap_page([t], tok, {"oar-p": scores}, "t", scored=scored)
+    assert page.count('title="not scored"') == c_ids.numel() - 2
+    assert "oracle" not in page
+    page = heatmap_page([t], tok, {"oar-p": scores, "oracle": scores}, "t", scored=scored)
+    assert "oracle row" in page

@@ -121,22 +121,45 @@ def method_scores(
     return out, reasoning
 
 
-def heatmap_page(trajs: list[Trajectory], tokenizer, rows: dict[str, torch.Tensor], title: str) -> str:
-    """A self-contained HTML page: per trajectory, one coloured row per method (and the oracle if given)."""
+def heatmap_page(
+    trajs: list[Trajectory],
+    tokenizer,
+    rows: dict[str, torch.Tensor],
+    title: str,
+    scored: torch.Tensor | None = None,
+) -> str:
+    """A self-contained HTML page: per trajectory, one coloured row per method (and the oracle if given).
+
+    `scored` (B, C) marks the tokens that were scored (the reasoning tokens); the others (the answer span,
+    padding) are drawn grey as "not scored", never as a white score of 0.
+    """
     from oar_rl.analysis.heatmap import heatmap_html
 
+    caption = (
+        "Each character's background shows its normalised importance Î (Eq. 14) over the reasoning "
+        "tokens; hover for the value. Grey characters (the answer span) are not scored."
+    )
+    if "oracle" in rows:
+        caption += " The oracle row marks causal pivots (Eq. 19) in full colour."
     parts = [
         "<!doctype html><html><head><meta charset='utf-8'><title>" + title + "</title>",
         "<style>body{font-family:sans-serif;margin:2em} table.oar-heatmap{border-collapse:collapse;"
         "margin-bottom:1.5em} th{text-align:right;padding:2px 8px;vertical-align:top;white-space:nowrap}"
         " td code{font-size:14px;line-height:1.7}</style></head><body>",
-        f"<h1>{title}</h1><p>Each character's background shows its normalised importance Î (Eq. 14); "
-        "hover for the value. The oracle row marks causal pivots (Eq. 19) in full colour.</p>",
+        f"<h1>{title}</h1><p>{caption}</p>",
     ]
     for i, t in enumerate(trajs):
         n = t.completion_ids.numel()
         pieces = [tokenizer.decode([int(x)]) for x in t.completion_ids]
-        heat = [(name, pieces, [float(v) for v in scores[i, :n]]) for name, scores in rows.items()]
+        keep = [True] * n if scored is None else [bool(v) for v in scored[i, :n].tolist()]
+        heat = [
+            (
+                name,
+                pieces,
+                [float(v) if k else None for v, k in zip(scores[i, :n].tolist(), keep, strict=True)],
+            )
+            for name, scores in rows.items()
+        ]
         parts.append(heatmap_html(t.prompt, heat))
     parts.append("</body></html>")
     return "\n".join(parts)
@@ -200,8 +223,9 @@ def main(argv: list[str] | None = None) -> int:
     if not trajs:
         print("oar-rl attribute: every completion is empty; nothing to score", file=sys.stderr)
         return 1
-    scores, _ = method_scores(model, tok, trajs, methods, probe=a.probe, seed=a.seed)
-    write_text_atomic(out / "heatmaps.html", heatmap_page(trajs, tok, scores, "oar-rl token importance"))
+    scores, reasoning = method_scores(model, tok, trajs, methods, probe=a.probe, seed=a.seed)
+    page = heatmap_page(trajs, tok, scores, "oar-rl token importance", scored=reasoning)
+    write_text_atomic(out / "heatmaps.html", page)
     print(f"[attribute] wrote {out / 'heatmaps.html'} ({len(trajs)} traces × {len(methods)} methods)")
     return 0
 
