@@ -268,3 +268,30 @@ def test_heatmaps_grey_unscored_tokens_and_caption_matches_rows():
     assert "oracle" not in page
     page = heatmap_page([t], tok, {"oar-p": scores, "oracle": scores}, "t", scored=scored)
     assert "oracle row" in page
+
+
+def test_results_md_names_the_embedded_model_not_its_hash(tmp_path):
+    from oar_rl.evaluation import results_markdown
+    from oar_rl.io import display_model_name
+
+    entry = tmp_path / tiny.DEFAULT_RECIPE.hash()
+    entry.mkdir()
+    (entry / "oar_rl_recipe.json").write_text("{}")
+    assert display_model_name(str(entry)) == "default (embedded)"
+    other = tmp_path / "0123456789abcdef"
+    other.mkdir()
+    (other / "oar_rl_recipe.json").write_text("{}")
+    assert display_model_name(str(other)) == "embedded (recipe 0123456789abcdef)"
+    assert display_model_name("Qwen/Qwen2.5-7B") == "Qwen2.5-7B"
+    cfg = {"model": str(entry), "k": [1], "n": 1, "temperature": 0.6, "top_p": 1, "max_new_tokens": 8}
+    cfg |= {"template": "answer-tag", "seed": 0}
+    bench = {"gsm8k": {"pass@1": 0.5, "num_problems": 2, "num_scored": 2}}
+    md = results_markdown({"config": cfg, "benchmarks": bench, "avg": 0.5})
+    assert "| default (embedded) |" in md and tiny.DEFAULT_RECIPE.hash() not in md
+
+
+def test_train_warns_when_every_completion_is_clipped(tiny_model_dir, tmp_path):
+    # a random model never emits EOS within 4 tokens: every completion is clipped
+    argv = _train(tiny_model_dir, tmp_path / "run", "--max_completion_length", "4", "--max_steps", "1")
+    with pytest.warns(UserWarning, match="every completion at step 1 was clipped at max_completion_length=4"):
+        assert cli.main(argv) == 0

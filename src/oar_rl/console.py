@@ -80,6 +80,33 @@ class JsonlLog(TrainerCallback):
             f.write(json.dumps(row) + "\n")
 
 
+class ClippingWarning(TrainerCallback):
+    """Warns (once) when every completion of a logged step hit `max_completion_length`.
+
+    Clipped completions have no answer, so every reward is 0, every advantage is 0 and the run learns
+    nothing (loss 0, grad_norm 0) without any error: e.g. `configs/tiny-cpu.yaml` (16 tokens) with the
+    embedded model, whose solutions are ~60 tokens.
+    """
+
+    def __init__(self) -> None:
+        self.warned = False
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        ratio = _number((logs or {}).get("completions/clipped_ratio"))
+        if self.warned or ratio is None or ratio < 1.0 or not state.is_world_process_zero:
+            return
+        self.warned = True
+        import warnings
+
+        warnings.warn(
+            f"every completion at step {state.global_step} was clipped at max_completion_length="
+            f"{args.max_completion_length} tokens: no completion can finish its answer, so rewards, "
+            "advantages and gradients are all 0; raise --max_completion_length",
+            UserWarning,
+            stacklevel=1,
+        )
+
+
 def _jsonable(v: Any) -> bool:
     return isinstance(v, str | int | float | bool) or v is None
 

@@ -297,7 +297,9 @@ def train_one(
         reward_funcs=arithmetic_reward,
         processing_class=tokenizer,
     )
-    from oar_rl.console import quiet_training, set_tensorboard_dir
+    from oar_rl.console import ClippingWarning, quiet_training, set_tensorboard_dir
+
+    trainer.add_callback(ClippingWarning())
 
     if not verbose:
         quiet_training(trainer, log_file=log_dir / "logs.jsonl" if log_dir else None, desc=method)

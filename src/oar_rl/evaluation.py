@@ -636,7 +636,9 @@ def results_markdown(results: dict[str, Any]) -> str:
     def pct(x: float | None) -> str:
         return "–" if x is None else f"{100 * x:.1f}"
 
-    row = [Path(cfg["model"]).name or cfg["model"]]
+    from oar_rl.io import display_model_name
+
+    row = [display_model_name(cfg["model"])]
     row += [pct(results["benchmarks"][key][f"pass@{k}"]) for key in keys for k in ks]
     row.append(pct(results["avg"]))
     lines = [

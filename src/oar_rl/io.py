@@ -77,3 +77,17 @@ def resolve_model(spec: str) -> str:
     from oar_rl.tiny import load_default_model
 
     return str(load_default_model()[2])
+
+
+def display_model_name(spec: str) -> str:
+    """A readable name for a model in tables: 'default (embedded)' for the embedded default model's cache
+    entry (whose directory is a recipe hash), 'embedded (recipe <hash>)' for another recipe's, else the
+    directory's name or the Hub id."""
+    path = Path(spec)
+    if (path / "oar_rl_recipe.json").is_file():
+        from oar_rl.tiny import DEFAULT_RECIPE
+
+        return (
+            "default (embedded)" if path.name == DEFAULT_RECIPE.hash() else f"embedded (recipe {path.name})"
+        )
+    return path.name or spec

@@ -272,6 +272,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"oar-rl train: error: {err}", file=sys.stderr)
         return 2
 
+    from oar_rl.console import ClippingWarning
+
+    trainer.add_callback(ClippingWarning())
     trainer.train(resume_from_checkpoint=checkpoint)
     if trainer.state.global_step == 0:  # a second line of defence behind check_enough_prompts
         print("oar-rl train: error: training did zero optimizer steps; nothing saved", file=sys.stderr)
