@@ -9,6 +9,7 @@ per log. `summary(history)` turns a log history into a few lines for the end of 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 from collections.abc import Mapping, Sequence
@@ -179,3 +180,32 @@ def check_trackers(report_to: str | Sequence[str] | None) -> list[str]:
             f"trackio) or pip install {' '.join(TRACKER_MODULES[n] for n in missing)}"
         )
     return names
+
+
+KNOWN_HARMLESS_WARNINGS: tuple[tuple[str, type[Warning]], ...] = (
+    # TRL 1.16 reads the deprecated `model.is_gradient_checkpointing` on every generation; the user can do
+    # nothing about it and it changes nothing until transformers v6.
+    (r"`is_gradient_checkpointing` is deprecated", FutureWarning),
+)
+
+
+def silence_known_warnings() -> None:
+    """Ignore exactly the warnings in `KNOWN_HARMLESS_WARNINGS` (by message), nothing else."""
+    import warnings
+
+    for message, category in KNOWN_HARMLESS_WARNINGS:
+        warnings.filterwarnings("ignore", message=message, category=category)
+
+
+@contextlib.contextmanager
+def no_load_bars():
+    """transformers' "Loading weights" / "Writing model shards" bars off for the block (then restored)."""
+    from transformers.utils import logging as hf_logging
+
+    was_enabled = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            hf_logging.enable_progress_bar()

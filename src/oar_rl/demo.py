@@ -284,11 +284,15 @@ def train_one(
         data_seed=seed,
         use_cpu=not torch.cuda.is_available(),
         bf16=False,
-        gradient_checkpointing=False,
+        activation_checkpointing=False,  # the new name: `gradient_checkpointing` warns it is deprecated
         disable_tqdm=False,
     )
     dataset = load("train").select(range(settings.prompts_per_step * settings.steps * 2))
-    model = Qwen2ForCausalLM.from_pretrained(model_path, attn_implementation="eager")
+    from oar_rl.console import no_load_bars, silence_known_warnings
+
+    silence_known_warnings()
+    with no_load_bars():  # the warm start's load already showed one
+        model = Qwen2ForCausalLM.from_pretrained(model_path, attn_implementation="eager")
     tokenizer = PreTrainedTokenizerFast.from_pretrained(model_path)
     trainer = OARTrainer(
         model=model,

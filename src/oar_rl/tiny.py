@@ -332,7 +332,10 @@ def load_default_model(
         ) from e
     try:
         model, tok = build_model(recipe, progress=progress)
-        model.save_pretrained(tmp)
+        from oar_rl.console import no_load_bars
+
+        with no_load_bars():
+            model.save_pretrained(tmp)
         tok.save_pretrained(tmp)
         (tmp / _RECIPE_FILE).write_text(json.dumps(recipe.to_dict(), indent=2, sort_keys=True))
         (tmp / _COMPLETE_MARKER).write_text("ok\n")

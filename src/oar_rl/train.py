@@ -272,8 +272,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"oar-rl train: error: {err}", file=sys.stderr)
         return 2
 
-    from oar_rl.console import ClippingWarning
+    from oar_rl.console import ClippingWarning, silence_known_warnings
 
+    silence_known_warnings()
     trainer.add_callback(ClippingWarning())
     trainer.train(resume_from_checkpoint=checkpoint)
     if trainer.state.global_step == 0:  # a second line of defence behind check_enough_prompts
