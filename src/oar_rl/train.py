@@ -152,7 +152,7 @@ def load_train_dataset(data_args: DataArguments, reward_names: list[str]):
 
     if not data_args.dataset:
         raise ValueError(
-            "--dataset (or TRL's --dataset_name) is required: a name known to oar_rl.data or a local path"
+            "--dataset is required (or TRL's --dataset_name): a name known to oar_rl.data or a local path"
         )
     if data_args.limit is not None and data_args.limit < 1:
         raise ValueError(f"limit must be >= 1 or None, got {data_args.limit}")
