@@ -458,6 +458,9 @@ def run_demo(
                 log_dir=out / "runs" / key.replace("/", "-"),
                 verbose=verbose,
             )
+            from oar_rl.console import summary as log_summary
+
+            _phase(f"[{i}/{len(todo)}] {key}: {'; '.join(log_summary(history))}")
             _phase(f"[{i}/{len(todo)}] {key}: evaluating after {seconds:.0f} s of training")
             after = evaluate(trained, tokenizer, settings, problems)
             runs[key] = {
