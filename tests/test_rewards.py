@@ -48,7 +48,7 @@ ACCURACY_CASES: list[tuple[str, str, float | None]] = [
 @pytest.fixture(scope="module")
 def hang_reward():
     """An accuracy reward whose worker hangs on a marker; a short timeout and a single worker."""
-    fn = make_accuracy_reward(timeout=2.0, workers=1, _scorer="oar_rl.rewards:_score_with_test_hang")
+    fn = make_accuracy_reward(timeout=2.0, workers=1, _scorer="oar_rl.rewards.verify:score_with_test_hang")
     fn([r"<answer>\frac12</answer>"], ["0.5"])  # start the worker outside the timed parts
     return fn
 
@@ -94,16 +94,16 @@ def test_numbers_do_not_need_the_pool(monkeypatch):
     def no_pool(*args, **kwargs):
         raise AssertionError("the pool must not be used for plain numbers")
 
-    monkeypatch.setattr(rewards, "get_pool", no_pool)
+    monkeypatch.setattr(rewards.pool, "get_pool", no_pool)
     got = accuracy_reward(["<answer>12</answer>", "12", r"\boxed{1,200}", "", "<answer>-0.50</answer>"],
                           ["12", "13", "1200", "5", "-.5"])  # fmt: skip
     assert got == [1.0, 0.0, 1.0, 0.0, 1.0]
 
 
 def test_extraction_helpers():
-    assert extract_prediction("x <answer> 1 </answer> y <answer>2</answer>") == ("2", True)
-    assert extract_prediction(r"a \boxed{\frac{1}{2}} b \boxed{x^{2}}") == ("x^{2}", False)
-    assert extract_prediction("  plain  ") == ("plain", False)
+    assert extract_prediction("x <answer> 1 </answer> y <answer>2</answer>") == ("2", "answer")
+    assert extract_prediction(r"a \boxed{\frac{1}{2}} b \boxed{x^{2}}") == ("x^{2}", "boxed")
+    assert extract_prediction("  plain  ") == ("plain", None)
     assert completion_text([{"role": "user", "content": "q"}, {"role": "assistant", "content": "a"}]) == "a"
     with pytest.raises(ValueError, match="string or a list"):
         completion_text(3)  # type: ignore[arg-type]
