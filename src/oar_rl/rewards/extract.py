@@ -2,10 +2,10 @@
 
 One rule for every prompt format (``answer-tag``, ``boxed``, none):
 
-1. Candidate *markers* in the completion are ``<answer>…</answer>``, ``\\boxed{…}`` / ``\\fbox{…}`` (balanced
-   braces; brace-less ``\\boxed 5`` / ``\\boxed\\frac43`` runs to the next ``$``, ``\\]``, ``\\)`` or line end)
-   and "final answer is X" (X a ``$…$``, ``$$…$$``, ``\\(…\\)`` or ``\\[…\\]`` span, else the text up to the
-   end of the sentence or line).
+1. Candidate *markers* in the completion are ``<answer>…</answer>``, ``\\boxed{…}`` / ``\\fbox{…}``
+   (balanced braces; brace-less ``\\boxed 5`` / ``\\boxed\\frac43`` runs to the next ``$``, ``\\]``, ``\\)``
+   or line end) and "final answer is X" (X a ``$…$``, ``$$…$$``, ``\\(…\\)`` or ``\\[…\\]`` span, else
+   the text up to the end of the sentence or line).
 2. The marker that **ends last** wins, so a final "the final answer is $5$" after intermediate
    ``\\boxed{}``s is scored on 5, and an ``<answer>`` tag after a stray ``\\boxed{3}`` on the tag.
 3. The rule is applied again inside the winner's content (``<answer>\\boxed{4}</answer>`` → ``4``;
@@ -16,8 +16,8 @@ One rule for every prompt format (``answer-tag``, ``boxed``, none):
 Unclosed markers (``<answer>4`` cut off by the length limit) are not markers.
 
 `normalise_answer` is applied to golds and predictions alike before any comparison: escaped dollars
-(``\\$32,\\!348``, MATH-500's currency golds), ``\\!``/``\\,`` thin spaces and ``{,}`` thousands separators are
-removed. `as_number` is the exact cheap path for plain numbers.
+(``\\$32,\\!348``, MATH-500's currency golds), ``\\!``/``\\,`` thin spaces and ``{,}`` thousands separators
+are removed. `as_number` is the exact cheap path for plain numbers.
 """
 
 from __future__ import annotations
@@ -96,6 +96,14 @@ def _boxed_markers(text: str) -> list[tuple[int, str]]:
     return out
 
 
+def _find_closing(text: str, delim: str, start: int) -> int:
+    """Index of the next ``delim`` at or after ``start`` that is not an escaped ``\\$``; -1 if none."""
+    j = text.find(delim, start)
+    while j > 0 and delim.startswith("$") and text[j - 1] == "\\":
+        j = text.find(delim, j + 1)
+    return j
+
+
 def _final_markers(text: str) -> list[tuple[int, str]]:
     """(end, content) of every "final answer is X"."""
     out = []
@@ -103,7 +111,7 @@ def _final_markers(text: str) -> list[tuple[int, str]]:
         i = m.end()
         for left, right in _MATH_SPANS:
             if text.startswith(left, i):
-                j = text.find(right, i + len(left))
+                j = _find_closing(text, right, i + len(left))
                 if j >= 0 and text[i + len(left) : j].strip():
                     out.append((j + len(right), text[i + len(left) : j]))
                 break
@@ -117,7 +125,9 @@ def _final_markers(text: str) -> list[tuple[int, str]]:
 
 def find_markers(text: str) -> list[tuple[int, Marker, str]]:
     """Every closed answer marker of ``text`` as (end offset, kind, content), in order of their end."""
-    found: list[tuple[int, Marker, str]] = [(m.end(), "answer", m.group(1)) for m in _ANSWER_RE.finditer(text)]
+    found: list[tuple[int, Marker, str]] = [
+        (m.end(), "answer", m.group(1)) for m in _ANSWER_RE.finditer(text)
+    ]
     found += [(end, "boxed", content) for end, content in _boxed_markers(text)]
     found += [(end, "final", content) for end, content in _final_markers(text)]
     order = {"final": 0, "boxed": 1, "answer": 2}  # equal ends: the enclosing marker wins, then recurse

@@ -57,7 +57,9 @@ def default_start_method() -> str:
     method = os.environ.get(START_METHOD_ENV, "").strip()
     if method:
         if method not in START_METHODS:
-            raise ValueError(f"{START_METHOD_ENV}={method!r}; valid start methods: {', '.join(START_METHODS)}")
+            raise ValueError(
+                f"{START_METHOD_ENV}={method!r}; valid start methods: {', '.join(START_METHODS)}"
+            )
         return method
     return "fork" if sys.platform.startswith("linux") else "spawn"
 
@@ -100,7 +102,10 @@ class VerifierPool:
     """
 
     def __init__(
-        self, workers: int = DEFAULT_WORKERS, timeout: float = DEFAULT_TIMEOUT, start_method: str | None = None
+        self,
+        workers: int = DEFAULT_WORKERS,
+        timeout: float = DEFAULT_TIMEOUT,
+        start_method: str | None = None,
     ) -> None:
         if workers < 1:
             raise ValueError(f"workers must be >= 1, got {workers}")
@@ -182,7 +187,9 @@ class VerifierPool:
         pool = self._ensure()
         try:
             futures = {
-                pool.schedule(fn, args=(tasks[i][0], tasks[i][1], self.inner_timeout), timeout=self.timeout): i
+                pool.schedule(
+                    fn, args=(tasks[i][0], tasks[i][1], self.inner_timeout), timeout=self.timeout
+                ): i
                 for i in todo
             }
         except RuntimeError as exc:  # "the Pool is not active" / "Unexpected error within the Pool"
