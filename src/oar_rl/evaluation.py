@@ -14,12 +14,15 @@ Output directory (``--out``):
   already done; a torn last line (a crash mid-write) is ignored and dropped.
 * ``<benchmark>.meta.json`` -- the sampling configuration of that file and its hash. A rerun whose
   configuration differs (model, split, template, n, temperature, top-p, top-k, max-new-tokens, seed,
-  backend, batch size, dtype) is refused with an error naming the differing fields -- results of two
-  configurations never mix; use another ``--out``. ``--k`` and ``--limit`` are not part of the hash:
-  they only choose what is reported, so raising ``--limit`` extends an earlier run.
+  backend, batch size, dtype; truncate-prompts when set) is refused with an error naming the differing
+  fields -- results of two configurations never mix; use another ``--out``. ``--k`` and ``--limit`` are
+  not part of the hash: they only choose what is reported, so raising ``--limit`` extends an earlier run.
 * ``results.json`` and ``results.md`` -- pass@k per benchmark and the average (``results.md`` is shaped
   like the paper's Table 1: a P@k column per benchmark and k, then Avg = the mean of all those cells).
   Written atomically at the end.
+
+Before sampling, every prompt plus ``--max-new-tokens`` is checked against the model's positions (a clear
+error naming the prompts, or ``--truncate-prompts`` to left-truncate them; see `oar_rl.eval_sampling`).
 
 Reproducibility: problems are sampled in fixed batches (``max(1, batch_size // n)`` consecutive problems,
 or one problem in ``ceil(n / batch_size)`` chunks), each seeded from (seed, benchmark, first index,
