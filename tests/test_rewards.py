@@ -9,6 +9,7 @@ import sys
 import textwrap
 import threading
 import time
+from fractions import Fraction
 from pathlib import Path
 
 import pytest
@@ -16,6 +17,7 @@ import pytest
 from oar_rl import rewards
 from oar_rl.rewards import (
     accuracy_reward,
+    as_number,
     completion_text,
     extract_prediction,
     format_reward,
@@ -181,6 +183,19 @@ def test_extraction_helpers():
     assert extract_prediction("x <answer> 1 </answer> y <answer>2</answer>") == ("2", "answer")
     assert extract_prediction(r"a \boxed{\frac{1}{2}} b \boxed{x^{2}}") == ("x^{2}", "boxed")
     assert extract_prediction("  plain  ") == ("plain", None)
+    # one rule: the last-ending marker, then the rule again inside it
+    assert extract_prediction(r"\boxed{1} <answer>2</answer> \boxed{3}") == ("3", "boxed")
+    assert extract_prediction(r"<answer>so \boxed{\frac{1}{2}}</answer>") == (r"\frac{1}{2}", "boxed")
+    assert extract_prediction(r"\boxed{1}. The final answer is $\boxed{2}$.") == ("2", "boxed")
+    assert extract_prediction(r"The final answer is: $$x^{2}$$") == ("x^{2}", "final")
+    assert extract_prediction(r"The final answer is 3.5. I hope it is correct.") == ("3.5", "final")
+    assert extract_prediction(r"The final answer is $\$5$") == (r"\$5", "final")  # an escaped $ is no end
+    assert extract_prediction(r"\boxed{\{1, 2\}}") == (r"\{1, 2\}", "boxed")  # escaped braces
+    assert extract_prediction(r"\boxed{3} then <answer>4 (cut off") == ("3", "boxed")  # unclosed: no marker
+    assert extract_prediction(r"\boxed{3} then \boxed{4 (cut off") == ("3", "boxed")
+    assert extract_prediction(r"\[\boxed 12\]") == ("12", "boxed")
+    assert as_number(r"\$32,\!348") == 32348 and as_number(r"$18.90$") == Fraction(189, 10)
+    assert as_number(r"1{,}000") == 1000 and as_number("1,2") is None and as_number(r"\frac12") is None
     assert completion_text([{"role": "user", "content": "q"}, {"role": "assistant", "content": "a"}]) == "a"
     with pytest.raises(ValueError, match="string or a list"):
         completion_text(3)  # type: ignore[arg-type]

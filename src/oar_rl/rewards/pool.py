@@ -136,7 +136,7 @@ class VerifierPool:
             if self._pool is None:
                 _check_not_bootstrapping(self.start_method)
                 if self.start_method == "fork":
-                    _worker_init()  # imported once here, inherited by every forked worker
+                    import math_verify  # noqa: F401  -- imported once here, inherited by every forked worker
                 self._pool = pebble.ProcessPool(
                     max_workers=self.num_workers,
                     initializer=_worker_init,
