@@ -389,3 +389,28 @@ def test_gsm8k_file_by_path_is_scored_on_the_final_answer(tmp_path):
     assert [r["answer"] for r in records] == ["19", "1234", "-3"]
     assert [r["verdicts"] for r in records] == [[1.0, 0.0, 0.0], [0.0, 1.0, 0.0], [0.0, 0.0, 1.0]]
     assert results["benchmarks"]["gsm8k_copy"]["pass@1"] == pytest.approx(1 / 3)
+
+
+def test_position_limit_of_model_configs():
+    from transformers import GPT2Config, LlamaConfig, Qwen2Config
+
+    from oar_rl.eval_sampling import config_position_limit
+
+    assert config_position_limit(Qwen2Config(max_position_embeddings=4096)) == (
+        4096,
+        "max_position_embeddings",
+    )
+    assert config_position_limit(GPT2Config(n_positions=1000))[0] == 1000  # GPT-2 names it n_positions
+    yarn = {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 32768}
+    limit, source = config_position_limit(Qwen2Config(max_position_embeddings=32768, rope_scaling=yarn))
+    assert limit == 131072 and "yarn" in source
+    llama3 = {"rope_type": "llama3", "factor": 8.0, "original_max_position_embeddings": 8192,
+              "low_freq_factor": 1.0, "high_freq_factor": 4.0}  # fmt: skip
+    assert (
+        config_position_limit(LlamaConfig(max_position_embeddings=131072, rope_scaling=llama3))[0] == 131072
+    )
+
+    class NoLimit:
+        pass
+
+    assert config_position_limit(NoLimit()) is None

@@ -31,14 +31,31 @@ POSITION_ATTRIBUTES: tuple[str, ...] = (
 MAX_SHOWN = 5
 
 
+SCALED_ROPE_TYPES: tuple[str, ...] = ("yarn", "linear", "dynamic")
+"""RoPE scalings that stretch the trained positions by their ``factor`` (YaRN as Qwen2.5 documents it)."""
+
+
 def config_position_limit(model_config: Any) -> tuple[int, str] | None:
-    """(limit, which attribute) of a transformers model config; None when it declares none."""
+    """(limit, where it came from) of a transformers model config; None when it declares none.
+
+    The first of `POSITION_ATTRIBUTES`; with a YaRN/linear/dynamic RoPE scaling whose ``factor`` stretches
+    ``original_max_position_embeddings`` (or that attribute) further, the stretched length.
+    """
     text_config = model_config.get_text_config() if hasattr(model_config, "get_text_config") else model_config
     for attr in POSITION_ATTRIBUTES:
         value = getattr(text_config, attr, None)
         if isinstance(value, int) and not isinstance(value, bool) and value > 0:
-            return value, attr
-    return None
+            break
+    else:
+        return None
+    rope = getattr(text_config, "rope_parameters", None) or getattr(text_config, "rope_scaling", None)
+    if isinstance(rope, dict):
+        kind, factor = rope.get("rope_type", rope.get("type")), rope.get("factor")
+        if kind in SCALED_ROPE_TYPES and isinstance(factor, (int, float)) and factor > 1:
+            base = rope.get("original_max_position_embeddings") or value
+            if int(factor * base) > value:
+                return int(factor * base), f"{kind} RoPE factor {factor} x {base}"
+    return value, attr
 
 
 def check_prompt_lengths(jobs: list[BenchmarkJob], config: EvalConfig, sampler: Any) -> None:
