@@ -39,7 +39,9 @@ How GRAIL differs from OAR (paper §3, Eq. 7-17):
 - Rows without an answer span keep uniform weights; OAR's answer-span probes fall back to LT-Logits.
   GRAIL always needs the span (there is no LT-Logits form), whatever ``probe`` says.
 
-Our reading where the paper or its released code leaves a choice, and where we depart from the code:
+Our reading where the paper leaves a choice, and where we depart from the released trainer
+(``GrailTrainerV2.compute_grail_weights`` in ``src/train/grail_trainer.py``; this module follows the
+method as issue 9 of this project specifies it):
 
 - "Wrong" is a negative sequence advantage A_i < 0 and "correct" a positive one (the released code uses
   A_i ≤ 0 / A_i > 0: the same loss, since A_i = 0 gives zero token advantages). With a 0/1 accuracy
@@ -49,8 +51,9 @@ Our reading where the paper or its released code leaves a choice, and where we d
 - s_t uses token t's own embedding (position P + t), as OAR-G does here. The released code reads the
   gradient and the embedding one position early (token t gets token t−1's saliency; the first completion
   token gets the last prompt token's), the off-by-one its OAR-G baseline also has.
-- The z-score runs over the reasoning tokens only; the span and later tokens keep weight 1. (The
-  released analysis script z-scores all completion tokens, then sets the span's content to w_max.)
+- The z-score runs over the reasoning tokens only; the span and later tokens keep weight 1. The released
+  trainer z-scores over *all* valid completion tokens (span included), then sets the span's content
+  tokens to w_max, its ``\\boxed{`` / ``}`` delimiters and the tokens after it to μ_w.
 - The span is this library's (:func:`oar_rl.probes.answer_span_mask`: the content of the *last* match of
   ``answer_pattern``); the released code uses the first ``\\boxed{…}`` including the marker and braces.
 - The logits are divided by the sampling temperature, as TRL's log-probs and the released code do.
@@ -58,8 +61,10 @@ Our reading where the paper or its released code leaves a choice, and where we d
 - log(s_t + 1e-8) and the population standard deviation sqrt(var + 1e-8), as in the released code: a
   row with one reasoning token, or all-equal scores, gets z = 0, i.e. w = μ_w.
 - w_min defaults to 0.5, the paper's value and the released training config's (its dataclass default
-  is 0.1). Like every credit mode here, the scores are computed once per generation batch on the policy
-  that generated it.
+  is 0.1).
+- Like every credit mode here, the scores are computed once per generation batch, on the policy that
+  generated it (π_old), in eval mode. The released trainer recomputes them inside the loss with the
+  live model at every micro-step.
 """
 
 from __future__ import annotations
