@@ -1,7 +1,8 @@
 """Token-importance scorers: OAR-P (perturbation), OAR-G (gradient), entropy and random baselines, GRAIL.
 
 All return raw (B, C) float32 scores, 0 on padding; :func:`oar_rl.reshape.normalize_importance` and
-:func:`oar_rl.reshape.bilevel_weights` turn them into weights. :func:`compute_importance` is the one
+:func:`oar_rl.reshape.bilevel_weights` turn them into weights (GRAIL's saliencies go through
+:func:`oar_rl.reshape.grail_weights` instead). :func:`compute_importance` is the one
 call the trainer makes.
 """
 
