@@ -283,6 +283,19 @@ def test_scorer_leaves_model_as_found_and_chunks(tok, batch):
     assert (grail_importance(model, p_ids, p_mask, c_ids, c_mask, answer_mask=no_span) == 0).all()
 
 
+def test_scorer_with_checkpointing_and_frozen_params(tok, batch):
+    """Gradient checkpointing on and every parameter frozen (PEFT-like): same scores, no grads."""
+    p_ids, p_mask, c_ids, c_mask, ans = batch
+    model = tiny_qwen2(len(tok), seed=6)
+    ref = grail_importance(model, p_ids, p_mask, c_ids, c_mask, answer_mask=ans)
+    model.gradient_checkpointing_enable()
+    model.train()
+    for p in model.parameters():
+        p.requires_grad_(False)
+    torch.testing.assert_close(grail_importance(model, p_ids, p_mask, c_ids, c_mask, answer_mask=ans), ref)
+    assert model.training and all(not p.requires_grad and p.grad is None for p in model.parameters())
+
+
 def test_grail_credit_scores_only_selected_rows(monkeypatch, model, batch):
     import oar_rl.importance as importance
 
