@@ -17,6 +17,7 @@ import pytest
 from oar_rl import rewards
 from oar_rl.rewards import (
     accuracy_reward,
+    answer_char_span,
     as_number,
     completion_text,
     extract_prediction,
@@ -194,6 +195,10 @@ def test_extraction_helpers():
     assert extract_prediction(r"\boxed{3} then <answer>4 (cut off") == ("3", "boxed")  # unclosed: no marker
     assert extract_prediction(r"\boxed{3} then \boxed{4 (cut off") == ("3", "boxed")
     assert extract_prediction(r"\[\boxed 12\]") == ("12", "boxed")
+    text = "<think>\\boxed{3}</think> <answer> 😀 is \\boxed{ 4 } </answer>\n"
+    start, end, kind = answer_char_span(text)
+    assert (text[start:end], kind) == ("4", "boxed") and text[start - 2 : start] == "{ "
+    assert answer_char_span("  no marker ") == (2, 11, None)
     assert as_number(r"\$32,\!348") == 32348 and as_number(r"$18.90$") == Fraction(189, 10)
     assert as_number(r"1{,}000") == 1000 and as_number("1,2") is None and as_number(r"\frac12") is None
     assert completion_text([{"role": "user", "content": "q"}, {"role": "assistant", "content": "a"}]) == "a"

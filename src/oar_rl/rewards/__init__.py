@@ -17,7 +17,13 @@ The package, along its seams:
 
 from __future__ import annotations
 
-from oar_rl.rewards.extract import as_number, completion_text, extract_prediction, normalise_answer
+from oar_rl.rewards.extract import (
+    answer_char_span,
+    as_number,
+    completion_text,
+    extract_prediction,
+    normalise_answer,
+)
 from oar_rl.rewards.functions import accuracy_reward, format_reward, make_accuracy_reward
 from oar_rl.rewards.pool import (
     DEFAULT_TIMEOUT,
@@ -35,6 +41,7 @@ __all__ = [
     "MAX_FAILED_BATCHES",
     "VerifierPool",
     "accuracy_reward",
+    "answer_char_span",
     "as_number",
     "completion_text",
     "extract_prediction",

@@ -13,7 +13,8 @@ One rule for every prompt format (``answer-tag``, ``boxed``, none):
 4. Without any marker the prediction is the whole completion (then math-verify only reads LaTeX inside
    math delimiters from it, see `oar_rl.rewards.verify`).
 
-Unclosed markers (``<answer>4`` cut off by the length limit) are not markers.
+Unclosed markers (``<answer>4`` cut off by the length limit) are not markers. `answer_char_span` gives the
+character span of that answer in the completion, for code that must mark the same answer in tokens.
 
 `normalise_answer` is applied to golds and predictions alike before any comparison: escaped dollars
 (``\\$32,\\!348``, MATH-500's currency golds), ``\\!``/``\\,`` thin spaces and ``{,}`` thousands separators
@@ -79,20 +80,20 @@ def _balanced(text: str, open_at: int) -> int | None:
     return None
 
 
-def _boxed_markers(text: str) -> list[tuple[int, str]]:
-    """(end, content) of every ``\\boxed``/``\\fbox`` with a closed argument."""
+def _boxed_markers(text: str) -> list[tuple[int, int, int]]:
+    """(marker end, content start, content end) of every ``\\boxed``/``\\fbox`` with a closed argument."""
     out = []
     for m in _BOXED_RE.finditer(text):
         i = m.end()
         if i < len(text) and text[i] == "{":
             j = _balanced(text, i)
             if j is not None:
-                out.append((j + 1, text[i + 1 : j]))
+                out.append((j + 1, i + 1, j))
         else:  # brace-less: \boxed 5, \boxed\frac43 -- up to the end of the math run
             stop = _BRACELESS_END.search(text, i)
             j = stop.start() if stop else len(text)
             if text[i:j].strip():
-                out.append((j, text[i:j]))
+                out.append((j, i, j))
     return out
 
 
@@ -104,8 +105,8 @@ def _find_closing(text: str, delim: str, start: int) -> int:
     return j
 
 
-def _final_markers(text: str) -> list[tuple[int, str]]:
-    """(end, content) of every "final answer is X"."""
+def _final_markers(text: str) -> list[tuple[int, int, int]]:
+    """(marker end, content start, content end) of every "final answer is X"."""
     out = []
     for m in _FINAL_RE.finditer(text):
         i = m.end()
@@ -113,25 +114,48 @@ def _final_markers(text: str) -> list[tuple[int, str]]:
             if text.startswith(left, i):
                 j = _find_closing(text, right, i + len(left))
                 if j >= 0 and text[i + len(left) : j].strip():
-                    out.append((j + len(right), text[i + len(left) : j]))
+                    out.append((j + len(right), i + len(left), j))
                 break
         else:
             stop = _SENTENCE_END.search(text, i)
             j = stop.start() if stop else len(text)
             if text[i:j].strip():
-                out.append((j, text[i:j]))
+                out.append((j, i, j))
     return out
 
 
-def find_markers(text: str) -> list[tuple[int, Marker, str]]:
-    """Every closed answer marker of ``text`` as (end offset, kind, content), in order of their end."""
-    found: list[tuple[int, Marker, str]] = [
-        (m.end(), "answer", m.group(1)) for m in _ANSWER_RE.finditer(text)
+def find_markers(text: str) -> list[tuple[int, Marker, int, int]]:
+    """Every closed answer marker of ``text`` as (marker end, kind, content start, content end), by end."""
+    found: list[tuple[int, Marker, int, int]] = [
+        (m.end(), "answer", m.start(1), m.end(1)) for m in _ANSWER_RE.finditer(text)
     ]
-    found += [(end, "boxed", content) for end, content in _boxed_markers(text)]
-    found += [(end, "final", content) for end, content in _final_markers(text)]
+    found += [(end, "boxed", i, j) for end, i, j in _boxed_markers(text)]
+    found += [(end, "final", i, j) for end, i, j in _final_markers(text)]
     order = {"final": 0, "boxed": 1, "answer": 2}  # equal ends: the enclosing marker wins, then recurse
     return sorted(found, key=lambda f: (f[0], order[f[1]]))
+
+
+def answer_char_span(text: str) -> tuple[int, int, Marker | None]:
+    """(start, end, marker kind) of the final answer in ``text``: ``text[start:end]`` is the prediction.
+
+    The one rule of this module (the last-ending marker, then the rule again inside it), with surrounding
+    whitespace excluded. Without a marker: the whole (stripped) text and kind None. Character offsets, so
+    callers can map the answer to tokens through a tokenizer's offset mapping.
+    """
+    start, end, kind = 0, len(text), None
+    for _ in range(_MAX_DEPTH):
+        markers = find_markers(text[start:end])
+        if not markers:
+            break
+        _, inner_kind, i, j = markers[-1]
+        if text[start + i : start + j].strip() == text[start:end].strip():
+            break
+        start, end, kind = start + i, start + j, inner_kind
+    while start < end and text[start].isspace():
+        start += 1
+    while end > start and text[end - 1].isspace():
+        end -= 1
+    return start, end, kind
 
 
 def extract_prediction(text: str) -> tuple[str, Marker | None]:
@@ -139,16 +163,8 @@ def extract_prediction(text: str) -> tuple[str, Marker | None]:
 
     See the module docstring for the rule (the last-ending marker wins, then the rule again inside it).
     """
-    kind: Marker | None = None
-    for _ in range(_MAX_DEPTH):
-        markers = find_markers(text)
-        if not markers:
-            break
-        _, kind, content = markers[-1]
-        if content.strip() == text.strip():
-            break
-        text = content
-    return text.strip(), kind
+    start, end, kind = answer_char_span(text)
+    return text[start:end], kind
 
 
 def normalise_answer(text: str) -> str:
