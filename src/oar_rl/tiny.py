@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers
 from transformers import PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
 
+from oar_rl.cache_check import COMPLETE_MARKER, RECIPE_FILE, cache_problem
 from oar_rl.data.arithmetic import ArithmeticConfig
 
 if TYPE_CHECKING:
@@ -138,8 +139,8 @@ def tiny_qwen2(vocab_size: int, *, seed: int = 0, **config_kwargs) -> Qwen2ForCa
 RECIPE_FORMAT_VERSION = 2
 """Bump when the meaning of a recipe field or the build procedure changes: it invalidates every cache."""
 CACHE_ENV = "OAR_RL_CACHE"
-_COMPLETE_MARKER = "OAR_RL_COMPLETE"
-_RECIPE_FILE = "oar_rl_recipe.json"
+_COMPLETE_MARKER = COMPLETE_MARKER
+_RECIPE_FILE = RECIPE_FILE
 
 
 @dataclass(frozen=True)
@@ -208,74 +209,6 @@ def default_cache_dir() -> Path:
     root = os.environ.get(CACHE_ENV)
     base = Path(root).expanduser() if root else Path.home() / ".cache" / "oar-rl"
     return base / "models"
-
-
-_WEIGHTS_FILE = "model.safetensors"
-_TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json")
-
-
-def _safetensors_problem(path: Path) -> str | None:
-    """Why a safetensors file is unusable (missing, empty, bad header, truncated), or None if it is whole."""
-    try:
-        size = path.stat().st_size
-        with path.open("rb") as f:
-            head = f.read(8)
-            if len(head) < 8:
-                return f"{path.name} is empty or truncated ({size} bytes)"
-            n = int.from_bytes(head, "little")
-            if n <= 0 or 8 + n > size:
-                return f"{path.name} has a bad header length ({n}) for a {size}-byte file"
-            header = json.loads(f.read(n))
-    except FileNotFoundError:
-        return f"{path.name} is missing"
-    except (OSError, ValueError) as e:
-        return f"{path.name} is unreadable ({e})"
-    ends = [t["data_offsets"][1] for k, t in header.items() if k != "__metadata__"]
-    if not ends:
-        return f"{path.name} holds no tensors"
-    if 8 + n + max(ends) != size:
-        return f"{path.name} is {size} bytes but its header describes {8 + n + max(ends)} (truncated?)"
-    return None
-
-
-def cache_problem(path: Path, recipe: Recipe) -> str | None:
-    """Why the cache entry at `path` cannot be used for `recipe`, or None when it is whole.
-
-    Checks everything a load would read, before anything is built from it: the completion marker, the
-    recipe, `config.json` (it must describe exactly the recipe's model: without it transformers would
-    silently build its default multi-GB Qwen2), the weights file (complete, not truncated) and the
-    tokenizer files.
-    """
-    if not (path / _COMPLETE_MARKER).is_file():
-        return "no completion marker (an interrupted build)"
-    try:
-        if json.loads((path / _RECIPE_FILE).read_text()) != recipe.to_dict():
-            return "it was built from a different recipe"
-    except (OSError, ValueError) as e:
-        return f"{_RECIPE_FILE} is missing or unreadable ({e.__class__.__name__})"
-    try:
-        config = json.loads((path / "config.json").read_text())
-    except (OSError, ValueError) as e:
-        return f"config.json is missing or unreadable ({e.__class__.__name__})"
-    m = recipe.model
-    expected = {
-        "model_type": "qwen2",
-        "hidden_size": m.hidden_size,
-        "num_hidden_layers": m.num_layers,
-        "num_attention_heads": m.num_heads,
-        "num_key_value_heads": m.num_kv_heads,
-        "intermediate_size": m.intermediate_size,
-        "max_position_embeddings": m.max_position_embeddings,
-    }
-    wrong = {k: config.get(k) for k, v in expected.items() if config.get(k) != v}
-    if wrong:
-        return f"config.json does not describe the recipe's model ({wrong}, expected {expected})"
-    for name in _TOKENIZER_FILES:
-        try:
-            json.loads((path / name).read_text())
-        except (OSError, ValueError) as e:
-            return f"tokenizer file {name} is missing or unreadable ({e.__class__.__name__})"
-    return _safetensors_problem(path / _WEIGHTS_FILE)
 
 
 def _is_complete(path: Path, recipe: Recipe) -> bool:
