@@ -301,3 +301,16 @@ def test_train_warns_when_every_completion_is_clipped(tiny_model_dir, tmp_path):
     argv = _train(tiny_model_dir, tmp_path / "run", "--max_completion_length", "4", "--max_steps", "1")
     with pytest.warns(UserWarning, match="every completion at step 1 was clipped at max_completion_length=4"):
         assert cli.main(argv) == 0
+
+
+def test_typos_get_a_suggestion(tmp_path, capsys):
+    assert cli.main(["evl"]) == 2
+    assert "did you mean 'eval'?" in capsys.readouterr().err
+    argv = ["train", "--config", TINY, "--datset", "x", "--output_dir", str(tmp_path)]
+    assert cli.main(argv) == 2
+    err = capsys.readouterr().err
+    assert "--datset (did you mean --dataset?)" in err and len(err.strip().splitlines()) == 1
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text("credt: oar-p\nuse_cpu: true\n")
+    assert cli.main(["train", "--config", str(recipe)]) == 2
+    assert "--credt (did you mean --credit?)" in capsys.readouterr().err

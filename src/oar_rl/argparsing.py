@@ -98,3 +98,18 @@ def group_options(
         moved.append(group)
     # after the positionals/"options" group holding -h, before everything else (TRL's options)
     parser._action_groups[2:2] = moved
+
+
+def unknown_flags_message(parser: argparse.ArgumentParser, unknown: Iterable[str]) -> str:
+    """'unknown option --datset (did you mean --dataset?)' for every flag in `unknown` (values skipped)."""
+    import difflib
+
+    known = [s for s in parser._option_string_actions if s.startswith("--")]
+    parts = []
+    for flag in unknown:
+        if not flag.startswith("--"):
+            continue
+        name = flag.split("=", 1)[0]
+        close = difflib.get_close_matches(name, known, n=1, cutoff=0.85)
+        parts.append(f"{name} (did you mean {close[0]}?)" if close else name)
+    return "unknown option(s): " + ", ".join(parts) if parts else ""

@@ -74,9 +74,11 @@ def resolve_model(spec: str) -> str:
     """`default` -> the embedded default model's directory (built and cached on first use); else `spec`."""
     if spec != "default":
         return spec
+    from oar_rl.console import no_load_bars
     from oar_rl.tiny import load_default_model
 
-    return str(load_default_model()[2])
+    with no_load_bars():  # the caller loads the model from the path (and shows that bar)
+        return str(load_default_model()[2])
 
 
 def display_model_name(spec: str) -> str:

@@ -233,7 +233,13 @@ def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = build_parser()
     try:
-        data_args, training_args, model_args = parser.parse_args_and_config(argv)
+        data_args, training_args, model_args, unknown = parser.parse_args_and_config(
+            argv, return_remaining_strings=True
+        )
+        if unknown:
+            from oar_rl.argparsing import unknown_flags_message
+
+            raise ValueError(unknown_flags_message(parser, unknown) or f"unrecognised arguments: {unknown}")
         model_args.model_name_or_path = resolve_model(model_args.model_name_or_path)  # 'default': embedded
         reward_names = list(data_args.reward_funcs)
         reward_funcs = [resolve_reward(name) for name in reward_names]
