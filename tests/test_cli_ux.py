@@ -314,3 +314,22 @@ def test_typos_get_a_suggestion(tmp_path, capsys):
     recipe.write_text("credt: oar-p\nuse_cpu: true\n")
     assert cli.main(["train", "--config", str(recipe)]) == 2
     assert "--credt (did you mean --credit?)" in capsys.readouterr().err
+
+
+def test_demo_passes_report_to_and_a_per_run_log_dir(tmp_path, monkeypatch):
+    from oar_rl import demo
+
+    seen = []
+
+    def fake_train(method, seed, settings, model_path, workdir, **kwargs):
+        seen.append(kwargs)
+        return object(), [{"step": 1, "reward": 0.5}], 0.1
+
+    monkeypatch.setattr(tiny, "load_default_model", lambda *a, **k: (object(), object(), "unused"))
+    monkeypatch.setattr(demo, "train_one", fake_train)
+    monkeypatch.setattr(demo, "evaluate", lambda *a, **k: {"sampled": 0.25, "greedy": 0.5})
+    monkeypatch.setattr(demo, "token_heatmap", lambda *a, **k: None)
+    out = tmp_path / "d"
+    argv = ["--tiny", "--methods", "grpo", "--out", str(out), "--report_to", "tensorboard"]
+    assert demo.main(argv) == 0
+    assert seen == [{"report_to": ["tensorboard"], "log_dir": out / "runs" / "grpo-seed0", "verbose": False}]

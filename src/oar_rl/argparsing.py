@@ -20,7 +20,7 @@ DATASET_ALIASES: dict[str, tuple[str, ...]] = {
 """oar-rl's data flag -> the names TRL's scripts use for it (accepted on the command line and in YAML)."""
 
 
-class HelpFormatter(argparse.RawDescriptionHelpFormatter):
+class HelpFormatter(argparse.HelpFormatter):
     """Shows every option's default ("(default: ...)") unless its help already has "(default".
 
     Flags that default to None or False (optional values, switches) show none: "default: None" says

@@ -245,7 +245,7 @@ def train_one(
     model_path: Path,
     workdir: Path,
     *,
-    report_to: str = "none",
+    report_to: str | list[str] = "none",
     log_dir: Path | None = None,
     verbose: bool = False,
 ) -> tuple[Any, list[dict[str, Any]], float]:
@@ -406,7 +406,7 @@ def run_demo(
     *,
     cache_dir: str | None = None,
     fresh: bool = False,
-    report_to: str = "none",
+    report_to: str | list[str] = "none",
     verbose: bool = False,
 ) -> dict:
     """Run the demo end to end; returns the final summary dict. See the module docstring."""
@@ -503,7 +503,7 @@ def main(argv: list[str]) -> int:
         settings = settings_from_args(args)
         from oar_rl.console import check_trackers
 
-        check_trackers(args.report_to)
+        report_to = check_trackers(args.report_to) or "none"  # a list of names, as TRL takes it
         out = Path(args.out).expanduser()
         ensure_writable_dir(out)
     except ValueError as e:
@@ -524,7 +524,7 @@ def main(argv: list[str]) -> int:
             out,
             cache_dir=args.cache_dir,
             fresh=args.fresh,
-            report_to=args.report_to,
+            report_to=report_to,
             verbose=args.verbose,
         )
     except KeyboardInterrupt:
