@@ -42,6 +42,7 @@ def _plot(
     intervals: dict[str, dict[float, tuple[float, float]]] | None = None,
     *,
     n: int | None = None,
+    with_pivot: int | None = None,
     probe: str | None = None,
 ) -> None:
     """Recall@K% curves, each with its 95% bootstrap band over trajectories; n and the probe in the title."""
@@ -70,7 +71,8 @@ def _plot(
     ax.set_ylim(0, 1.02)
     if n is not None:
         bands = ", shaded: 95% bootstrap CI" if intervals else ""
-        ax.set_title(f"n = {n} trajectories{f', probe {probe}' if probe else ''}{bands}", fontsize=9)
+        pivots = f" ({with_pivot} with a pivot)" if with_pivot is not None else ""
+        ax.set_title(f"n = {n} trajectories{pivots}{f', probe {probe}' if probe else ''}{bands}", fontsize=9)
     ax.legend(frameon=False, fontsize=8)
     fig.tight_layout()
     savefig_atomic(fig, path, dpi=120)
@@ -190,7 +192,14 @@ def main(argv: list[str] | None = None) -> int:
         "(recall_ci95) and shaded in recall.png.\n"
     )
     write_text_atomic(out / "recall.md", summary)
-    _plot(recalls, out / "recall.png", intervals, n=len(correct), probe=a.probe)
+    _plot(
+        recalls,
+        out / "recall.png",
+        intervals,
+        n=len(correct),
+        with_pivot=result["rows_with_pivot"],
+        probe=a.probe,
+    )
     shown = correct[: a.heatmaps]
     rows = {name: s[: len(shown)] for name, s in scores.items()}
     rows["oracle"] = oracle[: len(shown)].float()
