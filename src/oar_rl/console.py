@@ -123,6 +123,24 @@ def quiet_training(trainer: Any, *, log_file: str | Path | None = None, desc: st
         trainer.add_callback(JsonlLog(log_file))
 
 
+def attach(
+    trainer: Any, *, desc: str = "train", log_dir: str | Path | None = None, verbose: bool = False
+) -> None:
+    """Everything a command's training run needs for its output, in one call after building the trainer.
+
+    A progress bar instead of TRL's printed log dicts (unless `verbose`); with `log_dir`, every log dict
+    in `log_dir/logs.jsonl` and TensorBoard (when in `report_to`) under `log_dir/tensorboard`; a warning
+    when every completion is clipped; the known harmless warnings silenced.
+    """
+    silence_known_warnings()
+    trainer.add_callback(ClippingWarning())
+    if not verbose:
+        quiet_training(trainer, desc=desc)
+    if log_dir is not None:
+        trainer.add_callback(JsonlLog(Path(log_dir) / "logs.jsonl"))
+        set_tensorboard_dir(trainer, Path(log_dir) / "tensorboard")
+
+
 def set_tensorboard_dir(trainer: Any, path: str | Path) -> bool:
     """Point the trainer's TensorBoard callback (if `report_to` has one) at `path`; whether there was one."""
     found = False

@@ -288,9 +288,8 @@ def train_one(
         disable_tqdm=False,
     )
     dataset = load("train").select(range(settings.prompts_per_step * settings.steps * 2))
-    from oar_rl.console import no_load_bars, silence_known_warnings
+    from oar_rl.console import attach, no_load_bars
 
-    silence_known_warnings()
     with no_load_bars():  # the warm start's load already showed one
         model = Qwen2ForCausalLM.from_pretrained(model_path, attn_implementation="eager")
     tokenizer = PreTrainedTokenizerFast.from_pretrained(model_path)
@@ -301,14 +300,7 @@ def train_one(
         reward_funcs=arithmetic_reward,
         processing_class=tokenizer,
     )
-    from oar_rl.console import ClippingWarning, quiet_training, set_tensorboard_dir
-
-    trainer.add_callback(ClippingWarning())
-
-    if not verbose:
-        quiet_training(trainer, log_file=log_dir / "logs.jsonl" if log_dir else None, desc=method)
-    if log_dir is not None:
-        set_tensorboard_dir(trainer, log_dir / "tensorboard")
+    attach(trainer, desc=method, log_dir=log_dir, verbose=verbose)  # bar, logs.jsonl, trackers, warnings
     t0 = time.perf_counter()
     trainer.train()
     seconds = time.perf_counter() - t0
