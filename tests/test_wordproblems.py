@@ -204,7 +204,7 @@ def test_pivot_recall_chance_and_perfect():
 
 
 def test_shipped_warm_start_matches_its_recipe(tok):
-    from oar_rl.tiny import WORDPROBLEMS_RECIPE, load_task_model, shipped_path, verify_shipped
+    from oar_rl.shipped import WORDPROBLEMS_RECIPE, load_task_model, shipped_path, verify_shipped
 
     path = verify_shipped("wordproblems")
     manifest = json.loads((path / "oar_rl_manifest.json").read_text())
@@ -225,7 +225,7 @@ def test_shipped_warm_start_matches_its_recipe(tok):
 def test_verify_shipped_rejects_edited_files(tmp_path, monkeypatch):
     import shutil
 
-    from oar_rl import tiny
+    from oar_rl import shipped as tiny
 
     copy = tmp_path / "wordproblems"
     shutil.copytree(tiny.shipped_path("wordproblems"), copy)

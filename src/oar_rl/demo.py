@@ -111,7 +111,8 @@ class DemoSettings:
             raise ValueError(f"eval_split={self.eval_split!r}; valid: {', '.join(valid_splits)}")
 
     def recipe_obj(self):
-        from oar_rl.tiny import DEFAULT_RECIPE, TEST_RECIPE, WORDPROBLEMS_RECIPE
+        from oar_rl.shipped import WORDPROBLEMS_RECIPE
+        from oar_rl.tiny import DEFAULT_RECIPE, TEST_RECIPE
 
         if self.task == "wordproblems":  # one shipped warm start, whatever the preset
             return WORDPROBLEMS_RECIPE

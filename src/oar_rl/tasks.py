@@ -66,13 +66,16 @@ class Task:
         from oar_rl import tiny
 
         if self.name == "wordproblems":
-            return tiny.load_task_model("wordproblems")
+            from oar_rl.shipped import load_task_model
+
+            return load_task_model("wordproblems")
         return tiny.load_default_model(tiny.DEFAULT_RECIPE, cache_dir=cache_dir)
 
     def recipe(self):
-        from oar_rl import tiny
 
-        return tiny.TASK_RECIPES[self.name]
+        from oar_rl.shipped import TASK_RECIPES
+
+        return TASK_RECIPES[self.name]
 
 
 def get_task(name: str) -> Task:
