@@ -513,3 +513,74 @@ def test_zero_width_prompt_rejected(model64, batch):
     for fn in SCORERS.values():
         with pytest.raises(ValueError, match="width 0"):
             fn(model64, empty, empty, c_ids, c_mask)
+
+
+# ---------------------------------------------------------------------------------------------------
+# defects found on real architectures (issue 9)
+
+
+def _random_batch(B, prompt_lens, comp_len, V=96, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    P = max(prompt_lens)
+    p_ids = torch.zeros(B, P, dtype=torch.long)
+    p_mask = torch.zeros(B, P, dtype=torch.long)
+    for b, n in enumerate(prompt_lens):
+        p_ids[b, P - n :] = torch.randint(4, V, (n,), generator=g)
+        p_mask[b, P - n :] = 1
+    c_ids = torch.randint(4, V, (B, comp_len), generator=g)
+    return p_ids, p_mask, c_ids, torch.ones_like(c_ids)
+
+
+def test_oar_g_unit_scale_embeddings_no_zero_rows_and_batch_size_free():
+    """Gemma2 (embeddings scaled by sqrt(H): unit RMS) at the default σ = 1e-3: the KL is ~1e-8 and
+    rounds negative for many rows. Clamping it at 0 zeroed those rows (16 of 32 in the issue)."""
+    from arch_models import tiny_model
+
+    # Hub-like 0.02 weights (near-uniform probes, tiny KL); embeddings N(0, 1/H), times sqrt(H): unit RMS
+    model = tiny_model("gemma2", seed=0, scale=0.02, embed_std=32**-0.5)
+    batch = _random_batch(32, [3 + b % 5 for b in range(32)], 6)
+    a = gradient_importance(model, *batch, generator=torch.Generator().manual_seed(0))
+    zero_rows = int((a.sum(dim=1) == 0).sum())
+    assert zero_rows == 0, f"{zero_rows} of 32 rows came back all-zero"  # main: 14 of 32
+    assert (a > 0).all()
+    for bs in (1, 5):
+        b = gradient_importance(model, *batch, generator=torch.Generator().manual_seed(0), batch_size=bs)
+        torch.testing.assert_close(b, a, rtol=1e-3, atol=1e-3 * float(a.max()))
+
+
+def test_absolute_position_model_ignores_batch_neighbours():
+    """GPT-2 adds learned absolute position embeddings: a row must be scored at the positions it was
+    generated with (from its first real token), whatever left padding its neighbours force on it."""
+    from arch_models import tiny_model
+
+    model = tiny_model("gpt2", seed=0)
+    alone = _random_batch(1, [3], 5, seed=1)  # (1, 3) prompt, (1, 5) completion
+    other = _random_batch(1, [9], 5, seed=2)  # a neighbour with a 9-token prompt
+    p_ids = torch.zeros(2, 9, dtype=torch.long)
+    p_mask = torch.zeros(2, 9, dtype=torch.long)
+    p_ids[0, 6:], p_mask[0, 6:] = alone[0][0], 1  # row 0 now sits behind 6 pads
+    p_ids[1], p_mask[1] = other[0][0], 1
+    together = (p_ids, p_mask, torch.cat([alone[2], other[2]]), torch.cat([alone[3], other[3]]))
+    p1 = perturbation_importance(model, *alone, mask_token_id=3)
+    p2 = perturbation_importance(model, *together, mask_token_id=3)
+    torch.testing.assert_close(p2[0], p1[0], rtol=1e-3, atol=1e-7)
+    g1 = gradient_importance(model, *alone, noise_std=1e-2, generator=torch.Generator().manual_seed(0))
+    g2 = gradient_importance(model, *together, noise_std=1e-2, generator=torch.Generator().manual_seed(0))
+    torch.testing.assert_close(g2[0], g1[0], rtol=1e-3, atol=1e-3 * float(g1.max()))
+
+
+def test_oar_g_warns_when_noise_rounds_away_in_bf16():
+    """Unit-scale bf16 embeddings keep 8 significant bits: σ = 1e-3 is below their resolution."""
+    from arch_models import tiny_model
+
+    model = tiny_model("gemma2", seed=0).to(torch.bfloat16)
+    batch = _random_batch(2, [3, 4], 5)
+    with pytest.warns(RuntimeWarning, match="rounds away"):
+        gradient_importance(model, *batch, generator=torch.Generator().manual_seed(0))
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        gradient_importance(
+            model, *batch, noise_std=0.05, noise_scale="rms", generator=torch.Generator().manual_seed(0)
+        )

@@ -118,16 +118,30 @@ def _last_span(text: str, compiled: re.Pattern[str] | None) -> tuple[int, int] |
     return span
 
 
+def _flush_invalid(
+    pending: list[tuple[int, str]], spans: list[tuple[int, int]], text_parts: list[str], pos: int
+) -> int:
+    """Pending byte tokens that never formed a character (invalid, or cut off at the end of the row):
+    their replacement text stays in the row's text and each of them maps to all of it."""
+    raw = "".join(tail for _, tail in pending)
+    for j, _ in pending:
+        spans[j] = (spans[j][0], pos + len(raw))
+    text_parts.append(raw)
+    return pos + len(raw)
+
+
 def _token_spans(tokenizer, rows: list[list[int]]) -> list[tuple[str, list[tuple[int, int]]]]:
     """Per row: its text and, per token, the character range [lo, hi) of that text it contributes to.
 
     Token k's piece is decode(ids[k-W:k+1]) minus decode(ids[k-W:k]) (W = _DECODE_CONTEXT). Decoding with
     left context keeps SentencePiece's leading spaces and completes byte-level characters split over
     tokens. A token after which the decode ends in U+FFFD (an incomplete UTF-8 sequence) is *pending*:
-    it adds no text of its own and gets the range of the first character of the token that completes
-    the sequence (all the byte tokens of one character map to that character, like the tokenizer's
-    ``offset_mapping``). Pending tokens at the end of a row (a character cut by the length limit) keep
-    their raw pieces, so the text stays the row's own decode. Special tokens keep their text (an
+    the text before the partial character is its own, and its range extends over the first character
+    of the token that completes the sequence (all the byte tokens of one character map to that
+    character, like the tokenizer's ``offset_mapping``). Pending tokens that never complete a
+    character (invalid bytes, or a character cut by the length limit) keep their raw pieces, so the
+    text stays the row's own decode, and each maps to the replacement text they make together.
+    Special tokens keep their text (an
     ``<unk>`` inside the answer is part of the answer). All decodes go through one ``batch_decode``.
     """
     queries: list[list[int]] = []
@@ -160,21 +174,23 @@ def _token_spans(tokenizer, rows: list[list[int]]) -> list[tuple[str, list[tuple
                 piece = cur[common:]
             else:
                 piece = cur[len(prev) :]
-            if cur.endswith(_REPLACEMENT) and k + 1 < len(ids):
-                pending.append((k, piece))
-                spans.append((pos, pos))  # set when the character completes (or turns out invalid)
+            if cur.endswith(_REPLACEMENT):  # an incomplete character: wait for the token that ends it
+                stable = piece.rstrip(_REPLACEMENT)  # text before the partial character is final
+                spans.append((pos, pos + len(stable)))
+                text_parts.append(stable)
+                pos += len(stable)
+                pending.append((k, piece[len(stable) :]))
                 continue
-            for j, raw in pending:
-                if rewrote:  # the partial bytes are part of this token's first character
-                    spans[j] = (pos, pos + 1)
-                else:  # they never formed a character: their replacement text stays
-                    spans[j] = (pos, pos + len(raw))
-                    text_parts.append(raw)
-                    pos += len(raw)
+            if pending and rewrote:  # the partial bytes are part of this token's first character
+                for j, _ in pending:
+                    spans[j] = (spans[j][0], pos + 1)
+                pending = []
+            pos = _flush_invalid(pending, spans, text_parts, pos)
             pending = []
             spans.append((pos, pos + len(piece)))
             text_parts.append(piece)
             pos += len(piece)
+        _flush_invalid(pending, spans, text_parts, pos)
         out.append(("".join(text_parts), spans))
     return out
 
