@@ -134,8 +134,8 @@ def gradient_importance(
         num_draws: K independent noise draws per row, run in the same batched pass (each row repeated
             K times); the score is the mean of the K values of |⟨g_t, e_t⟩|.
         generator: a CPU ``torch.Generator`` for the per-row noise seeds (None: the global CPU RNG).
-        batch_size: rows per forward/backward (None: all rows at once; each row counts K sequences).
-            Does not change the result.
+        batch_size: sequences per forward/backward, where each row counts K (so memory does not grow
+            with K); at least one row per chunk. None: all rows at once. Does not change the result.
         progress: show a tqdm bar over the row chunks.
 
     Returns:
@@ -167,7 +167,7 @@ def gradient_importance(
     if B == 0 or C == 0 or noise_std == 0 or not bool(scored.any()):
         return out
     spec = build_probe_spec(P, batch.attention_mask, batch.input_ids[:, P:], answer, probe)
-    step = batch_size or B
+    step = max(1, batch_size // K) if batch_size else B  # rows per chunk: a row is K sequences
     rows_all = scored.any(dim=1).nonzero().flatten()  # (B',) rows with something to score
     lost = kept = 0
 
