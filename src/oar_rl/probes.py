@@ -1,4 +1,4 @@
-"""Outcome probes: where the answer span is, which tokens get a score, and what "the outcome" is.
+"""Outcome probes and the model plumbing the scorers share: what "the outcome" is and how it is read.
 
 OAR scores a completion token by how much disturbing it moves an *outcome probe* φ(x, y), a summary
 of the model's final-answer prediction (paper §6.2, Appendix A.1.3). Three probes are implemented:
@@ -12,29 +12,24 @@ of the model's final-answer prediction (paper §6.2, Appendix A.1.3). Three prob
   the answer *more* likely is not evidence that the token mattered for producing it (the paper writes
   φ − φ̃ and is silent on the sign; a negative importance cannot go through Eq. 14's log1p).
 
-Answer spans (:func:`answer_span_mask`). The span is the *content* of the last match of the pattern:
-for ``<answer>…</answer>`` the characters between the tags, for ``\\boxed{…}`` the characters inside
-the outer braces (balanced by scanning, ``\\{``/``\\}`` escapes skipped). The tags themselves are not in
-the span: they are format, the paper's AS probes average "positions that predict the final answer
-span", and the closing tag is predicted after the answer is already fixed. A token belongs to the span
-when its decoded characters overlap the content (BPE tokens that straddle a tag boundary count).
-An empty content (``<answer></answer>``) is no span.
+Answer spans, the scored positions they leave and mask validation live in :mod:`oar_rl.answer_span`
+(re-exported here, where they used to be).
 
-Scored positions (:func:`scored_positions`). With an answer-span probe only the valid completion tokens
-strictly *before* the span start get a score; the span and everything after it get 0 here (and so
-keep weight 1 after reshaping, which is the trainer's job). A row without a span falls back to
-LT-Logits for the whole row (all valid tokens scored, compared by KL even under AS-Joint);
-:func:`has_answer_span` tells which rows did, so the trainer can log the fallback rate.
-
-Departures from the paper, and why:
-- Positions: the model is run exactly as TRL computes log-probs -- ``input_ids``/``inputs_embeds``
-  plus the 2-D attention mask, no explicit ``position_ids`` -- so the clean probe equals the one from a
-  plain ``model(input_ids, attention_mask)`` forward. (``generate`` derives positions from the mask
-  cumsum; TRL's own scoring does not, and the old-policy log-probs OAR sits next to are TRL's.)
-- Hidden states: the LM head is applied only at probe positions (never [copies, L, V] logits). For
-  AS-Mean the hidden states are averaged before the head when the head is an affine ``nn.Linear`` and
-  the config has no ``final_logit_softcapping``: mean(W h + b) = W mean(h) + b exactly; otherwise the
-  logits are computed per position and averaged.
+Model plumbing:
+- Positions: every sequence is run at the positions it was generated with, counted from its first
+  real token (``cumsum(attention_mask) - 1``, as ``generate`` does), so a row's scores do not depend
+  on how much left padding its batch neighbours forced on it. For rotary models this is the default
+  ``arange`` shifted per row, which attention does not see; for absolute-position models (GPT-2) it is
+  the difference between right and wrong. (TRL's own log-prob pass passes no positions; for rotary
+  models that is the same thing.)
+- Logits: the LM head is applied only at probe positions (never [copies, L, V] logits), followed by the
+  model's own logit post-processing: Granite's ``logits_scaling``, Cohere's ``logit_scale``, Gemma's
+  final soft-capping. Once per model, :func:`verify_head` checks body + head against a plain
+  ``model(input_ids)`` forward and refuses, naming the architecture, if they differ: a model that
+  post-processes its logits some other way gets a clear error, never a silently wrong P_final.
+- AS-Mean averages hidden states before the head when the head is affine (an ``nn.Linear``, a scalar
+  logit scale, no soft-capping): mean(c(W h + b)) = c(W mean(h) + b) exactly; otherwise the logits are
+  computed per position and averaged.
 - Precision: probe math runs in float32, or float64 when the model is float64 (exact tests).
 """
 
