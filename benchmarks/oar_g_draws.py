@@ -75,7 +75,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--ks", default="1,2,4,8", help="numbers of draws to compare")
     ap.add_argument("--pairs", type=int, default=3, help="independent seed pairs per K")
     ap.add_argument("--probe", default="as-mean", choices=["lt-logits", "as-mean", "as-joint"])
-    ap.add_argument("--noise-std", type=float, default=1e-3, help="σ (absolute, the paper's default)")
+    ap.add_argument("--noise-std", type=float, default=1e-3, help="σ (default: the paper's 1e-3)")
+    ap.add_argument("--noise-scale", default="absolute", choices=["absolute", "rms"], help="σ or σ·RMS")
     ap.add_argument("--repeats", type=int, default=3, help="timed calls per K (median reported)")
     ap.add_argument("--threads", type=int, default=None, help="torch intra-op threads")
     ap.add_argument("--json", type=Path, default=None, help="also write the figures to this JSON file")
@@ -95,14 +96,15 @@ def main(argv: list[str] | None = None) -> int:
     print(
         f"model {path.name}: {len(trajs)} completions, {int(scored.sum())} scored tokens, "
         f"probe {args.probe}, "
-        f"σ={args.noise_std}, threads={torch.get_num_threads()}",
+        f"σ={args.noise_std} ({args.noise_scale}), threads={torch.get_num_threads()}",
         file=sys.stderr,
     )
     oar_p = perturbation_importance(model, *batch, **kw)
 
     def oar_g(seed: int, k: int) -> torch.Tensor:
         g = torch.Generator().manual_seed(seed)
-        return gradient_importance(model, *batch, noise_std=args.noise_std, num_draws=k, generator=g, **kw)
+        noise = dict(noise_std=args.noise_std, noise_scale=args.noise_scale)
+        return gradient_importance(model, *batch, num_draws=k, generator=g, **noise, **kw)
 
     reference = oar_g(10_000, 32)
     rows = {}
