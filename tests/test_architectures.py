@@ -10,12 +10,16 @@ soft-capping):
 A missing logit transform (Granite, Cohere, Gemma), positions counted from the padded start (GPT-2), or
 rows that leak into each other fail here.
 
-bf16: the same weights cast to bf16 must rank tokens like float32 (Spearman, per row, averaged). The
-thresholds are set from what bf16 can resolve: bf16 keeps 8 significant bits, so scores that differ by
-less than ~1% tie or swap. OAR-P's masked token moves the probe far more than that and must keep
-ρ ≥ 0.8. OAR-G's noise must be large enough to survive bf16 rounding, so it runs with
-``noise_scale="rms"`` and ``noise_std=0.05`` (5% of the embedding RMS, ~13 bf16 ulps) and must keep
-ρ ≥ 0.6: its score is a product of a gradient and an embedding, both rounded, so it loses more.
+bf16: the same weights cast to bf16 must rank tokens like float32 (Spearman ρ per row, averaged over
+rows). Thresholds, from what bf16 can resolve (8 significant bits: scores within ~1% of each other
+tie or swap):
+- OAR-P must keep ρ ≥ 0.8. Masking a token moves the probe far more than bf16 rounding does; measured
+  ρ ≥ 0.98 on every architecture here.
+- OAR-G runs with ``noise_scale="rms"`` and ``noise_std=0.1`` (σ = 10% of the embedding RMS, ~25 bf16
+  ulps), the setting the README recommends for bf16, and must keep ρ ≥ 0.6. Its score multiplies a
+  rounded gradient by a rounded embedding, so it loses more: measured ρ ≥ 0.78 here (0.97 on average
+  over seeds, benchmarks/oar_g_precision.py). The paper's absolute σ = 1e-3, which rounds away, averages
+  0.58, so this threshold separates a working setting from a broken one.
 """
 
 from __future__ import annotations
@@ -178,7 +182,7 @@ def test_bf16_rankings_close_to_float32(arch, batch):
     p32 = perturbation_importance(model, *batch[:4], mask_token_id=MASK_ID)
     p16 = perturbation_importance(bf16, *batch[:4], mask_token_id=MASK_ID)
     assert _row_spearman(p32, p16, scored) >= 0.8, name
-    kw = dict(noise_std=0.05, noise_scale="rms")
+    kw = dict(noise_std=0.1, noise_scale="rms")
     g32 = gradient_importance(model, *batch[:4], generator=torch.Generator().manual_seed(3), **kw)
     g16 = gradient_importance(bf16, *batch[:4], generator=torch.Generator().manual_seed(3), **kw)
     assert _row_spearman(g32, g16, scored) >= 0.6, name
