@@ -584,3 +584,19 @@ def test_oar_g_warns_when_noise_rounds_away_in_bf16():
         gradient_importance(
             model, *batch, noise_std=0.05, noise_scale="rms", generator=torch.Generator().manual_seed(0)
         )
+
+
+def test_body_without_position_ids_is_refused(tok, batch):
+    """A body that cannot take positions cannot be run as the completion was generated: clear error."""
+    p_ids, p_mask, c_ids, c_mask, _ = batch
+    model = tiny_qwen2(len(tok), seed=7)
+    body = model.model
+    original = body.forward
+
+    def no_positions(input_ids=None, attention_mask=None, inputs_embeds=None, use_cache=None):
+        return original(input_ids=input_ids, attention_mask=attention_mask, inputs_embeds=inputs_embeds)
+
+    body.forward = no_positions
+    ids, attn = torch.cat([p_ids, c_ids], 1), torch.cat([p_mask, c_mask], 1)
+    with pytest.raises(ValueError, match=r"Qwen2ForCausalLM .* takes no position_ids"):
+        body_hidden(model, attn, input_ids=ids)

@@ -152,12 +152,20 @@ def body_hidden(
     """Last hidden states (N, L, H) of the body, at the positions the completion was generated with."""
     body = decoder_body(model)
     kwargs = {"input_ids": input_ids} if inputs_embeds is None else {"inputs_embeds": inputs_embeds}
-    out = body(
-        attention_mask=attention_mask,
-        position_ids=position_ids_from_mask(attention_mask),
-        use_cache=False,
-        **kwargs,
-    )
+    try:
+        out = body(
+            attention_mask=attention_mask,
+            position_ids=position_ids_from_mask(attention_mask),
+            use_cache=False,
+            **kwargs,
+        )
+    except TypeError as err:
+        if "position_ids" not in str(err):
+            raise
+        raise ValueError(
+            f"the body of {architecture_name(model)} takes no position_ids, so oar-rl cannot run it at "
+            "the positions the completion was generated with"
+        ) from err
     return out.last_hidden_state if hasattr(out, "last_hidden_state") else out[0]
 
 
