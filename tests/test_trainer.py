@@ -81,9 +81,7 @@ def capture(trainer: OARTrainer) -> list[dict[str, Any]]:
         return assign(output, mask)
 
     def generate_spy(inputs):
-        policy = copy.deepcopy(trainer.model).eval()
-        policy.__dict__.pop("forward", None)  # accelerate's forward wrapper would call the live model
-        records.append({"policy": policy})
+        records.append({"policy": copy.deepcopy(trainer.model).eval()})
         out = generate(inputs)
         records[-1]["out"] = {k: v.clone() if isinstance(v, torch.Tensor) else v for k, v in out.items()}
         return out

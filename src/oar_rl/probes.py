@@ -224,8 +224,9 @@ def verify_head(model: nn.Module, input_ids: Tensor, attention_mask: Tensor) -> 
 
     The scorers apply the LM head themselves (only at probe positions), so a model that post-processes
     its logits in a way :func:`head_logits` does not know would get silently wrong probes. This runs a
-    plain ``model(input_ids, attention_mask)`` forward on the first row of the batch (its first
-    real tokens, at most 16, no padding) and compares its logits with the scorers' path. A mismatch
+    plain forward of the model's class (``type(model).forward``: an instance-level wrapper such as
+    accelerate's can point at another model after a deep copy) on the first row of the batch (its
+    first real tokens, at most 16, no padding) and compares its logits with the scorers' path. A mismatch
     larger than the dtype's rounding raises ValueError naming the architecture. The result is cached
     per model object.
     """
@@ -237,7 +238,8 @@ def verify_head(model: nn.Module, input_ids: Tensor, attention_mask: Tensor) -> 
         return  # nothing to check against yet; the next batch will
     attn = torch.ones_like(row)
     with torch.no_grad(), eval_mode(model):
-        ref = base(input_ids=row, attention_mask=attn, use_cache=False).logits
+        # the class's forward: an instance-level wrapper (accelerate's) can be stale on a deep copy
+        ref = type(base).forward(base, input_ids=row, attention_mask=attn, use_cache=False).logits
         got = head_logits(model, body_hidden(model, attn, input_ids=row))
     ref = ref.to(got.dtype)
     if got.shape != ref.shape:
