@@ -278,3 +278,18 @@ def test_answer_span_space_merged_with_partial_char(bpe_tok):
     got = answer_span_mask(torch.tensor([ids]), torch.ones(1, len(ids), dtype=torch.long), bpe_tok)
     n = len(pre)
     assert got[0, n - 1] and got[0, n] and got[0, n + 1] and not got[0, n + 2]
+
+
+def test_rewarded_pattern_marks_what_the_reward_scores(char_tok):
+    """pattern="rewarded": the span of the rewards' one rule (last-ending marker, then inside it)."""
+    texts = [
+        "\\boxed{3} so the final answer is $5$.",  # the later marker wins: 5
+        "x <answer>\\boxed{42}</answer>",  # the rule again inside the tag: 42
+        "no marker 7",  # no marker: no span
+    ]
+    ids, mask = _right_padded(char_tok, texts)
+    got = answer_span_mask(ids, mask, char_tok, pattern="rewarded")
+    for b, (text, want) in enumerate(zip(texts, ["5", "42", ""], strict=True)):
+        marked = "".join(text[k] for k in got[b].nonzero().flatten().tolist())
+        assert marked == want
+    assert compile_answer_pattern("rewarded") == "rewarded"

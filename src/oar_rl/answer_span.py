@@ -35,6 +35,11 @@ ANSWER_TAG_PATTERN = r"<answer>(.*?)</answer>"
 BOXED = "boxed"
 """Pass ``pattern="boxed"`` to use the content of the last balanced ``\\boxed{…}``."""
 
+REWARDED = "rewarded"
+"""Pass ``pattern="rewarded"`` to use the span the accuracy reward scores
+(:func:`oar_rl.rewards.extract.answer_char_span`: the last-ending ``<answer>``, ``\\boxed`` or "final
+answer is" marker, the rule applied again inside it). A completion with no marker has no span."""
+
 # Tokens of left context used when decoding a token into its characters (byte-level BPE needs up to 4
 # to complete a UTF-8 character, SentencePiece needs 1 to keep a leading space).
 _DECODE_CONTEXT = 6
@@ -44,17 +49,20 @@ _REPLACEMENT = "\ufffd"  # what a decoder gives for an incomplete UTF-8 sequence
 # answer spans
 
 
-def _compile_pattern(pattern: str | None) -> re.Pattern[str] | None:
-    """None -> default tag pattern; "boxed" -> None (brace scanner); else a regex with one group."""
+def _compile_pattern(pattern: str | None) -> re.Pattern[str] | str | None:
+    """None -> default tag pattern; "boxed" -> None (brace scanner); "rewarded" -> "rewarded" (the
+    rewards' rule); else a regex with one group."""
     if pattern is None:
         pattern = ANSWER_TAG_PATTERN
     if not isinstance(pattern, str) or not pattern:
         raise ValueError(
             f"pattern={pattern!r} is empty; pass a regex with exactly one capturing group, "
-            f'"{BOXED}", or None for the default {ANSWER_TAG_PATTERN!r}'
+            f'"{BOXED}", "{REWARDED}", or None for the default {ANSWER_TAG_PATTERN!r}'
         )
     if pattern == BOXED:
         return None
+    if pattern == REWARDED:
+        return REWARDED
     try:
         compiled = re.compile(pattern, re.DOTALL)
     except re.error as err:
@@ -67,11 +75,11 @@ def _compile_pattern(pattern: str | None) -> re.Pattern[str] | None:
     return compiled
 
 
-def compile_answer_pattern(pattern: str | None) -> re.Pattern[str] | None:
+def compile_answer_pattern(pattern: str | None) -> re.Pattern[str] | str | None:
     """Validate an answer pattern as :func:`answer_span_mask` would (ValueError if bad).
 
-    Returns the compiled regex (None -> the default tag pattern), or None for ``"boxed"`` (scanned,
-    not matched by a regex).
+    Returns the compiled regex (None -> the default tag pattern), None for ``"boxed"`` (scanned, not
+    matched by a regex), or ``"rewarded"`` for the rewards' rule.
     """
     return _compile_pattern(pattern)
 
@@ -109,9 +117,14 @@ def last_boxed_span(text: str) -> tuple[int, int] | None:
     return found
 
 
-def _last_span(text: str, compiled: re.Pattern[str] | None) -> tuple[int, int] | None:
+def _last_span(text: str, compiled: re.Pattern[str] | str | None) -> tuple[int, int] | None:
     if compiled is None:
         return last_boxed_span(text)
+    if compiled == REWARDED:
+        from oar_rl.rewards.extract import answer_char_span  # the rewards' one rule
+
+        start, end, kind = answer_char_span(text)
+        return None if kind is None else (start, end)
     span = None
     for m in compiled.finditer(text):
         span = m.span(1)
@@ -209,7 +222,8 @@ def answer_span_mask(
         completion_mask: (B, C) 1 on real completion tokens, 0 on padding (bool or 0/1 numbers).
         tokenizer: anything with ``batch_decode`` (any Hugging Face tokenizer).
         pattern: None for ``<answer>(.*?)</answer>``; ``"boxed"`` for the last balanced ``\\boxed{…}``;
-            or a regex with exactly one capturing group (the content), matched with ``re.DOTALL``.
+            ``"rewarded"`` for the answer the accuracy reward scores (:data:`REWARDED`); or a regex
+            with exactly one capturing group (the content), matched with ``re.DOTALL``.
 
     Returns:
         (B, C) bool, True on valid tokens whose characters overlap the span content (a byte token of a

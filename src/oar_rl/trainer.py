@@ -113,8 +113,9 @@ class OARConfig(GRPOConfig):
         default=None,
         metadata={
             "help": "Answer span for the answer-span probes: None for `<answer>(.*?)</answer>`, 'boxed' for "
-            "the last balanced `\\boxed{...}`, or a regex with exactly one capturing group (the span); the "
-            "last match counts. See oar_rl.probes.answer_span_mask."
+            "the last balanced `\\boxed{...}`, 'rewarded' for the answer the accuracy reward scores, or a "
+            "regex with exactly one capturing group (the span); the last match counts. See "
+            "oar_rl.answer_span.answer_span_mask."
         },
     )
     tau: float = field(
