@@ -251,12 +251,14 @@ class EvalConfig:
 
 def build_parser() -> argparse.ArgumentParser:
     """The `oar-rl eval` parser, generated from `EvalConfig`'s fields."""
-    parser = argparse.ArgumentParser(
-        prog="oar-rl eval",
-        description="Sample n completions per problem and report unbiased pass@k (results.json, results.md).",
+    from oar_rl.argparsing import flag_names, new_parser
+
+    parser = new_parser(
+        "oar-rl eval",
+        "Sample n completions per problem and report unbiased pass@k (results.json, results.md).",
     )
     for f in dataclasses.fields(EvalConfig):
-        flag = "--" + f.name.replace("_", "-")
+        flags = flag_names(f.name)  # --max-new-tokens and --max_new_tokens, as TRL takes them
         kwargs: dict[str, Any] = {"help": f.metadata.get("help", ""), "dest": f.name}
         if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
             kwargs["required"] = True
@@ -276,11 +278,7 @@ def build_parser() -> argparse.ArgumentParser:
             kwargs["type"] = float
         if "choices" in f.metadata:
             kwargs["choices"] = f.metadata["choices"]
-        parser.add_argument(flag, **kwargs)
-    if "--truncate_prompts" not in parser._option_string_actions:  # the snake_case spelling too
-        parser.add_argument(
-            "--truncate_prompts", dest="truncate_prompts", action="store_true", help=argparse.SUPPRESS
-        )
+        parser.add_argument(*flags, **kwargs)
     return parser
 
 
@@ -408,8 +406,8 @@ def prepare(config: EvalConfig) -> list[BenchmarkJob]:
             ds = data.load(
                 name, split, template=template if name != "arithmetic" else None, limit=config.limit
             )
-        except ValueError:
-            raise
+        except ValueError as exc:
+            raise ValueError(f"benchmark {name!r}: {exc}") from exc
         except Exception as exc:  # network or Hub errors: still before any sampling
             raise ValueError(
                 f"cannot load benchmark {name!r} ({type(exc).__name__}: {exc}); offline, put a copy in "
@@ -548,7 +546,9 @@ def results_markdown(results: dict[str, Any]) -> str:
     def pct(x: float | None) -> str:
         return "–" if x is None else f"{100 * x:.1f}"
 
-    row = [Path(cfg["model"]).name or cfg["model"]]
+    from oar_rl.io import display_model_name
+
+    row = [display_model_name(cfg["model"])]
     row += [pct(results["benchmarks"][key][f"pass@{k}"]) for key in keys for k in ks]
     row.append(pct(results["avg"]))
     lines = [

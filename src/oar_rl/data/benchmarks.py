@@ -271,9 +271,14 @@ def load_local_file(path: str | os.PathLike | Sequence[str]) -> Dataset:
         if not Path(p).is_file():
             raise ValueError(f"data file {p!r} does not exist")
         kinds.add(LOCAL_EXTENSIONS[suffix])
+        if suffix != ".parquet" and not Path(p).read_bytes().strip():
+            raise ValueError(f"data file {p!r} is empty: it holds no rows")
     if len(kinds) > 1:
         raise ValueError(f"data files mix formats {sorted(kinds)}: {paths}")
-    return load_dataset(kinds.pop(), data_files=paths, split="train")
+    try:
+        return load_dataset(kinds.pop(), data_files=paths, split="train")
+    except StopIteration as err:  # what `datasets` raises on a file with no rows
+        raise ValueError(f"data file(s) {paths} hold no rows") from err
 
 
 def find_local_override(name: str, split: str) -> Path | None:
