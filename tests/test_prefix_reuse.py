@@ -36,17 +36,23 @@ def _model(arch: str):
         cfg = tf.LlamaConfig(**common, **small, num_key_value_heads=2, max_position_embeddings=128)
         model = tf.LlamaForCausalLM(cfg)
     elif arch == "qwen3":
-        cfg = tf.Qwen3Config(**common, **small, num_key_value_heads=2, head_dim=8, max_position_embeddings=128)
+        cfg = tf.Qwen3Config(
+            **common, **small, num_key_value_heads=2, head_dim=8, max_position_embeddings=128
+        )
         model = tf.Qwen3ForCausalLM(cfg)
     elif arch == "gpt2":  # absolute positions: the cached suffix must count them exactly as a full pass
         cfg = tf.GPT2Config(**common, n_embd=32, n_layer=2, n_head=4, n_positions=128)
         model = tf.GPT2LMHeadModel(cfg)
     elif arch == "gemma2":  # sliding-window layers: no reuse, must fall back (same result)
         cfg = tf.Gemma2Config(
-            **common, **small, num_key_value_heads=2, head_dim=8, sliding_window=4, max_position_embeddings=128
+            **common,
+            **small,
+            num_key_value_heads=2,
+            head_dim=8,
+            sliding_window=4,
+            max_position_embeddings=128,
         )
-        model = tf.Gemma2ForCausalLM(cfg)
-        model.set_attn_implementation("sdpa")
+        return tf.Gemma2ForCausalLM(cfg).eval()  # float32: eager Gemma2 in float64 gives NaN rows
     else:  # pragma: no cover
         raise AssertionError(arch)
     return model.double().eval()
@@ -76,7 +82,9 @@ def _serial(model, batch, probe, answer, mask_token_id=1):
     sb = prepare_batch(model, *batch)
     P = sb.prompt_len
     scored = sb.completion_mask if probe == "lt-logits" else scored_positions(sb.completion_mask, answer)
-    spec = build_probe_spec(P, sb.attention_mask, sb.input_ids[:, P:], answer if probe != "lt-logits" else None, probe)
+    spec = build_probe_spec(
+        P, sb.attention_mask, sb.input_ids[:, P:], answer if probe != "lt-logits" else None, probe
+    )
     out = torch.zeros(scored.shape, dtype=torch.float64)
     with torch.no_grad():
         for b in range(scored.shape[0]):
@@ -88,8 +96,12 @@ def _serial(model, batch, probe, answer, mask_token_id=1):
             for t in scored[b].nonzero().flatten().tolist():
                 ids = sb.input_ids[b : b + 1].clone()
                 ids[0, P + t] = mask_token_id
-                h = model.get_decoder()(input_ids=ids, attention_mask=sb.attention_mask[b : b + 1]).last_hidden_state
-                out[b, t] = outcome_divergence(clean, probe_outcome(model, h, sub), sub.kind, mode="perturbation")[0]
+                h = model.get_decoder()(
+                    input_ids=ids, attention_mask=sb.attention_mask[b : b + 1]
+                ).last_hidden_state
+                out[b, t] = outcome_divergence(
+                    clean, probe_outcome(model, h, sub), sub.kind, mode="perturbation"
+                )[0]
     return out
 
 
@@ -126,7 +138,7 @@ def test_sliding_window_model_falls_back_with_a_warning():
 
         prefix._WARNED.discard(type(model).__name__)
         reuse = perturbation_importance(model, *batch, prefix_reuse=True, mask_token_id=1)
-    torch.testing.assert_close(reuse, full, rtol=1e-9, atol=1e-12)
+    torch.testing.assert_close(reuse, full, rtol=1e-6, atol=1e-9)
 
 
 def test_clean_pass_cache_matches_input_length():
