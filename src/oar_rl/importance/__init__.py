@@ -14,6 +14,7 @@ from torch import Tensor, nn
 
 from oar_rl.importance.baselines import entropy_importance, random_importance
 from oar_rl.importance.gradient import gradient_importance
+from oar_rl.importance.hybrid import hybrid_importance
 from oar_rl.importance.perturbation import perturbation_importance
 
 ImportanceKind = Literal["random", "entropy", "oar-g", "oar-p"]
@@ -25,6 +26,7 @@ __all__ = [
     "compute_importance",
     "entropy_importance",
     "gradient_importance",
+    "hybrid_importance",
     "perturbation_importance",
     "random_importance",
 ]

@@ -70,6 +70,7 @@ def perturbation_importance(
     batch_size: int = 64,
     progress: bool = False,
     prefix_reuse: bool = True,
+    positions: Tensor | None = None,
 ) -> Tensor:
     """OAR-P raw importance I_t = D(P ‖ P^(t)) for every scored completion token (Eq. 7-8).
 
@@ -88,6 +89,8 @@ def perturbation_importance(
         prefix_reuse: run each clean row once with its key/value cache and recompute a perturbed copy
             only from the perturbed position on (:func:`_prefix_reuse_scores`); False recomputes every
             copy from position 0 (the paper's batching). Same result within float rounding.
+        positions: optional (B, C) bool; only these tokens (among the scored ones) are perturbed, the
+            others get 0 (the hybrid ``oar-gp`` rescoring a pre-selected subset). None: all of them.
 
     Returns:
         (B, C) float32 on the model's device; 0 on padding and on unscored positions.
@@ -122,6 +125,11 @@ def perturbation_importance(
         scored = scored_positions(batch.completion_mask, answer)  # (B, C)
 
     out = torch.zeros(B, C, dtype=torch.float32, device=batch.input_ids.device)
+    if positions is not None:
+        if not isinstance(positions, Tensor) or positions.shape != scored.shape:
+            got = tuple(positions.shape) if isinstance(positions, Tensor) else type(positions).__name__
+            raise ValueError(f"positions must be a (B, C) = {tuple(scored.shape)} bool tensor, got {got}")
+        scored = scored & positions.bool().to(scored.device)
     pairs = scored.nonzero()  # (R, 2): (row, t), sorted by row
     if pairs.shape[0] == 0:
         return out
