@@ -167,6 +167,14 @@ class OARConfig(GRPOConfig):
         },
     )
     # --- end oar-gp ---
+    perturbation_prefix_reuse: bool = field(
+        default=True,
+        metadata={
+            "help": "OAR-P: run each clean sequence once with its key/value cache and recompute a perturbed "
+            "copy only from the perturbed token on (same scores, fewer token-forwards); False recomputes "
+            "whole copies (the paper's batching)."
+        },
+    )
     entropy_alpha: float = field(
         default=0.4,
         metadata={"help": "α >= 0 of the entropy baseline, Eq. 6 (Cheng et al. 2025 default)."},
@@ -393,6 +401,7 @@ class OARTrainer(GRPOTrainer):
                     answer_mask=answer_mask,
                     mask_token_id=args.mask_token_id,
                     batch_size=args.perturbation_batch_size,
+                    prefix_reuse=args.perturbation_prefix_reuse,
                 )  # (R, C)
             elif args.credit == "oar-gp":  # hybrid: OAR-G screens, OAR-P rescores the top fraction
                 importance = hybrid_importance(
@@ -405,7 +414,9 @@ class OARTrainer(GRPOTrainer):
                         noise_std=args.noise_std, generator=self._credit_generator(), batch_size=batch_size
                     ),
                     perturbation_kwargs=dict(
-                        mask_token_id=args.mask_token_id, batch_size=args.perturbation_batch_size
+                        mask_token_id=args.mask_token_id,
+                        batch_size=args.perturbation_batch_size,
+                        prefix_reuse=args.perturbation_prefix_reuse,
                     ),
                 )  # (R, C)
             else:  # pragma: no cover - OARConfig validates the choice
