@@ -149,3 +149,29 @@ def test_clean_pass_cache_matches_input_length():
         hidden, cache = clean_pass(model, sb.attention_mask, input_ids=sb.input_ids)
     assert cache is not None and cache.length == sb.input_ids.shape[1]
     assert cache.keys[0].shape[0] == sb.input_ids.shape[0] and hidden.shape[:2] == sb.input_ids.shape
+
+
+@pytest.mark.parametrize("arch", ["qwen2", "llama", "gpt2"])
+@pytest.mark.parametrize("probe", ["lt-logits", "as-mean", "as-joint"])
+def test_oar_g_prompt_cache_equals_full_noisy_pass(arch, probe):
+    from oar_rl.importance import gradient_importance
+
+    model = _model(arch)
+    batch, answer = _batch()
+    kw = dict(probe=probe, answer_mask=answer if probe != "lt-logits" else None, noise_std=1e-2)
+    full = gradient_importance(
+        model, *batch, prefix_reuse=False, generator=torch.Generator().manual_seed(0), **kw
+    )
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for bs in (None, 3):  # chunks sorted by last probe position must not change the result
+            got = gradient_importance(
+                model,
+                *batch,
+                prefix_reuse=True,
+                batch_size=bs,
+                generator=torch.Generator().manual_seed(0),
+                **kw,
+            )
+            torch.testing.assert_close(got, full, rtol=1e-6, atol=1e-12)
+    assert float(full.abs().sum()) > 0

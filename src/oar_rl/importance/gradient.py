@@ -31,8 +31,10 @@ import torch
 from torch import Tensor, nn
 from tqdm.auto import tqdm
 
+from oar_rl.importance.prefix import clean_pass, suffix_hidden
 from oar_rl.probes import (
     Probe,
+    ProbeSpec,
     base_model,
     body_hidden,
     build_probe_spec,
@@ -59,6 +61,7 @@ def gradient_importance(
     generator: torch.Generator | None = None,
     batch_size: int | None = None,
     progress: bool = False,
+    prefix_reuse: bool = True,
 ) -> Tensor:
     """OAR-G raw importance I_t = |⟨∂J/∂e_t, e_t⟩| (Eq. 9-13).
 
@@ -74,6 +77,9 @@ def gradient_importance(
         generator: a CPU ``torch.Generator`` for the noise (None: the global CPU RNG).
         batch_size: rows per forward/backward (None: all rows at once). Does not change the result.
         progress: show a tqdm bar over the row chunks.
+        prefix_reuse: the noisy pass reuses the clean pass's key/value cache of the prompt (noise is
+            zero there) and runs forward and backward over the completion only; same result within
+            float rounding. False: the noisy pass runs over the whole sequence.
 
     Returns:
         (B, C) float32 on the model's device; 0 on padding and unscored positions.
@@ -119,6 +125,10 @@ def gradient_importance(
     spec = build_probe_spec(P, batch.attention_mask, batch.input_ids[:, P:], answer, probe)
     step = batch_size or B
     rows_all = scored.any(dim=1).nonzero().flatten()  # (B',) rows with something to score
+    # chunks of rows with similar last probe positions, so each chunk's pass stops early (order-free)
+    counts = spec.row_ptr[1:] - spec.row_ptr[:-1]  # (B,) entries are sorted by position within a row
+    ends = torch.where(counts > 0, spec.index[(spec.row_ptr[1:] - 1).clamp(min=0)], 0)  # (B,) last probe
+    rows_all = rows_all[torch.argsort(ends[rows_all], stable=True)]
 
     with eval_mode(model):
         for lo in tqdm(range(0, rows_all.shape[0], step), desc="OAR-G", unit="chunk", disable=not progress):
@@ -126,11 +136,31 @@ def gradient_importance(
             sub = spec.take(rows)
             L = sub.max_index() + 1  # causal: positions after the last probe cannot matter
             ids, attn = batch.input_ids[rows, :L], batch.attention_mask[rows, :L]  # (n, L)
+            # --- prompt-cache reuse (oar_rl.importance.prefix) ---
+            cache = None
             with torch.no_grad():
                 emb = embed(ids)  # (n, L, H) clean embeddings e_t
-                clean = probe_outcome(model, body_hidden(model, attn, inputs_embeds=emb), sub)
+                if prefix_reuse and P >= 1 and int(sub.index.min()) >= P:
+                    hidden, cache = clean_pass(model, attn, inputs_embeds=emb)
+                else:
+                    hidden = body_hidden(model, attn, inputs_embeds=emb)
+                clean = probe_outcome(model, hidden, sub)
+                del hidden
             eps = torch.zeros(rows.shape[0], L, H, dtype=torch.float32)  # (n, L, H), zero on the prompt
             eps[:, P:] = (noise[rows.cpu()] * batch.completion_mask[rows].cpu()[..., None])[:, : L - P]
+            if cache is not None:  # the prompt's keys/values do not depend on the completion
+                noisy = (emb[:, P:] + eps[:, P:].to(device=device, dtype=emb.dtype)).requires_grad_(True)
+                shifted = ProbeSpec(sub.kind, sub.row_ptr, sub.index - P, sub.target)
+                local = torch.arange(rows.shape[0], device=device)
+                with torch.enable_grad():
+                    hidden = suffix_hidden(model, cache, local, P, attn, inputs_embeds=noisy)  # (n, L - P, H)
+                    pert = probe_outcome(model, hidden, shifted)
+                    J = outcome_divergence(clean, pert, sub.kind, mode="gradient").sum()
+                    (g,) = torch.autograd.grad(J, noisy)  # (n, L - P, H)
+                score = (g.float() * emb[:, P:].float()).sum(dim=-1).abs()  # (n, L - P)
+                out[rows, : L - P] = score
+                continue
+            # --- full noisy pass ---
             noisy = (emb.detach() + eps.to(device=device, dtype=emb.dtype)).requires_grad_(True)  # (n, L, H)
             with torch.enable_grad():
                 pert = probe_outcome(model, body_hidden(model, attn, inputs_embeds=noisy), sub)
