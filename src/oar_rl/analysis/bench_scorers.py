@@ -1,7 +1,10 @@
 """Scorer-level part of `oar-rl bench`: importance cost on one fixed batch, OAR-P's compute floor, recall.
 
 On a batch of the step's shape (rows = prompts × generations, prompt ``P`` and completion ``C`` random
-tokens, all valid), each case below is timed ``repeats`` times, interleaved (A B C A B C …):
+tokens, all valid), each case below is timed ``repeats`` times, interleaved (A B C A B C …), after one
+warm-up call of the cheap cases (``train fwd+bwd``, ``forward``, ``oar-g``); the OAR-P cases are not
+warmed up separately (the step-level part has already run them on this shape in this process, and
+one OAR-P call at L = 256 is hundreds of forward passes):
 
 - ``train fwd+bwd``: one training forward + backward of the batch (full logits, log-probs of the
   completion tokens, parameter gradients) -- what one GRPO loss pass costs.
@@ -32,6 +35,7 @@ from oar_rl.importance.hybrid import topk_recall
 from oar_rl.probes import build_probe_spec, decoder_body, prepare_batch
 
 CASES = ("train fwd+bwd", "forward", "oar-g", "oar-p", "oar-p-full", "oar-gp")
+WARMED = ("train fwd+bwd", "forward", "oar-g")
 
 
 def random_batch(vocab: int, rows: int, prompt_len: int, completion_len: int, seed: int, device) -> list:
@@ -123,8 +127,10 @@ def run_scorers(
     was_training = model.training
     model.eval()
     try:
-        for r in range(repeats + 1):  # round 0 is warm-up
+        for r in range(repeats + 1):  # round 0 is warm-up (cheap cases only)
             for name, fn in cases.items():
+                if r == 0 and name not in WARMED:
+                    continue
                 if progress:
                     progress(f"scorers {name} ({'warm-up' if r == 0 else f'repeat {r}/{repeats}'})")
                 _sync(device)
@@ -133,7 +139,7 @@ def run_scorers(
                 _sync(device)
                 if r:
                     times[name].append(time.perf_counter() - t0)
-                elif isinstance(out, torch.Tensor):
+                if isinstance(out, torch.Tensor) and name not in outputs:
                     outputs[name] = out.float().cpu()
         model.zero_grad(set_to_none=True)
     finally:
