@@ -77,6 +77,12 @@ def _parse(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--copies", type=int, default=64, help="OAR-P perturbed copies per forward pass")
     p.add_argument("--no-scorers", action="store_true", help="skip the scorer-level part (floor, recall)")
     p.add_argument(
+        "--full-stride",
+        type=int,
+        default=1,
+        help="scorer part: time whole-copy OAR-P on every k-th position and scale (flat cost per copy)",
+    )
+    p.add_argument(
         "--scorer-repeats", type=int, default=1, help="timed rounds of the scorer-level part (OAR-P is slow)"
     )
     p.add_argument("--threads", type=int, default=None, help="torch intra-op threads (default: torch's)")
@@ -93,7 +99,15 @@ def _parse(argv: list[str]) -> argparse.Namespace:
         p.error(f"--methods lists a method twice: {a.methods!r}")
     if a.completion_len is None:
         a.completion_len = 96 if a.shape == "embedded" else 256
-    for name in ("repeats", "prompts", "completion_len", "prompt_len", "copies", "scorer_repeats"):
+    for name in (
+        "repeats",
+        "prompts",
+        "completion_len",
+        "prompt_len",
+        "copies",
+        "scorer_repeats",
+        "full_stride",
+    ):
         if getattr(a, name) < 1:
             p.error(f"--{name.replace('_', '-')} must be >= 1, got {getattr(a, name)}")
     if a.num_generations < 2:
@@ -478,6 +492,7 @@ def main(argv: list[str] | None = None) -> int:
                 noise_std=1e-3,
                 fraction=args.oar_gp_fraction,
                 copies=args.copies,
+                full_stride=args.full_stride,
                 progress=progress,
             )
     wall = time.perf_counter() - started

@@ -10,6 +10,8 @@ one OAR-P call at L = 256 is hundreds of forward passes):
   completion tokens, parameter gradients) -- what one GRPO loss pass costs.
 - ``forward``: one no-grad body forward of the batch; its tokens/s is the model's forward throughput.
 - ``oar-g``, ``oar-p`` (prefix reuse), ``oar-p-full`` (whole copies recomputed), ``oar-gp``.
+  ``oar-p-full`` costs the same per perturbed position, so ``full_stride`` k > 1 times it on every
+  k-th completion position and scales the time by (all copies / timed copies).
 
 Compute floor of exact OAR-P: the token-forwards it must do -- the clean rows once (Σ_rows L_b, L_b the
 row's last probe position + 1) plus, per scored token t, the suffix it recomputes (L_b − (P + t)) --
@@ -80,6 +82,7 @@ def run_scorers(
     noise_std: float,
     fraction: float,
     copies: int,
+    full_stride: int = 1,
     progress: Callable[[str], None] | None = None,
 ) -> dict[str, Any]:
     """Interleaved timings of :data:`CASES` on `batch`, the OAR-P floor and the recall figures."""
@@ -105,6 +108,15 @@ def run_scorers(
     def oar_p(reuse=True):
         return perturbation_importance(model, *batch, batch_size=copies, prefix_reuse=reuse)
 
+    # Whole-copy OAR-P costs the same for every perturbed position (each copy runs to its row's last
+    # probe), so with full_stride k it is timed on every k-th position and scaled by the copy count.
+    sample = (torch.arange(C, device=device) % full_stride == 0).expand_as(batch[3]) & batch[3].bool()
+    full_scale = float(batch[3].sum()) / float(sample.sum())
+
+    def oar_p_full():
+        kw = {} if full_stride == 1 else {"positions": sample}
+        return perturbation_importance(model, *batch, batch_size=copies, prefix_reuse=False, **kw)
+
     def oar_gp():
         return hybrid_importance(
             model,
@@ -119,7 +131,7 @@ def run_scorers(
         "forward": forward,
         "oar-g": oar_g,
         "oar-p": oar_p,
-        "oar-p-full": lambda: oar_p(False),
+        "oar-p-full": oar_p_full,
         "oar-gp": oar_gp,
     }
     times: dict[str, list[float]] = {k: [] for k in cases}
@@ -138,8 +150,9 @@ def run_scorers(
                 out = fn()
                 _sync(device)
                 if r:
-                    times[name].append(time.perf_counter() - t0)
-                if isinstance(out, torch.Tensor) and name not in outputs:
+                    scale = full_scale if name == "oar-p-full" else 1.0
+                    times[name].append((time.perf_counter() - t0) * scale)
+                if isinstance(out, torch.Tensor) and name not in outputs and name != "oar-p-full":
                     outputs[name] = out.float().cpu()
         model.zero_grad(set_to_none=True)
     finally:
@@ -162,10 +175,10 @@ def run_scorers(
         "prefix_speedup": med["oar-p-full"] / med["oar-p"],
         "oar_g_over_train_fwd_bwd": med["oar-g"] / med["train fwd+bwd"],
         "oar_gp_fraction": fraction,
+        "oar_p_full_stride": full_stride,
         "recall_top20_of_oar_p": {
             "oar-g": topk_recall(outputs["oar-g"], outputs["oar-p"], mask, 0.2),
             "oar-gp": topk_recall(outputs["oar-gp"], outputs["oar-p"], mask, 0.2),
-            "oar-p-full": topk_recall(outputs["oar-p-full"], outputs["oar-p"], mask, 0.2),
         },
     }
 
@@ -191,7 +204,12 @@ def scorer_lines(s: dict[str, Any]) -> list[str]:
         "",
         f"- forward throughput: {s['forward_tokens_per_second']:,.0f} tokens/s",
         f"- exact OAR-P token-forwards: {tf['floor']:,} with prefix reuse (clean {tf['clean']:,}), "
-        f"{tf['full']:,} recomputing whole copies",
+        f"{tf['full']:,} recomputing whole copies"
+        + (
+            f" (timed on every {s['oar_p_full_stride']}th position, scaled)"
+            if s["oar_p_full_stride"] > 1
+            else ""
+        ),
         f"- OAR-P compute floor {s['oar_p_floor_seconds']:.3f} s; measured/floor: prefix reuse "
         f"{s['oar_p_measured_over_floor']:.2f}, whole copies {s['oar_p_full_measured_over_floor']:.2f}; "
         f"prefix reuse speed-up {s['prefix_speedup']:.2f}×",
