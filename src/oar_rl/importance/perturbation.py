@@ -188,6 +188,11 @@ def _prefix_reuse_scores(
     spans few positions; the chunk reuses the cached positions [0, P + t_min) of its rows and
     recomputes [P + t_min, its last probe position] with each copy's token replaced. Token-forwards
     per copy: (last probe position + 1) − (P + t_min) instead of last probe position + 1.
+
+    Memory: the clean rows' keys/values (rows × layers × 2 × KV width × L) live for the whole call,
+    and each chunk holds its own (``batch_size`` × layers × 2 × KV width × its length) -- all layers
+    at once, where whole-copy recomputation holds one layer's at a time. Lower ``batch_size`` if
+    that is too much.
     """
     P = batch.prompt_len
     end = spec.max_index() + 1
