@@ -44,74 +44,18 @@ class PrefixCache:
     def length(self) -> int:
         return self.keys[0].shape[-2] if self.keys else 0
 
-    def select(self, rows: Tensor, start: int, suffix: int):
-        """A ``DynamicCache`` holding positions [0, start) of `rows` (rows may repeat), with room for
-        `suffix` more positions written in place (no per-layer concatenation of the prefix)."""
+    def select(self, rows: Tensor, start: int):
+        """A fresh ``DynamicCache`` holding positions [0, start) of `rows` (rows may repeat)."""
         from transformers import DynamicCache
 
-        cache = DynamicCache()
-        cache.layers = [
-            _prefilled_layer(_gather(k, rows, start, suffix), _gather(v, rows, start, suffix), start)
-            for k, v in zip(self.keys, self.values, strict=True)
-        ]
-        return cache
+        data = [(k[rows, :, :start], v[rows, :, :start]) for k, v in zip(self.keys, self.values, strict=True)]
+        return DynamicCache(data)
 
     def cat(self, other: PrefixCache) -> PrefixCache:
         return PrefixCache(
             [torch.cat([a, b]) for a, b in zip(self.keys, other.keys, strict=True)],
             [torch.cat([a, b]) for a, b in zip(self.values, other.values, strict=True)],
         )
-
-
-def _gather(x: Tensor, rows: Tensor, start: int, suffix: int) -> Tensor:
-    """(n, heads, start + suffix, d) buffer whose first `start` positions are x[rows, :, :start]."""
-    buf = x.new_empty(rows.shape[0], x.shape[1], start + suffix, x.shape[3])
-    buf[:, :, :start] = x[rows, :, :start]
-    return buf
-
-
-_PREFILLED: type | None = None
-
-
-def _prefilled_layer(keys: Tensor, values: Tensor, filled: int):
-    """A ``DynamicLayer`` over a preallocated (n, heads, filled + S, d) buffer; `update` writes in place.
-
-    Under autograd (OAR-G's noisy pass) it concatenates like ``DynamicLayer``, which keeps the graph
-    simple; without grad (OAR-P) the prefix is copied once instead of once more per layer and chunk.
-    """
-    global _PREFILLED
-    if _PREFILLED is None:
-        from transformers.cache_utils import DynamicLayer
-
-        class PrefilledLayer(DynamicLayer):
-            def __init__(self, keys: Tensor, values: Tensor, filled: int) -> None:
-                super().__init__()
-                self.dtype, self.device = keys.dtype, keys.device
-                self.buf_k, self.buf_v, self.filled = keys, values, filled
-                self.keys, self.values = keys[:, :, :filled], values[:, :, :filled]
-                self.is_initialized = True
-
-            def update(self, key_states: Tensor, value_states: Tensor, *args, **kwargs):
-                end = self.filled + key_states.shape[-2]
-                if torch.is_grad_enabled() and (key_states.requires_grad or value_states.requires_grad):
-                    self.keys = torch.cat([self.keys, key_states], dim=-2)
-                    self.values = torch.cat([self.values, value_states], dim=-2)
-                elif end <= self.buf_k.shape[-2]:
-                    self.buf_k[:, :, self.filled : end] = key_states
-                    self.buf_v[:, :, self.filled : end] = value_states
-                    self.keys, self.values = self.buf_k[:, :, :end], self.buf_v[:, :, :end]
-                else:
-                    raise RuntimeError(
-                        f"prefix cache buffer holds {self.buf_k.shape[-2]} positions, needs {end}"
-                    )
-                self.filled = end
-                return self.keys, self.values
-
-            def get_seq_length(self) -> int:
-                return self.filled
-
-        _PREFILLED = PrefilledLayer
-    return _PREFILLED(keys, values, filled)
 
 
 def _plain_cache(cache: object) -> PrefixCache | None:
@@ -198,7 +142,7 @@ def suffix_hidden(
         raise ValueError(f"start={start} must lie in [1, {cache.length}] (the cached length)")
     body = decoder_body(model)
     kwargs = {"input_ids": input_ids} if inputs_embeds is None else {"inputs_embeds": inputs_embeds}
-    suffix = (inputs_embeds if input_ids is None else input_ids).shape[1]
-    past = cache.select(rows, start, suffix)
-    out = body(attention_mask=attention_mask, past_key_values=past, use_cache=True, **kwargs)
+    out = body(
+        attention_mask=attention_mask, past_key_values=cache.select(rows, start), use_cache=True, **kwargs
+    )
     return out.last_hidden_state if hasattr(out, "last_hidden_state") else out[0]
