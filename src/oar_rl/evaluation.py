@@ -14,12 +14,15 @@ Output directory (``--out``):
   already done; a torn last line (a crash mid-write) is ignored and dropped.
 * ``<benchmark>.meta.json`` -- the sampling configuration of that file and its hash. A rerun whose
   configuration differs (model, split, template, n, temperature, top-p, top-k, max-new-tokens, seed,
-  backend, batch size, dtype) is refused with an error naming the differing fields -- results of two
-  configurations never mix; use another ``--out``. ``--k`` and ``--limit`` are not part of the hash:
-  they only choose what is reported, so raising ``--limit`` extends an earlier run.
+  backend, batch size, dtype; truncate-prompts when set) is refused with an error naming the differing
+  fields -- results of two configurations never mix; use another ``--out``. ``--k`` and ``--limit`` are
+  not part of the hash: they only choose what is reported, so raising ``--limit`` extends an earlier run.
 * ``results.json`` and ``results.md`` -- pass@k per benchmark and the average (``results.md`` is shaped
   like the paper's Table 1: a P@k column per benchmark and k, then Avg = the mean of all those cells).
   Written atomically at the end.
+
+Before sampling, every prompt plus ``--max-new-tokens`` is checked against the model's positions (a clear
+error naming the prompts, or ``--truncate-prompts`` to left-truncate them; see `oar_rl.eval_sampling`).
 
 Reproducibility: problems are sampled in fixed batches (``max(1, batch_size // n)`` consecutive problems,
 or one problem in ``ceil(n / batch_size)`` chunks), each seeded from (seed, benchmark, first index,
@@ -46,6 +49,14 @@ from typing import Any, Literal
 
 import numpy as np
 
+from oar_rl.eval_sampling import (  # noqa: F401  -- re-exported: evaluation.TransformersSampler etc.
+    TransformersSampler,
+    VLLMSampler,
+    build_sampler,
+    check_chat_template,
+    check_prompt_lengths,
+    format_prompts,
+)
 from oar_rl.io import resolve_model, write_text_atomic
 
 Backend = Literal["transformers", "vllm"]
@@ -201,6 +212,13 @@ class EvalConfig:
             "help": "Wrap each prompt as a user message with the tokenizer's chat template (instruct models)."
         },
     )
+    truncate_prompts: bool = field(
+        default=False,
+        metadata={
+            "help": "Left-truncate prompts that do not fit the model's positions together with "
+            "--max-new-tokens (default: refuse before sampling, naming them)."
+        },
+    )
 
     def validate(self) -> None:
         """Raise ValueError on any bad value (everything that can be checked without loading anything)."""
@@ -259,117 +277,11 @@ def build_parser() -> argparse.ArgumentParser:
         if "choices" in f.metadata:
             kwargs["choices"] = f.metadata["choices"]
         parser.add_argument(flag, **kwargs)
+    if "--truncate_prompts" not in parser._option_string_actions:  # the snake_case spelling too
+        parser.add_argument(
+            "--truncate_prompts", dest="truncate_prompts", action="store_true", help=argparse.SUPPRESS
+        )
     return parser
-
-
-# ----------------------------------------------------------------------------------------------------
-# samplers
-
-
-def check_chat_template(tokenizer: Any, config: EvalConfig) -> None:
-    """ValueError when ``--chat`` is asked for but the tokenizer has no chat template."""
-    if config.chat and not getattr(tokenizer, "chat_template", None):
-        raise ValueError(f"--chat: the tokenizer of {config.model!r} has no chat template")
-
-
-def format_prompts(tokenizer: Any, prompts: list[str], config: EvalConfig) -> list[str]:
-    """The prompts as given, or (``--chat``) each as one user message under the chat template."""
-    if not config.chat:
-        return prompts
-    return [
-        tokenizer.apply_chat_template(
-            [{"role": "user", "content": p}], tokenize=False, add_generation_prompt=True
-        )
-        for p in prompts
-    ]
-
-
-class TransformersSampler:
-    """Batched sampling with ``model.generate`` (left padding); one global seed per call."""
-
-    def __init__(self, config: EvalConfig) -> None:
-        import torch
-        from transformers import AutoModelForCausalLM, AutoTokenizer
-
-        self.config = config
-        device = config.device
-        if device == "auto":
-            device = "cuda" if torch.cuda.is_available() else "cpu"
-        self.device = torch.device(device)
-        self.tokenizer = AutoTokenizer.from_pretrained(config.model)
-        self.tokenizer.padding_side = "left"
-        if self.tokenizer.pad_token is None:
-            self.tokenizer.pad_token = self.tokenizer.eos_token
-        dtype: Any = "auto" if config.dtype == "auto" else getattr(torch, config.dtype)
-        self.model = AutoModelForCausalLM.from_pretrained(config.model, dtype=dtype).to(self.device).eval()
-        check_chat_template(self.tokenizer, config)
-
-    def generate(self, prompts: list[str], n: int, seed: int) -> list[list[str]]:
-        """``n`` completions for each prompt (``len(prompts) * n`` sequences in one generate call)."""
-        import torch
-
-        cfg = self.config
-        torch.manual_seed(seed)
-        prompts = format_prompts(self.tokenizer, prompts, cfg)
-        enc = self.tokenizer(prompts, return_tensors="pt", padding=True).to(self.device)
-        input_ids = enc["input_ids"].repeat_interleave(n, dim=0)  # (P*n, L)
-        attention_mask = enc["attention_mask"].repeat_interleave(n, dim=0)  # (P*n, L)
-        sampling: dict[str, Any] = (
-            {"do_sample": True, "temperature": cfg.temperature, "top_p": cfg.top_p, "top_k": cfg.top_k}
-            if cfg.temperature > 0
-            else {"do_sample": False}
-        )
-        with torch.no_grad():
-            out = self.model.generate(
-                input_ids=input_ids,
-                attention_mask=attention_mask,
-                max_new_tokens=cfg.max_new_tokens,
-                pad_token_id=self.tokenizer.pad_token_id,
-                eos_token_id=self.model.generation_config.eos_token_id or self.tokenizer.eos_token_id,
-                **sampling,
-            )
-        texts = self.tokenizer.batch_decode(out[:, input_ids.shape[1] :], skip_special_tokens=True)
-        return [texts[i * n : (i + 1) * n] for i in range(len(prompts))]
-
-
-class VLLMSampler:
-    """Sampling with vLLM (``--backend vllm``); every prompt gets its own seed, so batching is irrelevant."""
-
-    def __init__(self, config: EvalConfig) -> None:
-        try:
-            from vllm import LLM, SamplingParams
-        except ImportError as exc:  # pragma: no cover - depends on the install
-            raise ValueError("--backend vllm needs vLLM: pip install 'oar-rl[vllm]'") from exc
-        self.config = config
-        self._params = SamplingParams
-        self.llm = LLM(model=config.model, seed=config.seed, dtype=config.dtype)
-        self.tokenizer = self.llm.get_tokenizer()
-        check_chat_template(self.tokenizer, config)
-
-    def generate(self, prompts: list[str], n: int, seed: int) -> list[list[str]]:  # pragma: no cover - GPU
-        cfg = self.config
-        params = [
-            self._params(
-                n=n,
-                temperature=cfg.temperature,
-                top_p=cfg.top_p,
-                top_k=cfg.top_k or -1,
-                max_tokens=cfg.max_new_tokens,
-                seed=(seed + j) % 2**31,
-            )
-            for j in range(len(prompts))
-        ]
-        outs = self.llm.generate(format_prompts(self.tokenizer, prompts, cfg), params, use_tqdm=False)
-        return [[o.text for o in out.outputs] for out in outs]
-
-
-def build_sampler(config: EvalConfig) -> TransformersSampler | VLLMSampler:
-    """The sampler for ``config.backend`` (vLLM imported only when chosen)."""
-    if config.backend == "transformers":
-        return TransformersSampler(config)
-    elif config.backend == "vllm":
-        return VLLMSampler(config)
-    raise ValueError(f"unknown backend {config.backend!r}; valid backends: {', '.join(BACKENDS)}")
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -506,6 +418,8 @@ def prepare(config: EvalConfig) -> list[BenchmarkJob]:
         if len(ds) == 0:
             raise ValueError(f"benchmark {name!r} (split {split!r}) is empty")
         hashed = {f: getattr(config, f) for f in HASHED_FIELDS}
+        if config.truncate_prompts:  # only when on, so that earlier runs keep their hash
+            hashed["truncate_prompts"] = True
         bench_id = str(Path(name).resolve()) if data.is_local_path(name) else name
         hashed.update(model=_model_id(config.model), benchmark=bench_id, split=split)
         meta_data = {"config_hash": config_hash(hashed), "config": hashed}
@@ -664,6 +578,7 @@ def evaluate(config: EvalConfig, *, sampler: Any = None) -> dict[str, Any]:
                 sampler = build_sampler(config)
             except (OSError, ValueError) as exc:
                 raise ValueError(f"cannot load model {config.model!r}: {exc}") from exc
+        check_prompt_lengths(jobs, config, sampler)
         reward = make_accuracy_reward(timeout=config.verify_timeout, workers=config.verify_workers)
         for job in jobs:
             sample_benchmark(job, config, sampler, reward)

@@ -16,7 +16,8 @@ import torch
 
 from oar_rl.io import ensure_writable_dir, resolve_model, write_text_atomic
 
-METHODS = ("oar-p", "oar-g", "entropy", "random")
+METHODS = ("oar-p", "oar-g", "entropy", "random", "grail")
+DEFAULT_METHODS = ("oar-p", "oar-g", "entropy", "random")  # "grail" on request (--methods ...,grail)
 PROBES = ("lt-logits", "as-mean", "as-joint")
 
 
@@ -116,6 +117,8 @@ def method_scores(
             kwargs = {"probe": probe, "answer_mask": answer_mask if probe != "lt-logits" else None}
         if method in ("oar-g", "random"):
             kwargs["generator"] = torch.Generator().manual_seed(seed)
+        if method == "grail":  # saliency of the answer span's NLL; rows without a span score 0
+            kwargs = {"answer_mask": answer_mask}
         raw = compute_importance(method, model, *batch, **kwargs)
         out[method] = normalize_importance(raw.float(), reasoning)
     return out, reasoning
@@ -145,7 +148,9 @@ def heatmap_page(trajs: list[Trajectory], tokenizer, rows: dict[str, torch.Tenso
 def add_scoring_arguments(p: argparse.ArgumentParser) -> None:
     """The options every analysis command shares: model, methods, probe, sampling length, seed."""
     p.add_argument("--model", default="default", help="model directory, or 'default' (embedded model)")
-    p.add_argument("--methods", default=",".join(METHODS), help=f"comma-separated of {', '.join(METHODS)}")
+    p.add_argument(
+        "--methods", default=",".join(DEFAULT_METHODS), help=f"comma-separated of {', '.join(METHODS)}"
+    )
     p.add_argument(
         "--probe",
         default="as-mean",

@@ -41,7 +41,7 @@ from typing import Any
 from oar_rl.analysis.bench_shapes import SHAPE_NAMES
 from oar_rl.io import ensure_writable_dir, write_text_atomic
 
-METHODS = ("none", "random", "entropy", "oar-g", "oar-p", "oar-p-full", "oar-p-serial", "oar-gp")
+METHODS = ("none", "random", "entropy", "grail", "oar-g", "oar-p", "oar-p-full", "oar-p-serial", "oar-gp")
 DEFAULT_METHODS = "none,oar-g,oar-p,oar-gp"
 METHOD_CONFIG: dict[str, dict[str, Any]] = {
     "oar-p-full": {"credit": "oar-p", "perturbation_prefix_reuse": False},
