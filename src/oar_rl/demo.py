@@ -221,67 +221,30 @@ def evaluate(model, tokenizer, settings: DemoSettings, problems) -> dict[str, fl
     return {"sampled": sampled, "greedy": greedy}
 
 
-def _clean_history(history: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    keep = []
-    for h in history:
-        row = {k: v for k, v in h.items() if isinstance(v, int | float) and not isinstance(v, bool)}
-        if "step" in row:
-            keep.append(row)
-    return keep
-
-
 def train_one(
     method: str, seed: int, settings: DemoSettings, model_path: Path, workdir: Path
 ) -> tuple[Any, list[dict[str, Any]], float]:
     """Train one (method, seed) run from the warm start; returns (trained model, log history, seconds)."""
-    import torch
-    from transformers import PreTrainedTokenizerFast, Qwen2ForCausalLM
-
     from oar_rl.data.arithmetic import load
-    from oar_rl.trainer import OARConfig, OARTrainer
+    from oar_rl.study.training import train_policy
 
-    batch = settings.prompts_per_step * settings.num_generations
-    config = OARConfig(
-        output_dir=str(workdir),
+    return train_policy(
+        model_path,
+        load("train").select(range(settings.prompts_per_step * settings.steps * 2)),
+        arithmetic_reward,
         credit=METHODS[method],
+        seed=seed,
+        steps=settings.steps,
+        prompts_per_step=settings.prompts_per_step,
+        num_generations=settings.num_generations,
+        learning_rate=settings.learning_rate,
+        max_completion_length=settings.max_completion_length,
+        temperature=settings.temperature,
+        workdir=workdir,
         probe=settings.probe,
         tau=settings.tau,
         oar_beta=settings.oar_beta,
-        per_device_train_batch_size=batch,
-        gradient_accumulation_steps=1,
-        num_generations=settings.num_generations,
-        max_completion_length=settings.max_completion_length,
-        temperature=settings.temperature,
-        max_steps=settings.steps,
-        learning_rate=settings.learning_rate,
-        lr_scheduler_type="constant",
-        warmup_steps=0,
-        logging_steps=1,
-        save_strategy="no",
-        report_to="none",
-        seed=seed,
-        data_seed=seed,
-        use_cpu=not torch.cuda.is_available(),
-        bf16=False,
-        gradient_checkpointing=False,
-        disable_tqdm=False,
     )
-    dataset = load("train").select(range(settings.prompts_per_step * settings.steps * 2))
-    model = Qwen2ForCausalLM.from_pretrained(model_path, attn_implementation="eager")
-    tokenizer = PreTrainedTokenizerFast.from_pretrained(model_path)
-    trainer = OARTrainer(
-        model=model,
-        args=config,
-        train_dataset=dataset,
-        reward_funcs=arithmetic_reward,
-        processing_class=tokenizer,
-    )
-    t0 = time.perf_counter()
-    trainer.train()
-    seconds = time.perf_counter() - t0
-    model = trainer.model
-    model.eval()
-    return model, _clean_history(trainer.state.log_history), seconds
 
 
 def token_heatmap(model, tokenizer, problems, settings: DemoSettings) -> str | None:
