@@ -201,8 +201,7 @@ def run_study(
                     Path(work) / f"run{i}", progress, learning_rate=lr_value,
                 )  # fmt: skip
                 rec["curve"] = {"0": ws_rec["accuracy"]["sampled"], **rec["curve"]}
-                store.put(variant.name, seed, rec)
-                stored[f"{variant.name}/seed{seed}"] = rec
+                stored[f"{variant.name}/seed{seed}"] = store.put(variant.name, seed, rec)
                 progress.write(
                     f"[{i}/{len(plan)}] {variant.name} seed {seed}: accuracy "
                     f"{ws_rec['accuracy']['sampled']:.3f} -> {rec['final']['sampled']:.3f} "

@@ -91,7 +91,8 @@ class RunStore:
             _check_same(path, rec, self.protocol)
         return rec
 
-    def put(self, name: str, seed: int, record: dict[str, Any]) -> None:
+    def put(self, name: str, seed: int, record: dict[str, Any]) -> dict[str, Any]:
+        """Write the run's file atomically; returns the record as stored (with key and protocol)."""
         record = {
             **record,
             "key": f"{name}/seed{seed}",
@@ -99,6 +100,7 @@ class RunStore:
             "protocol_hash": self.hash,
         }
         _write_json(self.root / self.filename(name, seed), record)
+        return record
 
 
 class Progress:
