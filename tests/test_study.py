@@ -93,6 +93,8 @@ def test_methods_follow_the_trainer_and_ablations_share_main_runs(monkeypatch):
 def test_bad_settings_name_the_valid_values():
     with pytest.raises(ValueError, match="valid methods: grpo"):
         config.StudySettings(methods=("ppo",))
+    with pytest.raises(ValueError, match="must include grpo"):
+        config.StudySettings(methods=("oar-g",))
     with pytest.raises(ValueError, match="valid ablations: tau, probe"):
         config.StudySettings(ablations=("beta",))
     with pytest.raises(ValueError, match="valid tasks: arithmetic"):

@@ -7,6 +7,7 @@ import json
 from dataclasses import replace
 
 import pytest
+import torch
 
 from oar_rl.rewards import completion_text
 from oar_rl.study import cli as study_cli
@@ -67,3 +68,37 @@ def test_tiny_study_end_to_end_then_resume(tmp_path, parity_task, monkeypatch, c
     assert study_cli.main(args) == 0
     again = json.loads((out / "study.json").read_text())
     assert again["groups"] == study["groups"] and again["runs"] == study["runs"]
+
+
+def test_heldout_evaluation_does_not_change_training(tmp_path):
+    """Evaluating every step (forked RNG) must leave the training run exactly as without evaluation."""
+    from oar_rl.data.arithmetic import load
+    from oar_rl.demo import arithmetic_reward
+    from oar_rl.study.training import HeldOutEval, train_policy
+    from oar_rl.tiny import TEST_RECIPE, load_default_model
+
+    _, tok, path = load_default_model(TEST_RECIPE, cache_dir=tmp_path / "cache", progress=False)
+    rows = [
+        {"prompt": p, "answer": a}
+        for p, a in zip(load("eval", 4)["prompt"], load("eval", 4)["answer"], strict=True)
+    ]
+
+    def evaluate(m):
+        from oar_rl.study.training import heldout_accuracy
+
+        return heldout_accuracy(m, tok, rows, _even, temperature=1.0, samples=2, seed=7, max_new_tokens=12)
+
+    common = dict(credit="random", seed=3, steps=2, prompts_per_step=2, num_generations=2, learning_rate=1e-3)
+    common.update(max_completion_length=12, temperature=1.0, show_progress=False)
+    data = load("train", 8)
+    evaluated = HeldOutEval(evaluate, 1, 2)
+    m1, h1, _ = train_policy(
+        path, data, arithmetic_reward, workdir=tmp_path / "a", callbacks=[evaluated], **common
+    )
+    m2, h2, _ = train_policy(path, data, arithmetic_reward, workdir=tmp_path / "b", **common)
+    assert sorted(evaluated.curve) == [1, 2]
+    drop = {"step_time", "train_runtime", "train_samples_per_second", "train_steps_per_second"}
+    keys = [k for k in h1[0] if k not in drop and "seconds" not in k and "time" not in k]
+    assert [[h[k] for k in keys if k in h] for h in h1] == [[h[k] for k in keys if k in h] for h in h2]
+    for (n1, p1), (_, p2) in zip(m1.named_parameters(), m2.named_parameters(), strict=True):
+        assert torch.equal(p1, p2), n1

@@ -103,6 +103,10 @@ class StudySettings:
             raise ValueError(f"unknown methods {bad}; valid methods: {', '.join(valid)}")
         if len(set(self.methods)) != len(self.methods):
             raise ValueError(f"methods {list(self.methods)} contain duplicates")
+        if self.methods and "grpo" not in self.methods:
+            raise ValueError(
+                f"methods {list(self.methods)} must include grpo: every comparison is paired to it"
+            )
         bad = [a for a in self.ablations if a not in ABLATIONS]
         if bad:
             raise ValueError(f"unknown ablations {bad}; valid ablations: {', '.join(ABLATIONS)}")
