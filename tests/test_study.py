@@ -212,6 +212,10 @@ def test_interrupt_resume_extend_and_refuse_a_changed_protocol(tmp_path, fake_st
 
     # A rerun trains nothing; a third seed and the τ ablation train only what is new.
     assert study_cli.main(_args(out)) == 0 and len(calls) == 4
+    assert study_cli.main([*_args(out), "--seeds", "1"]) == 0 and len(calls) == 4  # a smaller scope
+    narrowed = json.loads((out / "study.json").read_text())
+    assert sorted(narrowed["runs"]) == ["grpo/seed0", "oar-g/seed0"]
+    assert narrowed["runs_outside_scope"] == ["grpo/seed1", "oar-g/seed1"]  # reported, not hidden
     assert study_cli.main([*_args(out), "--seeds", "3", "--ablations", "tau"]) == 0
     new = calls[4:]
     assert ("grpo", 2, 5e-5) in new and ("oar-g[tau=0]", 0, 5e-5) in new and ("oar-g", 0, 5e-5) not in new

@@ -252,6 +252,7 @@ def run_study(
         "groups": aggregate(groups, runs, settings.seeds),
         "recall": recall,
         "runs": runs,
+        "runs_outside_scope": sorted(set(stored) - in_scope),  # made earlier, kept in runs/, not aggregated
         "wall": {
             "this_invocation_seconds": time.perf_counter() - t_start,
             "runs_seconds_total": run_wall,

@@ -284,6 +284,11 @@ def render(study: Mapping[str, Any], plots: Mapping[str, Path]) -> str:
         for k, r in sorted(study["runs"].items())
     ]
     parts.append("<h2>Every run</h2>" + _table(["run", "final (T=1)", "train time"], runs))
+    if study.get("runs_outside_scope"):
+        others = ", ".join(study["runs_outside_scope"])
+        parts.append(
+            f"<p class='note'>Also in runs/ (outside this invocation's scope): {html.escape(others)}</p>"
+        )
     parts.append(f"<h2>Study record</h2><pre>{html.escape(json.dumps(study['wall'], indent=1))}\n")
     parts.append(html.escape(json.dumps(p, indent=1, sort_keys=True)) + "</pre></body></html>")
     return "\n".join(parts)
