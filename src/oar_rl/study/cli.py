@@ -50,7 +50,10 @@ def _parse(argv: list[str]) -> argparse.Namespace:
         "--task", default="arithmetic", help=f"task (default arithmetic); valid: {', '.join(task_names())}"
     )
     p.add_argument(
-        "--quick", action="store_true", help="the small version `make demo` runs (see --help-presets)"
+        "--quick",
+        action="store_true",
+        help="the small version `make demo` runs: grpo,oar-g,oar-p x 2 seeds, 16 steps of 8x8 "
+        "completions, 150 test problems, the task's default learning rate (no sweep)",
     )
     p.add_argument("--tiny", action="store_true", help=argparse.SUPPRESS)  # tests
     p.add_argument("--methods", help=f"comma-separated (default: all); valid: {','.join(all_methods())}")
