@@ -74,7 +74,13 @@ def _parse(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--recall", type=int, help="correct warm-start trajectories for recall@K%% (0: skip)")
     p.add_argument("--cache-dir", help="warm-start model cache (default: $OAR_RL_CACHE/models)")
     p.add_argument("--fresh", action="store_true", help="discard the results in --out first")
-    p.add_argument("--threads", type=int, help="torch CPU threads")
+    p.add_argument(
+        "--threads",
+        type=int,
+        default=1,
+        help="torch CPU threads (default 1: the models are tiny, and on a shared 2-core machine two threads "
+        "spin against each other; 0 = torch's own choice)",
+    )
     return p.parse_args(argv)
 
 
@@ -299,7 +305,10 @@ def main(argv: list[str] | None = None) -> int:
     from transformers.utils import logging as hf_logging
 
     hf_logging.disable_progress_bar()  # one progress bar: the study's (not one per weight load)
-    if a.threads is not None:
+    if a.threads < 0:
+        print(f"oar-rl study: --threads {a.threads} must be >= 0", file=sys.stderr)
+        return 2
+    if a.threads:
         import torch
 
         torch.set_num_threads(a.threads)
