@@ -248,6 +248,12 @@ def render(study: Mapping[str, Any], plots: Mapping[str, Path]) -> str:
                 ]
             )
         parts.append(f"<h2>{html.escape(group)}</h2>" + _table(head, rows))
+    ref = study["groups"].get("main", {}).get(REFERENCE, {}).get("curve", {})
+    if ref.get("mean") and ref["mean"][-1] <= ref["mean"][0]:
+        parts.append(
+            "<p class='note'><b>GRPO's final accuracy is not above the warm start's</b>, so every method "
+            "'reaches' it at step 0: the steps-to-reach column says nothing in this study.</p>"
+        )
     keys = sorted({k for res in study["groups"].values() for r in res.values() for k in r["credit_metrics"]})
     if keys:
         rows = [
