@@ -14,6 +14,10 @@ Credit modes (`OARConfig.credit`):
 - ``random``: w ~ U(0, 1) per token, rescaled to sum to T_i (Eq. 17), A_t = A_i·w̃_t (paper §4.2).
 - ``entropy``: Eq. 6, A_t = A_i + min(α·H_t, |A_i|/κ) (Cheng et al. 2025), H_t from the old policy.
 - ``oar-g`` / ``oar-p``: gradient (Eq. 9–13) or perturbation (Eq. 7–8) importance, then Eq. 14–17.
+- ``grail``: GRAIL (Pala, Toh & Poria 2026): A_t = A_i·clamp(μ_w + σ_w·z_t, w_min, w_max), z_t the z-scored
+  log-saliency of the answer span's NLL, on the rollouts `grail_rollouts` selects (default: A_i < 0); no
+  renormalisation. Rows without an answer span keep weight 1 and are logged as oar/probe_fallback_frac.
+  See `oar_rl.importance.grail` for how it departs from OAR.
 
 Where this departs from the paper or from TRL, and why:
 
@@ -58,18 +62,20 @@ from oar_rl.importance import (
     perturbation_importance,
     random_importance,
 )
+from oar_rl.importance.grail import check_grail_options, grail_credit  # credit="grail"
 from oar_rl.metrics import ess_ratio, top_advantage_mass
 from oar_rl.probes import answer_span_mask, compile_answer_pattern, scored_positions
 from oar_rl.reshape import entropy_shaped_advantages, rescale_sum, token_advantages
 
-Credit = Literal["none", "random", "entropy", "oar-g", "oar-p"]
+Credit = Literal["none", "random", "entropy", "oar-g", "oar-p", "grail"]
 Probe = Literal["lt-logits", "as-mean", "as-joint"]
 Threshold = Literal["quantile", "value"]
+GrailRollouts = Literal["wrong", "correct", "all"]  # credit="grail"
 
-CREDITS: tuple[str, ...] = ("none", "random", "entropy", "oar-g", "oar-p")
+CREDITS: tuple[str, ...] = ("none", "random", "entropy", "oar-g", "oar-p", "grail")
 PROBES: tuple[str, ...] = ("lt-logits", "as-mean", "as-joint")
 THRESHOLDS: tuple[str, ...] = ("quantile", "value")
-MODEL_CREDITS: tuple[str, ...] = ("entropy", "oar-g", "oar-p")  # need forward passes of the policy
+MODEL_CREDITS: tuple[str, ...] = ("entropy", "oar-g", "oar-p", "grail")  # need forward passes of the policy
 ANSWER_SPAN_PROBES: tuple[str, ...] = ("as-mean", "as-joint")
 BOOST_EPS = 1e-6  # a weight counts as boosted when > 1 + BOOST_EPS (uniform weights can round to 1 + ulp)
 
@@ -90,7 +96,8 @@ class OARConfig(GRPOConfig):
             "help": "Token-level credit assignment. 'none': plain GRPO (sequence advantage on every token); "
             "'random': U(0,1) weights rescaled to sum to T (paper §4.2 baseline); 'entropy': Eq. 6 entropy "
             "shaping (Cheng et al. 2025); 'oar-g': gradient importance (Eq. 9-13); 'oar-p': perturbation "
-            "importance (Eq. 7-8).",
+            "importance (Eq. 7-8); 'grail': GRAIL, gradient-activation saliency of the answer span (Pala, "
+            "Toh & Poria 2026; needs answer spans, see answer_pattern and the grail_* fields).",
         },
     )
     probe: Probe = field(
@@ -106,8 +113,9 @@ class OARConfig(GRPOConfig):
         default=None,
         metadata={
             "help": "Answer span for the answer-span probes: None for `<answer>(.*?)</answer>`, 'boxed' for "
-            "the last balanced `\\boxed{...}`, or a regex with exactly one capturing group (the span); the "
-            "last match counts. See oar_rl.probes.answer_span_mask."
+            "the last balanced `\\boxed{...}`, 'rewarded' for the answer the accuracy reward scores, or a "
+            "regex with exactly one capturing group (the span); the last match counts. See "
+            "oar_rl.answer_span.answer_span_mask."
         },
     )
     tau: float = field(
@@ -142,6 +150,20 @@ class OARConfig(GRPOConfig):
         default=1e-3,
         metadata={"help": "Standard deviation σ > 0 of the embedding noise of OAR-G (Eq. 10)."},
     )
+    oar_noise_draws: int = field(
+        default=1,
+        metadata={
+            "help": "OAR-G noise draws K >= 1, run in one batched pass; the score is the mean of "
+            "|<g_t, e_t>| over draws (see oar_rl.importance.gradient and the README's K table)."
+        },
+    )
+    oar_noise_scale: str = field(
+        default="absolute",
+        metadata={
+            "help": "'absolute': σ = noise_std (the paper); 'rms': σ = noise_std times the RMS of the row's "
+            "completion embeddings (use with noise_std ~0.05 for bf16/fp16 models, see the README)."
+        },
+    )
     mask_token_id: int | None = field(
         default=None,
         metadata={
@@ -171,6 +193,28 @@ class OARConfig(GRPOConfig):
             "fails on every completion of 3 consecutive batches still stops the run. False: TRL's behaviour."
         },
     )
+    # --- GRAIL (credit="grail"; oar_rl.importance.grail) ---
+    grail_mu: float = field(
+        default=1.0,
+        metadata={"help": "GRAIL μ_w: the weight of a token of average log-saliency (paper: 1.0)."},
+    )
+    grail_sigma: float = field(
+        default=0.5, metadata={"help": "GRAIL σ_w >= 0: weight change per standard deviation (paper: 0.5)."}
+    )
+    grail_min: float = field(
+        default=0.5, metadata={"help": "GRAIL w_min >= 0: lower weight clamp (paper: 0.5)."}
+    )
+    grail_max: float = field(
+        default=5.0, metadata={"help": "GRAIL w_max >= w_min: upper weight clamp (paper: 5.0)."}
+    )
+    grail_rollouts: GrailRollouts = field(
+        default="wrong",
+        metadata={
+            "help": "Rollouts GRAIL reweights: 'wrong' (sequence advantage < 0, the paper's default), "
+            "'correct' (advantage > 0) or 'all'. The others keep weight 1."
+        },
+    )
+    # --- end GRAIL ---
     probe_warmup_steps: int = field(
         default=0,
         metadata={
@@ -197,12 +241,23 @@ class OARConfig(GRPOConfig):
             raise ValueError(f"oar_beta must be >= 0 (0 = no boosting), got {self.oar_beta}")
         if not float(self.noise_std) > 0.0:
             raise ValueError(f"noise_std must be > 0, got {self.noise_std}")
+        if isinstance(self.oar_noise_draws, bool) or int(self.oar_noise_draws) < 1:
+            raise ValueError(f"oar_noise_draws must be an int >= 1, got {self.oar_noise_draws!r}")
+        _check_choice("oar_noise_scale", self.oar_noise_scale, ("absolute", "rms"))
         if int(self.perturbation_batch_size) < 1:
             raise ValueError(f"perturbation_batch_size must be >= 1, got {self.perturbation_batch_size}")
         if not float(self.entropy_alpha) >= 0.0:
             raise ValueError(f"entropy_alpha must be >= 0, got {self.entropy_alpha}")
         if not float(self.entropy_kappa) > 0.0:
             raise ValueError(f"entropy_kappa must be > 0, got {self.entropy_kappa}")
+        check_grail_options(  # credit="grail"
+            self.grail_mu,
+            self.grail_sigma,
+            self.grail_min,
+            self.grail_max,
+            self.grail_rollouts,
+            names=("grail_mu", "grail_sigma", "grail_min", "grail_max", "grail_rollouts"),
+        )
         if int(self.probe_warmup_steps) < 0:
             raise ValueError(f"probe_warmup_steps must be >= 0, got {self.probe_warmup_steps}")
         if self.answer_pattern is not None:
@@ -336,6 +391,33 @@ class OARTrainer(GRPOTrainer):
             args.per_device_train_batch_size if self.model.training else args.per_device_eval_batch_size
         )
         sub_mask = mask[rows]  # (R, C)
+        # --- GRAIL (credit="grail"): its own weights, no Eq. 14-17; every rank enters the context ---
+        if args.credit == "grail":
+            with self._policy_for_scoring() as model:
+                if rows.numel():
+                    answer_mask = answer_span_mask(
+                        sub["completion_ids"],
+                        sub["completion_mask"],
+                        self.processing_class,
+                        pattern=args.answer_pattern,
+                    ).to(mask.device)  # (R, C)
+                    fallback[rows] = ~answer_mask.any(dim=1)  # no span: weight 1
+                    token_adv[rows], weights[rows] = grail_credit(
+                        model,
+                        *sub.values(),
+                        seq_adv[rows],
+                        answer_mask=answer_mask,
+                        mask=sub_mask,
+                        rollouts=args.grail_rollouts,
+                        mu=args.grail_mu,
+                        sigma=args.grail_sigma,
+                        w_min=args.grail_min,
+                        w_max=args.grail_max,
+                        temperature=args.temperature,
+                        batch_size=batch_size,
+                    )  # (R, C), (R, C)
+            return TokenCredit(token_adv, weights, fallback, active)
+        # --- end GRAIL ---
         # Every rank enters the unwrap context (ZeRO-3 gathers collectively), even with no row to score.
         with self._policy_for_scoring() as model:
             if args.credit == "entropy":
@@ -368,6 +450,8 @@ class OARTrainer(GRPOTrainer):
                     probe=probe,
                     answer_mask=answer_mask,
                     noise_std=args.noise_std,
+                    noise_scale=args.oar_noise_scale,
+                    num_draws=int(args.oar_noise_draws),
                     generator=self._credit_generator(),
                     batch_size=batch_size,
                 )  # (R, C)

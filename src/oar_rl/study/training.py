@@ -120,13 +120,23 @@ def train_policy(
     callbacks: Sequence[TrainerCallback] = (),
     trainer_kwargs: dict[str, Any] | None = None,
     show_progress: bool = True,
+    desc: str = "train",
+    report_to: str | list[str] = "none",
+    run_name: str | None = None,
+    log_dir: str | Path | None = None,
+    verbose: bool = False,
     **config_overrides: Any,
 ) -> tuple[Any, list[dict[str, Any]], float]:
     """Train one run from the warm start in `model_path`; returns (trained model in eval mode, cleaned
-    log history, training seconds). `config_overrides` go to `OARConfig` (probe, tau, oar_beta, ...)."""
+    log history, training seconds). `config_overrides` go to `OARConfig` (probe, tau, oar_beta, ...).
+
+    Output goes through `oar_rl.console.attach` (a per-run bar `desc`, or TRL's log dicts with
+    `verbose`; `log_dir/logs.jsonl` and TensorBoard with `log_dir`). With `show_progress=False` the
+    caller draws its own progress: no per-run bar and no printed log dicts."""
     import torch
     from transformers import AutoModelForCausalLM, PreTrainedTokenizerFast
 
+    from oar_rl.console import attach, no_load_bars
     from oar_rl.trainer import OARConfig, OARTrainer
 
     batch = prompts_per_step * num_generations
@@ -144,16 +154,18 @@ def train_policy(
         warmup_steps=0,
         logging_steps=1,
         save_strategy="no",
-        report_to="none",
+        report_to=report_to,
+        run_name=run_name,
         seed=seed,
         data_seed=seed,
         use_cpu=not torch.cuda.is_available(),
         bf16=False,
-        gradient_checkpointing=False,
-        disable_tqdm=not show_progress,
+        activation_checkpointing=False,  # the new name: `gradient_checkpointing` warns it is deprecated
+        disable_tqdm=False,
         **config_overrides,
     )
-    model = AutoModelForCausalLM.from_pretrained(model_path, attn_implementation="eager")
+    with no_load_bars():  # the warm start's load already showed one
+        model = AutoModelForCausalLM.from_pretrained(model_path, attn_implementation="eager")
     tokenizer = PreTrainedTokenizerFast.from_pretrained(model_path)
     trainer = OARTrainer(
         model=model,
@@ -164,12 +176,12 @@ def train_policy(
         callbacks=list(callbacks),
         **(trainer_kwargs or {}),
     )
-    if (
-        not show_progress
-    ):  # without tqdm, transformers prints every log dict: keep the study's output readable
-        from transformers.trainer_callback import PrinterCallback
+    attach(trainer, desc=desc, log_dir=log_dir, verbose=verbose or not show_progress)
+    if not show_progress:  # the caller's bar only: drop TRL's bar and its printed log dicts
+        from transformers.trainer_callback import PrinterCallback, ProgressCallback
 
-        trainer.remove_callback(PrinterCallback)
+        for cls in (ProgressCallback, PrinterCallback):
+            trainer.remove_callback(cls)
     t0 = time.perf_counter()
     trainer.train()
     seconds = time.perf_counter() - t0
