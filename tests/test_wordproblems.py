@@ -339,3 +339,14 @@ def test_demo_runs_the_wordproblems_task(tmp_path):
     assert stats["labelled"] + stats["unlabelled"] == summary["config"]["eval_problems"]
     history = summary["runs"]["grpo/seed0"]["history"]
     assert all("oar/roles_unknown_frac" in h for h in history if "oar/ess_ratio" in h)
+
+
+def test_completion_token_roles(tok):
+    from oar_rl.roles import completion_token_roles
+
+    p = wp.split_problems("eval", 1)[0]
+    ids = tok(p.solution, add_special_tokens=False)["input_ids"] + [tok.eos_token_id]
+    roles = completion_token_roles(ids, tok, wp.label_roles)
+    assert len(roles) == len(ids) and roles[-1] == "answer"
+    assert roles.count("pivot") == sum(len(f"{x}{op}{y}{r}") for x, op, y, r in p.steps)
+    assert completion_token_roles(tok("no answer")["input_ids"], tok, wp.label_roles) is None

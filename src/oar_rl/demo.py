@@ -253,15 +253,6 @@ def evaluate(model, tokenizer, settings: DemoSettings, problems) -> dict[str, fl
     return {"sampled": sampled, "greedy": greedy}
 
 
-def _clean_history(history: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    keep = []
-    for h in history:
-        row = {k: v for k, v in h.items() if isinstance(v, int | float) and not isinstance(v, bool)}
-        if "step" in row:
-            keep.append(row)
-    return keep
-
-
 def train_one(
     method: str,
     seed: int,
@@ -278,63 +269,33 @@ def train_one(
     The terminal shows a progress bar (TRL's log dicts with `verbose`); with `log_dir` every log also
     goes to `log_dir/logs.jsonl` and TensorBoard (if in `report_to`) writes under `log_dir/tensorboard`.
     """
-    import torch
-    from transformers import PreTrainedTokenizerFast, Qwen2ForCausalLM
-
+    from oar_rl.study.training import train_policy
     from oar_rl.tasks import get_task
-    from oar_rl.trainer import OARConfig, OARTrainer
 
     task = get_task(settings.task)
-
-    batch = settings.prompts_per_step * settings.num_generations
-    config = OARConfig(
-        output_dir=str(workdir),
+    return train_policy(
+        model_path,
+        task.load("train", settings.prompts_per_step * settings.steps * 2),
+        arithmetic_reward,
         credit=METHODS[method],
+        seed=seed,
+        steps=settings.steps,
+        prompts_per_step=settings.prompts_per_step,
+        num_generations=settings.num_generations,
+        learning_rate=settings.learning_rate,
+        max_completion_length=settings.max_completion_length,
+        temperature=settings.temperature,
+        workdir=workdir,
         probe=settings.probe,
         tau=settings.tau,
         oar_beta=settings.oar_beta,
-        per_device_train_batch_size=batch,
-        gradient_accumulation_steps=1,
-        num_generations=settings.num_generations,
-        max_completion_length=settings.max_completion_length,
-        temperature=settings.temperature,
-        max_steps=settings.steps,
-        learning_rate=settings.learning_rate,
-        lr_scheduler_type="constant",
-        warmup_steps=0,
-        logging_steps=1,
-        save_strategy="no",
         report_to=report_to,
         run_name=f"oar-rl-demo-{method}-seed{seed}",
-        seed=seed,
-        data_seed=seed,
-        use_cpu=not torch.cuda.is_available(),
-        bf16=False,
-        activation_checkpointing=False,  # the new name: `gradient_checkpointing` warns it is deprecated
-        disable_tqdm=False,
+        log_dir=log_dir,
+        verbose=verbose,
+        desc=method,
+        trainer_kwargs={"token_roles": task.token_roles} if task.token_roles is not None else None,
     )
-    n_train = settings.prompts_per_step * settings.steps * 2
-    dataset = task.load("train", n_train)
-    from oar_rl.console import attach, no_load_bars
-
-    with no_load_bars():  # the warm start's load already showed one
-        model = Qwen2ForCausalLM.from_pretrained(model_path, attn_implementation="eager")
-    tokenizer = PreTrainedTokenizerFast.from_pretrained(model_path)
-    trainer = OARTrainer(
-        model=model,
-        args=config,
-        train_dataset=dataset,
-        reward_funcs=arithmetic_reward,
-        processing_class=tokenizer,
-        token_roles=task.token_roles,
-    )
-    attach(trainer, desc=method, log_dir=log_dir, verbose=verbose)  # bar, logs.jsonl, trackers, warnings
-    t0 = time.perf_counter()
-    trainer.train()
-    seconds = time.perf_counter() - t0
-    model = trainer.model
-    model.eval()
-    return model, _clean_history(trainer.state.log_history), seconds
 
 
 def token_heatmap(model, tokenizer, problems, settings: DemoSettings) -> str | None:

@@ -30,15 +30,18 @@ def token_roles_from_chars(pieces: Sequence[str], char_roles: Sequence[str]) -> 
         )
     out, pos = [], 0
     for piece in pieces:
-        chunk = char_roles[pos : pos + len(piece)]
+        out.append(_role_of(char_roles[pos : pos + len(piece)]))
         pos += len(piece)
-        if PIVOT in chunk:
-            out.append(PIVOT)
-        elif ANSWER in chunk:
-            out.append(ANSWER)
-        else:
-            out.append(FILLER)
     return out
+
+
+def _role_of(chunk: Sequence[str]) -> str:
+    """A token's role from its characters' roles: pivot > answer > filler."""
+    if PIVOT in chunk:
+        return PIVOT
+    if ANSWER in chunk:
+        return ANSWER
+    return FILLER
 
 
 def role_masks(
@@ -57,22 +60,26 @@ def role_masks(
     """
     import torch
 
-    from oar_rl.probes import _token_pieces
+    from oar_rl.answer_span import _token_spans
 
     ids = completion_ids.cpu()
     special = torch.tensor(sorted(set(tokenizer.all_special_ids)), dtype=ids.dtype)
     # Special tokens (TRL's completion mask includes the EOS) are skipped, as in the text the reward sees.
     mask = completion_mask.bool().cpu() & ~torch.isin(ids, special)  # (B, C)
     rows = [ids[i][mask[i]].tolist() for i in range(ids.shape[0])]
-    pieces = _token_pieces(tokenizer, rows)
+    decoded = _token_spans(tokenizer, rows)  # per row: (text, per-token [lo, hi) character ranges)
     pivot = torch.zeros(ids.shape, dtype=torch.bool)  # (B, C)
     filler = torch.zeros(ids.shape, dtype=torch.bool)  # (B, C)
     known = torch.zeros(ids.shape[0], dtype=torch.bool)  # (B,)
-    for i, row_pieces in enumerate(pieces):
-        char_roles = labeller("".join(row_pieces))
+    for i, (text, spans) in enumerate(decoded):
+        char_roles = labeller(text)
         if char_roles is None:
             continue
-        roles = token_roles_from_chars(row_pieces, list(char_roles))
+        if len(char_roles) != len(text):
+            raise ValueError(
+                f"the labeller gave {len(char_roles)} roles for a text of {len(text)} characters"
+            )
+        roles = [_role_of(char_roles[lo:hi]) for lo, hi in spans]
         cols = mask[i].nonzero(as_tuple=True)[0]  # (T_i,)
         pivot[i, cols] = torch.tensor([r == PIVOT for r in roles], dtype=torch.bool)
         filler[i, cols] = torch.tensor([r == FILLER for r in roles], dtype=torch.bool)
@@ -154,3 +161,19 @@ def _right_pad(rows: list[torch.Tensor], pad: int) -> tuple[torch.Tensor, torch.
         ids[i, : len(r)] = r
         mask[i, : len(r)] = 1
     return ids, mask
+
+
+def completion_token_roles(completion_ids: Sequence[int], tokenizer, labeller: Labeller) -> list[str] | None:
+    """One role per token of a single completion (the study's `label_roles` shape), or None if unknown.
+
+    Special tokens (e.g. a trailing EOS) are left out of the labelled text and counted with the answer
+    span: they are neither pivots nor filler.
+    """
+    import torch
+
+    ids = torch.tensor([list(completion_ids)], dtype=torch.long)  # (1, T)
+    pivot, filler, known = role_masks(ids, torch.ones_like(ids), tokenizer, labeller)
+    if not bool(known[0]):
+        return None
+    pairs = zip(pivot[0].tolist(), filler[0].tolist(), strict=True)
+    return [PIVOT if p else FILLER if f else ANSWER for p, f in pairs]

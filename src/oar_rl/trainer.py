@@ -14,6 +14,8 @@ Credit modes (`OARConfig.credit`):
 - ``random``: w ~ U(0, 1) per token, rescaled to sum to T_i (Eq. 17), A_t = A_i·w̃_t (paper §4.2).
 - ``entropy``: Eq. 6, A_t = A_i + min(α·H_t, |A_i|/κ) (Cheng et al. 2025), H_t from the old policy.
 - ``oar-g`` / ``oar-p``: gradient (Eq. 9–13) or perturbation (Eq. 7–8) importance, then Eq. 14–17.
+- ``oar-gp`` (not in the paper): OAR-G ranks every token, OAR-P rescores each row's top
+  `oar_gp_fraction` (`oar_rl.importance.hybrid`), then Eq. 14–17.
 - ``grail``: GRAIL (Pala, Toh & Poria 2026): A_t = A_i·clamp(μ_w + σ_w·z_t, w_min, w_max), z_t the z-scored
   log-saliency of the answer span's NLL, on the rollouts `grail_rollouts` selects (default: A_i < 0); no
   renormalisation. Rows without an answer span keep weight 1 and are logged as oar/probe_fallback_frac.
@@ -59,6 +61,7 @@ from trl.models import unwrap_model_for_generation
 from oar_rl.importance import (
     entropy_importance,
     gradient_importance,
+    hybrid_importance,
     perturbation_importance,
     random_importance,
 )
@@ -67,15 +70,15 @@ from oar_rl.metrics import ess_ratio, top_advantage_mass
 from oar_rl.probes import answer_span_mask, compile_answer_pattern, scored_positions
 from oar_rl.reshape import entropy_shaped_advantages, rescale_sum, token_advantages
 
-Credit = Literal["none", "random", "entropy", "oar-g", "oar-p", "grail"]
+Credit = Literal["none", "random", "entropy", "oar-g", "oar-p", "grail", "oar-gp"]
 Probe = Literal["lt-logits", "as-mean", "as-joint"]
 Threshold = Literal["quantile", "value"]
 GrailRollouts = Literal["wrong", "correct", "all"]  # credit="grail"
 
-CREDITS: tuple[str, ...] = ("none", "random", "entropy", "oar-g", "oar-p", "grail")
+CREDITS: tuple[str, ...] = ("none", "random", "entropy", "oar-g", "oar-p", "grail", "oar-gp")
 PROBES: tuple[str, ...] = ("lt-logits", "as-mean", "as-joint")
 THRESHOLDS: tuple[str, ...] = ("quantile", "value")
-MODEL_CREDITS: tuple[str, ...] = ("entropy", "oar-g", "oar-p", "grail")  # need forward passes of the policy
+MODEL_CREDITS: tuple[str, ...] = ("entropy", "oar-g", "oar-p", "grail", "oar-gp")  # need policy forwards
 ANSWER_SPAN_PROBES: tuple[str, ...] = ("as-mean", "as-joint")
 BOOST_EPS = 1e-6  # a weight counts as boosted when > 1 + BOOST_EPS (uniform weights can round to 1 + ulp)
 
@@ -113,8 +116,9 @@ class OARConfig(GRPOConfig):
         default=None,
         metadata={
             "help": "Answer span for the answer-span probes: None for `<answer>(.*?)</answer>`, 'boxed' for "
-            "the last balanced `\\boxed{...}`, or a regex with exactly one capturing group (the span); the "
-            "last match counts. See oar_rl.probes.answer_span_mask."
+            "the last balanced `\\boxed{...}`, 'rewarded' for the answer the accuracy reward scores, or a "
+            "regex with exactly one capturing group (the span); the last match counts. See "
+            "oar_rl.answer_span.answer_span_mask."
         },
     )
     tau: float = field(
@@ -149,6 +153,20 @@ class OARConfig(GRPOConfig):
         default=1e-3,
         metadata={"help": "Standard deviation σ > 0 of the embedding noise of OAR-G (Eq. 10)."},
     )
+    oar_noise_draws: int = field(
+        default=1,
+        metadata={
+            "help": "OAR-G noise draws K >= 1, run in one batched pass; the score is the mean of "
+            "|<g_t, e_t>| over draws (see oar_rl.importance.gradient and the README's K table)."
+        },
+    )
+    oar_noise_scale: str = field(
+        default="absolute",
+        metadata={
+            "help": "'absolute': σ = noise_std (the paper); 'rms': σ = noise_std times the RMS of the row's "
+            "completion embeddings (use with noise_std ~0.05 for bf16/fp16 models, see the README)."
+        },
+    )
     mask_token_id: int | None = field(
         default=None,
         metadata={
@@ -160,6 +178,23 @@ class OARConfig(GRPOConfig):
         default=64,
         metadata={
             "help": "Perturbed sequences per forward pass in OAR-P (>= 1); lower it if memory is short."
+        },
+    )
+    # --- oar-gp (hybrid) ---
+    oar_gp_fraction: float = field(
+        default=0.25,
+        metadata={
+            "help": "credit='oar-gp': share of each row's scored tokens, in (0, 1], that OAR-P rescores "
+            "after OAR-G ranks them all (at least one per row); 1.0 is exact OAR-P."
+        },
+    )
+    # --- end oar-gp ---
+    perturbation_prefix_reuse: bool = field(
+        default=True,
+        metadata={
+            "help": "OAR-P: run each clean sequence once with its key/value cache and recompute a perturbed "
+            "copy only from the perturbed token on (same scores, fewer token-forwards); False recomputes "
+            "whole copies (the paper's batching)."
         },
     )
     entropy_alpha: float = field(
@@ -226,8 +261,13 @@ class OARConfig(GRPOConfig):
             raise ValueError(f"oar_beta must be >= 0 (0 = no boosting), got {self.oar_beta}")
         if not float(self.noise_std) > 0.0:
             raise ValueError(f"noise_std must be > 0, got {self.noise_std}")
+        if isinstance(self.oar_noise_draws, bool) or int(self.oar_noise_draws) < 1:
+            raise ValueError(f"oar_noise_draws must be an int >= 1, got {self.oar_noise_draws!r}")
+        _check_choice("oar_noise_scale", self.oar_noise_scale, ("absolute", "rms"))
         if int(self.perturbation_batch_size) < 1:
             raise ValueError(f"perturbation_batch_size must be >= 1, got {self.perturbation_batch_size}")
+        if not 0.0 < float(self.oar_gp_fraction) <= 1.0:  # oar-gp
+            raise ValueError(f"oar_gp_fraction must be in (0, 1], got {self.oar_gp_fraction}")
         if not float(self.entropy_alpha) >= 0.0:
             raise ValueError(f"entropy_alpha must be >= 0, got {self.entropy_alpha}")
         if not float(self.entropy_kappa) > 0.0:
@@ -444,6 +484,8 @@ class OARTrainer(GRPOTrainer):
                     probe=probe,
                     answer_mask=answer_mask,
                     noise_std=args.noise_std,
+                    noise_scale=args.oar_noise_scale,
+                    num_draws=int(args.oar_noise_draws),
                     generator=self._credit_generator(),
                     batch_size=batch_size,
                 )  # (R, C)
@@ -455,6 +497,27 @@ class OARTrainer(GRPOTrainer):
                     answer_mask=answer_mask,
                     mask_token_id=args.mask_token_id,
                     batch_size=args.perturbation_batch_size,
+                    prefix_reuse=args.perturbation_prefix_reuse,
+                )  # (R, C)
+            elif args.credit == "oar-gp":  # hybrid: OAR-G screens, OAR-P rescores the top fraction
+                importance = hybrid_importance(
+                    model,
+                    *sub.values(),
+                    probe=probe,
+                    answer_mask=answer_mask,
+                    fraction=args.oar_gp_fraction,
+                    gradient_kwargs=dict(
+                        noise_std=args.noise_std,
+                        noise_scale=args.oar_noise_scale,
+                        num_draws=int(args.oar_noise_draws),
+                        generator=self._credit_generator(),
+                        batch_size=batch_size,
+                    ),
+                    perturbation_kwargs=dict(
+                        mask_token_id=args.mask_token_id,
+                        batch_size=args.perturbation_batch_size,
+                        prefix_reuse=args.perturbation_prefix_reuse,
+                    ),
                 )  # (R, C)
             else:  # pragma: no cover - OARConfig validates the choice
                 raise ValueError(f"credit={args.credit!r} is not valid; choose one of {', '.join(CREDITS)}")

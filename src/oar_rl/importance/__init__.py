@@ -16,6 +16,7 @@ from torch import Tensor, nn
 from oar_rl.importance.baselines import entropy_importance, random_importance
 from oar_rl.importance.gradient import gradient_importance
 from oar_rl.importance.grail import grail_credit, grail_importance, reasoning_positions
+from oar_rl.importance.hybrid import hybrid_importance
 from oar_rl.importance.perturbation import perturbation_importance
 
 ImportanceKind = Literal["random", "entropy", "oar-g", "oar-p", "grail"]
@@ -29,6 +30,7 @@ __all__ = [
     "gradient_importance",
     "grail_credit",
     "grail_importance",
+    "hybrid_importance",
     "perturbation_importance",
     "random_importance",
     "reasoning_positions",
@@ -55,8 +57,8 @@ def compute_importance(
             ``answer_mask``).
         rows: optional (B,) bool; only these rows are scored, the others get 0 (e.g. skip rows whose
             sequence advantage is exactly 0, DESIGN §3). None scores every row.
-        **kwargs: passed through (probe, answer_mask, noise_std, generator, batch_size, ...). A
-            (B, C) ``answer_mask`` is sliced to `rows` along with the batch.
+        **kwargs: passed through (probe, answer_mask, noise_std, noise_scale, num_draws, generator,
+            batch_size, ...). A (B, C) ``answer_mask`` is sliced to `rows` along with the batch.
     """
     if kind not in IMPORTANCE_KINDS:
         raise ValueError(f"kind={kind!r} is not a known importance kind; valid: {list(IMPORTANCE_KINDS)}")
