@@ -350,3 +350,19 @@ def test_completion_token_roles(tok):
     assert len(roles) == len(ids) and roles[-1] == "answer"
     assert roles.count("pivot") == sum(len(f"{x}{op}{y}{r}") for x, op, y, r in p.steps)
     assert completion_token_roles(tok("no answer")["input_ids"], tok, wp.label_roles) is None
+
+
+def test_study_task_adapter(tok):
+    from oar_rl.study.tasks_wordproblems import WORDPROBLEMS
+
+    test = WORDPROBLEMS.prompts("test", 20)
+    val = WORDPROBLEMS.prompts("validation", 20)
+    assert len(test) == len(val) == 20 and not {r["prompt"] for r in test} & {r["prompt"] for r in val}
+    ws = WORDPROBLEMS.load_warm_start("default", None)
+    from oar_rl.shipped import WORDPROBLEMS_RECIPE
+
+    assert ws.recipe_hash == WORDPROBLEMS_RECIPE.hash()
+    p = wp.split_problems("eval", 1)[0]
+    roles = WORDPROBLEMS.label_roles(p.prompt, tok(p.solution)["input_ids"], ws.tokenizer)
+    assert roles is not None and "pivot" in roles and "filler" in roles
+    assert WORDPROBLEMS.trainer_kwargs()["token_roles"] is wp.label_roles

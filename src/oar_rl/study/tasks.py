@@ -157,8 +157,6 @@ def _register_builtin_tasks() -> None:
         return
     _BUILTINS_DONE = True
     register(ARITHMETIC)
-    # TODO(lead): register the word-problem task here once the `task` branch is merged, e.g.
-    #   from oar_rl.study.tasks_wordproblems import WORDPROBLEMS
-    #   register(WORDPROBLEMS)
-    # with prompts per split, its reward/checker, the shipped warm start, `label_roles` (pivot/filler/
-    # answer per completion token) and trainer_kwargs=lambda: {"token_roles": ...}.
+    from oar_rl.study.tasks_wordproblems import WORDPROBLEMS
+
+    register(WORDPROBLEMS)
