@@ -28,10 +28,21 @@ def _roles(prompt, completion_ids, tokenizer):
     return ["pivot" if i % 3 == 0 else "filler" for i in range(len(completion_ids))]
 
 
+def _char_roles(text):
+    return ["pivot" if i % 3 == 0 else "filler" for i in range(len(text))]
+
+
 @pytest.fixture
 def parity_task(monkeypatch):
     base = tasks.get_task("arithmetic")
-    task = replace(base, name="parity", check=_even, reward=_reward, label_roles=_roles)
+    task = replace(
+        base,
+        name="parity",
+        check=_even,
+        reward=_reward,
+        label_roles=_roles,
+        trainer_kwargs=lambda: {"token_roles": _char_roles},
+    )
     monkeypatch.setitem(tasks._REGISTRY, "parity", task)
     return task
 
@@ -54,6 +65,10 @@ def test_tiny_study_end_to_end_then_resume(tmp_path, parity_task, monkeypatch, c
     assert {"random", "entropy", "oar-g/as-mean", "oar-p/lt-logits"} <= set(recall["oracle"]["recall"])
     gt = recall["ground_truth"]
     assert gt["unlabelled"] == 0 and 0.3 < gt["pivot_fraction"] < 0.45  # every third token
+    # the warm start's task figures, as `make demo` reports them in summary.json["task"]
+    figures = json.loads((out / "summary.json").read_text())["task"]
+    assert figures == study["task"]["figures"] and figures["labelled"] > 0
+    assert set(figures["entropy_by_role"]) >= {"pivot", "filler"} and 0.0 < figures["pivot_fraction"] < 1.0
     assert study["wall"]["this_invocation_seconds"] > 0 and study["learning_rate"]["value"] == 5e-5
     for png in ("accuracy_main.png", "diff_to_grpo.png", "recall_oracle.png", "recall_ground_truth.png"):
         assert (out / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

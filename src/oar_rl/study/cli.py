@@ -198,6 +198,17 @@ def run_study(
                     "accuracy": acc,
                 }
                 _write_json(out / "warm_start.json", ws_rec)
+            labeller = (task.trainer_kwargs() if task.trainer_kwargs else {}).get("token_roles")
+            if labeller is not None and "task_figures" not in ws_rec:
+                from oar_rl.roles import role_statistics
+
+                phase("measuring token roles and policy entropy on the warm start's own samples")
+                ws_rec["task_figures"] = role_statistics(
+                    ws.model, ws.tokenizer, [r["prompt"] for r in test_rows], labeller,
+                    temperature=settings.temperature, max_new_tokens=settings.max_completion_length,
+                    seed=settings.eval_seed,
+                )  # fmt: skip
+                _write_json(out / "warm_start.json", ws_rec)
             train_rows = task.prompts("train", settings.n_train_prompts)
             plan = settings.runs()
             for i, (variant, seed) in enumerate(plan, 1):
@@ -255,7 +266,13 @@ def run_study(
             "seeds": settings.seeds,
             "ablations": list(settings.ablations),
         },
-        "task": {"name": task.name, "description": task.description, "roles": task.label_roles is not None},
+        "task": {
+            "name": task.name,
+            "description": task.description,
+            "roles": task.label_roles is not None,
+            # pivot_fraction, entropy_by_role, mean_reasoning_tokens of the warm start's own samples
+            "figures": ws_rec.get("task_figures"),
+        },
         "learning_rate": {"value": lr_value, "source": lr_source, "tuning": tuning},
         "warm_start": {k: ws_rec[k] for k in ("recipe_hash", "recipe", "accuracy")},
         "groups": aggregate(groups, runs, settings.seeds),
@@ -273,6 +290,8 @@ def run_study(
         },
     }
     write_outputs(study, out)
+    if study["task"]["figures"] is not None:  # what `make demo` reports: summary.json["task"]
+        _write_json(out / "summary.json", {"task": study["task"]["figures"], "study": "study.json"})
     return study
 
 
