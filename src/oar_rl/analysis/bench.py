@@ -39,6 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from oar_rl.analysis.bench_shapes import SHAPE_NAMES
+from oar_rl.argparsing import add, new_parser
 from oar_rl.io import ensure_writable_dir, write_text_atomic
 
 METHODS = ("none", "random", "entropy", "grail", "oar-g", "oar-p", "oar-p-full", "oar-p-serial", "oar-gp")
@@ -50,44 +51,50 @@ METHOD_CONFIG: dict[str, dict[str, Any]] = {
 
 
 def _parse(argv: list[str]) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="oar-rl bench", description=__doc__.split("\n\n")[0])
-    p.add_argument("--shape", default="embedded", choices=SHAPE_NAMES, help="model shape (see module doc)")
-    p.add_argument("--model", default=None, help="--shape embedded only: a model dir instead of the default")
-    p.add_argument("--methods", default=DEFAULT_METHODS, help=f"comma-separated, from: {', '.join(METHODS)}")
-    p.add_argument(
+    p = new_parser("oar-rl bench", __doc__.split("\n\n")[0])
+    add(p, "--shape", default="embedded", choices=SHAPE_NAMES, help="model shape (see module doc)")
+    add(p, "--model", default=None, help="--shape embedded only: a model dir instead of the default")
+    add(p, "--methods", default=DEFAULT_METHODS, help=f"comma-separated, from: {', '.join(METHODS)}")
+    add(
+        p,
         "--repeats",
         "--steps",
         type=int,
         default=3,
-        dest="repeats",
         help="measured steps per method (interleaved)",
     )
-    p.add_argument("--warmup", type=int, default=1, help="steps per method dropped from the figures")
-    p.add_argument("--prompts", type=int, default=1, help="prompts per step")
-    p.add_argument("--num-generations", type=int, default=4, help="completions per prompt (G)")
-    p.add_argument("--prompt-len", type=int, default=32, help="prompt tokens (random shapes)")
-    p.add_argument(
+    add(p, "--warmup", type=int, default=1, help="steps per method dropped from the figures")
+    add(p, "--prompts", type=int, default=1, help="prompts per step")
+    add(p, "--num-generations", type=int, default=4, help="completions per prompt (G)")
+    add(p, "--prompt-len", type=int, default=32, help="prompt tokens (random shapes)")
+    add(
+        p,
         "--completion-len",
         type=int,
         default=None,
         help="completion tokens (random shapes: exact; default 256)",
     )
-    p.add_argument("--probe", default="lt-logits", choices=("lt-logits", "as-mean", "as-joint"))
-    p.add_argument("--oar-gp-fraction", type=float, default=0.25, help="OAR-P share of oar-gp, in (0, 1]")
-    p.add_argument("--copies", type=int, default=64, help="OAR-P perturbed copies per forward pass")
-    p.add_argument("--no-scorers", action="store_true", help="skip the scorer-level part (floor, recall)")
-    p.add_argument(
+    add(p, "--probe", default="lt-logits", choices=("lt-logits", "as-mean", "as-joint"))
+    add(p, "--oar-gp-fraction", type=float, default=0.25, help="OAR-P share of oar-gp, in (0, 1]")
+    add(p, "--copies", type=int, default=64, help="OAR-P perturbed copies per forward pass")
+    add(p, "--no-scorers", action="store_true", help="skip the scorer-level part (floor, recall)")
+    add(
+        p,
         "--full-stride",
         type=int,
         default=1,
         help="scorer part: time whole-copy OAR-P on every k-th position and scale (flat cost per copy)",
     )
-    p.add_argument(
-        "--scorer-repeats", type=int, default=1, help="timed rounds of the scorer-level part (OAR-P is slow)"
+    add(
+        p,
+        "--scorer-repeats",
+        type=int,
+        default=1,
+        help="timed rounds of the scorer-level part (OAR-P is slow)",
     )
-    p.add_argument("--threads", type=int, default=None, help="torch intra-op threads (default: torch's)")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--out", default="bench_out", help="directory for bench.json and bench.md")
+    add(p, "--threads", type=int, default=None, help="torch intra-op threads (default: torch's)")
+    add(p, "--seed", type=int, default=0)
+    add(p, "--out", default="bench_out", help="directory for bench.json and bench.md")
     a = p.parse_args(argv)
     methods = [m.strip() for m in a.methods.split(",") if m.strip()]
     unknown = [m for m in methods if m not in METHODS]
