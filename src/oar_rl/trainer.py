@@ -29,13 +29,16 @@ Where this departs from the paper or from TRL, and why:
   "we initially apply LT-LOGITS as a warm-up").
 - Multi-turn tool outputs (`tool_mask`) are not trained by TRL; they get weight 0 here and the
   remaining tokens share the row's token count.
-- Random draws (random credit, OAR-G noise) come from a dedicated CPU generator seeded from
-  (`seed`, rank, optimizer step), never from the global RNG: the credit mode does not change TRL's
-  sampling or shuffling stream, and a resumed run redraws the same noise.
+- Random draws (random credit, OAR-G noise) come from dedicated CPU generators, one per row, seeded
+  from (`seed`, optimizer step, batch within the step, global row index), never from the global RNG:
+  the credit mode does not change TRL's sampling or shuffling stream, a resumed run redraws the same
+  noise, and an N-process run draws the same noise as a one-process run (`oar_rl.distributed`).
 - Distributed: the model is unwrapped as TRL does for generation (`unwrap_model_for_generation`,
-  gathering ZeRO-3 parameters). Ranks score different numbers of rows, so a backend whose forward pass
-  is itself collective — FSDP, or ZeRO-3 with `ds3_gather_for_generation=False` — could deadlock; those
-  combinations are rejected for the model-based credit modes (`entropy`, `oar-g`, `oar-p`).
+  gathering ZeRO-3 parameters). Ranks score different numbers of rows; under FSDP (1 and 2), whose
+  forwards are collective, every rank runs the same number of scoring passes, padding with dummy
+  passes (`oar_rl.distributed.ScoringSync`). ZeRO-3 with `ds3_gather_for_generation=False` is still
+  rejected for the model-based credit modes: its LM head is sharded and called a rank-dependent number
+  of times.
 - Vision-language inputs are not supported by the scorers (they take token ids only).
 """
 
@@ -43,7 +46,6 @@ from __future__ import annotations
 
 import contextlib
 import time
-import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -52,11 +54,11 @@ import torch
 from trl import GRPOConfig, GRPOTrainer
 from trl.models import unwrap_model_for_generation
 
+from oar_rl.distributed import ScoringSync, planned_passes, row_generators, row_uniform, scoring_params
 from oar_rl.importance import (
     entropy_importance,
     gradient_importance,
     perturbation_importance,
-    random_importance,
 )
 from oar_rl.metrics import ess_ratio, top_advantage_mass
 from oar_rl.probes import answer_span_mask, compile_answer_pattern, scored_positions
@@ -273,19 +275,13 @@ class OARTrainer(GRPOTrainer):
         super().__init__(*args, **kwargs)
         if not isinstance(self.args, OARConfig):
             raise ValueError(f"OARTrainer needs an OARConfig as `args`, got {type(self.args).__name__}")
-        if self.args.credit in MODEL_CREDITS:
-            if self._dist.is_fsdp:
-                raise ValueError(
-                    f"credit={self.args.credit!r} is not supported under FSDP: the importance forward passes "
-                    "differ in number across ranks and FSDP's are collective. Use DDP or DeepSpeed ZeRO-2/3 "
-                    "(configs/accelerate/), or credit='none'/'random'."
-                )
-            if self._dist.is_zero3 and not self.args.ds3_gather_for_generation:
-                raise ValueError(
-                    f"credit={self.args.credit!r} under DeepSpeed ZeRO-3 needs "
-                    "ds3_gather_for_generation=True (the importance passes run on gathered parameters; "
-                    "sharded forwards are collective)."
-                )
+        zero3_sharded = self._dist.is_zero3 and not self.args.ds3_gather_for_generation
+        if self.args.credit in MODEL_CREDITS and zero3_sharded:
+            raise ValueError(
+                f"credit={self.args.credit!r} under DeepSpeed ZeRO-3 needs "
+                "ds3_gather_for_generation=True (the importance passes run on gathered parameters; "
+                "sharded forwards are collective)."
+            )
         self._oar_rng_key: tuple[int, int] = (-1, 0)  # (optimizer step, generation batches at that step)
 
     # ------------------------------------------------------------------------------------------------
@@ -324,7 +320,7 @@ class OARTrainer(GRPOTrainer):
 
         if args.credit == "random":
             if rows.numel():
-                raw = random_importance(mask[rows], generator=self._credit_generator())  # (R, C)
+                raw = row_uniform(mask[rows], self._credit_generators(rows, seq_adv.shape[0]))  # (R, C)
                 w = rescale_sum(raw.to(mask.device), mask[rows])  # (R, C), rows sum to T_i
                 weights[rows] = w
                 token_adv[rows] = seq_adv[rows, None] * w
@@ -336,13 +332,21 @@ class OARTrainer(GRPOTrainer):
             args.per_device_train_batch_size if self.model.training else args.per_device_eval_batch_size
         )
         sub_mask = mask[rows]  # (R, C)
-        # Every rank enters the unwrap context (ZeRO-3 gathers collectively), even with no row to score.
+        # Every rank enters the unwrap context (ZeRO-3 gathers collectively), even with no row to score,
+        # and runs as many scoring passes as the busiest rank (FSDP forwards are collective).
+        sync = ScoringSync(self.accelerator, collective=self._dist.is_fsdp)
         with self._policy_for_scoring() as model:
             if args.credit == "entropy":
-                if rows.numel():
-                    entropies = entropy_importance(
+                plan = planned_passes("entropy", sub["completion_mask"], batch_size=batch_size)
+                entropies = sync.run(
+                    "entropy",
+                    model,
+                    plan,
+                    lambda: entropy_importance(
                         model, *sub.values(), batch_size=batch_size, temperature=args.temperature
-                    )  # (R, C): H of the sampling distribution, as TRL computes its entropies
+                    ),
+                )  # (R, C): H of the sampling distribution, as TRL computes its entropies
+                if entropies is not None:
                     shaped = entropy_shaped_advantages(
                         seq_adv[rows],
                         entropies.to(mask.device),
@@ -354,34 +358,48 @@ class OARTrainer(GRPOTrainer):
                     weights[rows] = shaped / seq_adv[rows, None]  # A_t / A_i >= 0: the bonus keeps the sign
                 return TokenCredit(token_adv, weights, fallback, active)
 
-            if not rows.numel():
-                return TokenCredit(token_adv, weights, fallback, active)
-            probe, answer_mask, scored_mask = self._probe_inputs(
-                sub["completion_ids"], sub["completion_mask"]
-            )
+            probe, answer_mask, scored_mask = "lt-logits", None, None
+            if rows.numel():
+                probe, answer_mask, scored_mask = self._probe_inputs(
+                    sub["completion_ids"], sub["completion_mask"]
+                )
             if answer_mask is not None:
                 fallback[rows] = ~answer_mask.any(dim=1)
+            scored = sub["completion_mask"] if scored_mask is None else scored_mask  # (R, C)
             if args.credit == "oar-g":
-                importance = gradient_importance(
+                generators = self._credit_generators(rows, seq_adv.shape[0])
+                importance = sync.run(
+                    "oar-g",
                     model,
-                    *sub.values(),
-                    probe=probe,
-                    answer_mask=answer_mask,
-                    noise_std=args.noise_std,
-                    generator=self._credit_generator(),
-                    batch_size=batch_size,
+                    planned_passes("oar-g", scored, batch_size=batch_size),
+                    lambda: gradient_importance(
+                        model,
+                        *sub.values(),
+                        probe=probe,
+                        answer_mask=answer_mask,
+                        noise_std=args.noise_std,
+                        generator=generators,
+                        batch_size=batch_size,
+                    ),
                 )  # (R, C)
             elif args.credit == "oar-p":
-                importance = perturbation_importance(
+                importance = sync.run(
+                    "oar-p",
                     model,
-                    *sub.values(),
-                    probe=probe,
-                    answer_mask=answer_mask,
-                    mask_token_id=args.mask_token_id,
-                    batch_size=args.perturbation_batch_size,
+                    planned_passes("oar-p", scored, batch_size=args.perturbation_batch_size),
+                    lambda: perturbation_importance(
+                        model,
+                        *sub.values(),
+                        probe=probe,
+                        answer_mask=answer_mask,
+                        mask_token_id=args.mask_token_id,
+                        batch_size=args.perturbation_batch_size,
+                    ),
                 )  # (R, C)
             else:  # pragma: no cover - OARConfig validates the choice
                 raise ValueError(f"credit={args.credit!r} is not valid; choose one of {', '.join(CREDITS)}")
+        if importance is None:  # no row to score on this rank (it ran padding passes only)
+            return TokenCredit(token_adv, weights, fallback, active)
         adv_rows, w_rows = token_advantages(
             seq_adv[rows],
             importance.float().to(mask.device),
@@ -410,13 +428,17 @@ class OARTrainer(GRPOTrainer):
 
     @contextlib.contextmanager
     def _policy_for_scoring(self) -> Iterator[torch.nn.Module]:
-        """The policy as it generated the batch, unwrapped (ZeRO-3 gathered), in eval mode, no ckpting."""
-        with unwrap_model_for_generation(
-            self.model_wrapped,
-            self.accelerator,
-            gather_deepspeed3_params=self.args.ds3_gather_for_generation,
-            gradient_checkpointing_kwargs=self.args.gradient_checkpointing_kwargs,
-        ) as model:
+        """The policy as it generated the batch, unwrapped (ZeRO-3 gathered, FSDP root unsharded), in eval
+        mode, no checkpointing."""
+        with (
+            unwrap_model_for_generation(
+                self.model_wrapped,
+                self.accelerator,
+                gather_deepspeed3_params=self.args.ds3_gather_for_generation,
+                gradient_checkpointing_kwargs=self.args.gradient_checkpointing_kwargs,
+            ) as model,
+            scoring_params(self.model_wrapped, model, self._dist.fsdp_version),
+        ):
             was_training = model.training
             model.eval()
             try:
@@ -424,14 +446,15 @@ class OARTrainer(GRPOTrainer):
             finally:
                 model.train(was_training)
 
-    def _credit_generator(self) -> torch.Generator:
-        """A CPU generator seeded from (seed, rank, optimizer step, batch within the step)."""
+    def _credit_generators(self, rows: torch.Tensor, local_batch: int) -> list[torch.Generator]:
+        """One CPU generator per row in `rows`, seeded from (seed, optimizer step, batch within the step,
+        global row index = rank · local batch + local index; TRL gives every rank an equal slice)."""
         step = int(self.state.global_step)
         last_step, count = self._oar_rng_key
         count = count + 1 if step == last_step else 0
         self._oar_rng_key = (step, count)
-        key = f"{self.args.seed}/{self.accelerator.process_index}/{step}/{count}".encode()
-        return torch.Generator().manual_seed(zlib.crc32(key))
+        offset = self.accelerator.process_index * local_batch
+        return row_generators(self.args.seed, step, count, [offset + int(r) for r in rows.tolist()])
 
     def _log_credit(self, mode: str, credit: TokenCredit, mask: torch.Tensor, seconds: float) -> None:
         """Gather per-rank sums (equal-size tensors) and log global means over rows with A_i != 0."""

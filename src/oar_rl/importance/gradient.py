@@ -8,7 +8,10 @@ with respect to the embeddings only; I_t = |⟨g_t, e_t⟩| with e_t the *clean*
 Implementation notes:
 - The noise is ``torch.randn((B, C, H), generator=generator)`` drawn on the CPU in float32 (so a
   seeded generator gives the same scores on any device), times σ, zero on completion padding, none on
-  the prompt; it is then cast to the embedding dtype and moved to the model's device.
+  the prompt; it is then cast to the embedding dtype and moved to the model's device. With a sequence
+  of B generators (one per row), row i's noise is ``torch.randn((T_i, H), generator=generator[i])``
+  with T_i the row's own length (last valid token + 1): it depends on the row alone, not on the batch
+  it sits in or its padding, so a row gets the same noise on any rank or world size.
 - The gradient never touches parameters: ``torch.autograd.grad(J, inputs_embeds)`` only, never
   ``.backward()``; the embeddings are a fresh leaf that requires grad, so this works with frozen
   (PEFT) or trainable parameters, and with gradient checkpointing (the model runs in eval mode, where
@@ -26,6 +29,7 @@ Departures from the paper:
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 
 import torch
 from torch import Tensor, nn
@@ -56,7 +60,7 @@ def gradient_importance(
     probe: Probe = "lt-logits",
     answer_mask: Tensor | None = None,
     noise_std: float = 1e-3,
-    generator: torch.Generator | None = None,
+    generator: torch.Generator | Sequence[torch.Generator] | None = None,
     batch_size: int | None = None,
     progress: bool = False,
 ) -> Tensor:
@@ -71,7 +75,8 @@ def gradient_importance(
         probe: ``"lt-logits"``, ``"as-mean"`` or ``"as-joint"``.
         answer_mask: (B, C) answer-span mask; required for AS probes, ignored by LT-Logits.
         noise_std: σ of the embedding noise (finite, ≥ 0).
-        generator: a CPU ``torch.Generator`` for the noise (None: the global CPU RNG).
+        generator: a CPU ``torch.Generator`` for the noise (None: the global CPU RNG), or a sequence of
+            B of them, one per row (row-keyed noise, independent of batching and padding).
         batch_size: rows per forward/backward (None: all rows at once). Does not change the result.
         progress: show a tqdm bar over the row chunks.
 
@@ -87,10 +92,14 @@ def gradient_importance(
         isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1
     ):
         raise ValueError(f"batch_size must be a positive int or None, got {batch_size!r}")
-    if generator is not None and generator.device.type != "cpu":
-        raise ValueError(
-            f"generator must be a CPU torch.Generator (noise is drawn on the CPU), got {generator.device}"
-        )
+    gens = list(generator) if isinstance(generator, (list, tuple)) else [generator]
+    for gen in gens:
+        if gen is not None and (not isinstance(gen, torch.Generator) or gen.device.type != "cpu"):
+            raise ValueError(
+                f"generator must be a CPU torch.Generator (noise is drawn on the CPU), got {gen!r}"
+            )
+    if isinstance(generator, (list, tuple)) and len(gens) != completion_ids.shape[0]:
+        raise ValueError(f"got {len(gens)} generators for {completion_ids.shape[0]} rows; pass one per row")
     if torch.is_inference_mode_enabled():
         raise RuntimeError("gradient_importance needs autograd; call it outside torch.inference_mode()")
     batch = prepare_batch(model, prompt_ids, prompt_mask, completion_ids, completion_mask)
@@ -110,9 +119,7 @@ def gradient_importance(
     embed = base_model(model).get_input_embeddings()
     H = embed.weight.shape[1]
     # noise first, for all rows, so the result does not depend on batch_size
-    noise = (
-        torch.randn((B, C, H), generator=generator, dtype=torch.float32, device="cpu") * noise_std
-    )  # (B, C, H)
+    noise = _draw_noise(generator, batch.completion_mask.cpu(), H) * noise_std  # (B, C, H)
     out = torch.zeros(B, C, dtype=torch.float32, device=device)
     if B == 0 or C == 0 or noise_std == 0 or not bool(scored.any()):
         return out
@@ -139,3 +146,19 @@ def gradient_importance(
             score = (g[:, P:].float() * emb[:, P:].float()).sum(dim=-1).abs()  # (n, L - P)
             out[rows, : L - P] = score
     return out * scored
+
+
+def _draw_noise(
+    generator: torch.Generator | Sequence[torch.Generator] | None, completion_mask: Tensor, H: int
+) -> Tensor:
+    """(B, C, H) standard normal float32 on the CPU: one batch draw, or one draw per row of its own length."""
+    B, C = completion_mask.shape
+    if not isinstance(generator, (list, tuple)):
+        return torch.randn((B, C, H), generator=generator, dtype=torch.float32, device="cpu")
+    noise = torch.zeros(B, C, H, dtype=torch.float32)
+    for i, gen in enumerate(generator):
+        valid = completion_mask[i].nonzero()
+        if valid.numel():
+            T = int(valid.max()) + 1  # the row's own length: independent of the batch's padding
+            noise[i, :T] = torch.randn((T, H), generator=gen, dtype=torch.float32)
+    return noise
