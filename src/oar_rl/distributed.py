@@ -220,6 +220,11 @@ def scoring_params(root: nn.Module, model: nn.Module, fsdp_version: int | None) 
     def unshard(*args: Any) -> None:
         root.unshard()  # a no-op while the root is gathered; gathers again after an OAR-G backward
 
+    # FSDP2 picks its root as the first unit to run forward; TRL's generation normally did that already,
+    # else the scoring passes (which call the body and the layers directly) would make layer 0 the root
+    state = root._get_fsdp_state()
+    if getattr(state, "_is_root", False) is None:
+        state._lazy_init()
     hooks = [m.register_forward_pre_hook(unshard) for m in targets if m is not None]
     try:
         root.unshard()
