@@ -26,7 +26,7 @@ from typing import Any
 import torch
 import yaml
 
-from oar_rl import data
+from oar_rl import data, distributed
 from oar_rl.tiny import build_char_tokenizer, tiny_qwen2
 from oar_rl.trainer import OARConfig, OARTrainer
 
@@ -60,7 +60,17 @@ class ScriptedTrainer(OARTrainer):
         return out, None
 
 
+DUMMY_PASSES = [0]
+_dummy_pass = distributed.dummy_pass
+
+
+def counting_dummy_pass(model: torch.nn.Module, kind: str) -> None:
+    DUMMY_PASSES[0] += 1
+    _dummy_pass(model, kind)
+
+
 def main(out_dir: str, credits: list[str]) -> None:
+    distributed.dummy_pass = counting_dummy_pass  # ScoringSync.run looks it up at call time
     recipe = yaml.safe_load((ROOT / "configs" / "tiny-cpu.yaml").read_text())
     tokenizer = build_char_tokenizer()
     # prompts of one length and completions of one length: every rank pads to the same widths as the
@@ -97,6 +107,7 @@ def main(out_dir: str, credits: list[str]) -> None:
             processing_class=tokenizer,
         )
         before = [p.detach().clone() for p in trainer.model.parameters()]
+        DUMMY_PASSES[0] = 0
         batches: list[dict[str, Any]] = []
         seam = trainer._generate_and_score_completions
 
@@ -126,6 +137,9 @@ def main(out_dir: str, credits: list[str]) -> None:
             "batches": batches,
             "log_history": trainer.state.log_history,
             "params_changed": changed,
+            "distributed_type": str(trainer.accelerator.distributed_type),
+            "fsdp_version": trainer._dist.fsdp_version,
+            "dummy_passes": DUMMY_PASSES[0],
         }
         path = Path(out_dir) / f"{credit}-rank{trainer.accelerator.process_index}.json"
         tmp = path.with_suffix(".tmp")

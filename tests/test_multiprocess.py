@@ -10,6 +10,11 @@ and so do the logged OAR metrics.
 `accelerate launch --cpu` starts a single process whatever --num_processes says (accelerate's simple
 launcher), so the two-process run uses `--multi_gpu` on this GPU-less machine: torchrun starts the
 processes and accelerate falls back to CPU with gloo (`use_cpu: true` in the recipe).
+
+FSDP cannot be launched this way on a CPU-only machine: with `--use_fsdp` and `use_cpu` accelerate
+silently runs MULTI_CPU (DDP), and without `use_cpu` its FSDP plugin raises "There are currently no
+available devices found, must be one of 'XPU', 'CUDA', ...". FSDP1 and FSDP2 themselves run on CPU
+with gloo when sharded by hand: tests/test_distributed.py covers the scoring under both.
 """
 
 from __future__ import annotations
@@ -81,6 +86,9 @@ def test_two_processes_equal_one_process(runs, credit):
     two = [json.loads((runs[2] / f"{credit}-rank{r}.json").read_text()) for r in (0, 1)]
     assert one["world"] == 1 and [t["world"] for t in two] == [2, 2]
     assert [t["rank"] for t in two] == [0, 1]
+    # DDP: forwards are not collective, so nothing is padded (FSDP: tests/test_distributed.py)
+    assert [t["distributed_type"] for t in two] == ["DistributedType.MULTI_CPU"] * 2
+    assert [t["dummy_passes"] for t in two] == [0, 0]
     # training ran on both ranks, two steps, two generation batches
     assert all(t["params_changed"] for t in two) and one["params_changed"]
     assert len(one["batches"]) == 2 and all(len(t["batches"]) == 2 for t in two)
