@@ -90,6 +90,8 @@ def main(out_dir: str, credits: list[str]) -> None:
             disable_tqdm=True,
             per_device_train_batch_size=GLOBAL_BATCH // world,
             perturbation_batch_size=8,
+            # DeepSpeed picks its CPU accelerator itself; accelerate's use_cpu would bypass DeepSpeed
+            use_cpu=os.environ.get("ACCELERATE_USE_DEEPSPEED", "false") != "true",
             # plain SGD: Adam turns last-ulp gradient differences (DDP's averaged all-reduce vs one
             # process's sum) on near-zero gradients into learning-rate-sized steps
             optim="sgd",
