@@ -47,7 +47,7 @@ def test_oracle_study_end_to_end(tiny_model_dir, tmp_path, monkeypatch):
             "--n",
             "3",
             "--max-prompts",
-            "40",
+            "160",  # sampled in chunks of 32 only until 3 correct ones are found
             "--max-new-tokens",
             "10",
             "--methods",

@@ -52,6 +52,25 @@ def test_gsm8k_keeps_the_worked_solution(fixture_dir):
         benchmarks.gsm8k_answer("no marker here")
 
 
+def test_gsm8k_style_local_file_is_reduced_to_the_final_answer(tmp_path):
+    """A GSM8K copy passed by path (not by name): answer = the final answer, the solution kept (issue 9)."""
+    path = tmp_path / "my_gsm8k_test.jsonl"
+    path.write_text((FIXTURES / "gsm8k" / "test.jsonl").read_text())
+    ds = data.load(str(path), template=None)
+    assert list(ds["answer"]) == ["19", "1234", "-3"]
+    assert ds[1]["raw_answer"].endswith("#### 1,234") and "<<1000+234=1234>>" in ds[1]["raw_answer"]
+    # a column where only some rows are worked solutions is refused, naming a row without the marker
+    rows = [{"question": "a", "answer": "1+1=2\n#### 2"}, {"question": "b", "answer": "7"}]
+    mixed = tmp_path / "mixed.jsonl"
+    mixed.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    with pytest.raises(ValueError, match=r"'#### <answer>'\) in 1 of 2 rows, but row 1 has none: '7'"):
+        data.load(str(mixed))
+    # plain answers (and a '####' inside a longer line) are left alone
+    plain = tmp_path / "plain.jsonl"
+    plain.write_text(json.dumps({"question": "a", "answer": "x #### 2"}) + "\n")
+    assert list(data.load(str(plain))["answer"]) == ["x #### 2"]
+
+
 def test_raw_dapo_is_deduplicated_and_unwrapped(fixture_dir):
     raw_file = FIXTURES / "dapo-math-raw" / "train.jsonl"
     ds = data.load("dapo-math", data_files=str(raw_file), template="boxed")  # raw schema, processed name

@@ -34,7 +34,7 @@ def fake_work(monkeypatch):
     def fake_load(recipe, *, cache_dir=None, progress=True):
         return object(), object(), "unused"
 
-    def fake_train(method, seed, settings, model_path, workdir):
+    def fake_train(method, seed, settings, model_path, workdir, **kwargs):
         if state["interrupt_at"] is not None and len(calls) == state["interrupt_at"]:
             raise KeyboardInterrupt
         calls.append((method, seed))

@@ -301,3 +301,116 @@ def test_plan_batches():
             for i in idx:
                 got[i] += m
         assert got == {i: n for i in range(num)}
+
+
+# ---------------------------------------------------------------------------------------------------- issue 9
+
+
+@pytest.fixture(scope="module")
+def short_model_dir(tmp_path_factory) -> str:
+    """A tiny Qwen2 with only 24 positions."""
+    from oar_rl.tiny import build_char_tokenizer, tiny_qwen2
+
+    path = tmp_path_factory.mktemp("short-model")
+    tok = build_char_tokenizer()
+    tiny_qwen2(len(tok), seed=0, hidden_size=32, num_layers=1, max_position_embeddings=24).save_pretrained(
+        path
+    )
+    tok.save_pretrained(path)
+    return str(path)
+
+
+def test_prompt_longer_than_the_positions_is_refused_before_sampling(
+    short_model_dir, tmp_path, monkeypatch, capsys
+):
+    bench = tmp_path / "long.jsonl"
+    rows = [{"question": "1+1", "answer": "2"}, {"question": "what is " + "1+" * 12 + "1", "answer": "13"}]
+    bench.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    args = [*_args(short_model_dir, tmp_path / "out"), "--template", "none"]
+    args[args.index("--benchmarks") + 1] = str(bench)
+
+    def must_not_sample(*a, **k):
+        raise AssertionError("sampling must not start")
+
+    monkeypatch.setattr(evaluation.TransformersSampler, "generate", must_not_sample)
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    # 24 positions - 6 new tokens = 18 prompt tokens at most; problem 1 has more (one token per character)
+    assert "1 prompt(s) do not fit the model" in err
+    assert "must be <= 24 positions (max_position_embeddings of" in err and "at most 18 tokens" in err
+    assert re.search(r"too long: long problem 1 \(\d+ tokens\)\.", err) and "--truncate-prompts" in err
+    assert not (tmp_path / "out" / "long.meta.json").exists()
+    args[args.index("--max-new-tokens") + 1] = "30"
+    assert main(args) == 2
+    assert (
+        "--max-new-tokens 30 leaves no room for a prompt: the model has 24 positions"
+        in capsys.readouterr().err
+    )
+
+    # --truncate-prompts (either spelling) keeps the last 18 tokens and samples
+    monkeypatch.undo()
+    args[args.index("--max-new-tokens") + 1] = "6"
+    seen = []
+    real_generate = evaluation.TransformersSampler.generate
+
+    def spy(self, prompts, n, seed):
+        seen.append(self.tokenizer(prompts, truncation=True, max_length=self.prompt_budget())["input_ids"])
+        return real_generate(self, prompts, n, seed)
+
+    monkeypatch.setattr(evaluation.TransformersSampler, "generate", spy)
+    for flag, out in (("--truncate-prompts", "a"), ("--truncate_prompts", "b")):
+        args[args.index("--out") + 1] = str(tmp_path / out)
+        assert main([*args, flag]) == 0
+        records = [json.loads(x) for x in (tmp_path / out / "long.jsonl").read_text().splitlines()]
+        assert [len(r["completions"]) for r in records] == [3, 3]
+        meta = json.loads((tmp_path / out / "long.meta.json").read_text())
+        assert meta["config"]["truncate_prompts"] is True
+    assert max(len(ids) for call in seen for ids in call) == 18
+
+
+def test_gsm8k_file_by_path_is_scored_on_the_final_answer(tmp_path):
+    """A GSM8K copy passed as a file (not by name): the gold is '19', not the worked solution."""
+    bench = tmp_path / "gsm8k_copy.jsonl"
+    bench.write_text((FIXTURES / "gsm8k" / "test.jsonl").read_text())
+
+    class Right:
+        def generate(self, prompts, n, seed):
+            return [["<answer>19</answer>", "<answer>1234</answer>", "<answer>-3</answer>"][:n]] * len(
+                prompts
+            )
+
+    (tmp_path / "config.json").write_text("{}")
+    config = EvalConfig(
+        model=str(tmp_path), out=str(tmp_path / "out"), benchmarks=[str(bench)], n=3, k=[1], template="none",
+        verify_workers=1,
+    )  # fmt: skip
+    results = evaluate(config, sampler=Right())
+    records = [json.loads(x) for x in (tmp_path / "out" / "gsm8k_copy.jsonl").read_text().splitlines()]
+    assert [r["answer"] for r in records] == ["19", "1234", "-3"]
+    assert [r["verdicts"] for r in records] == [[1.0, 0.0, 0.0], [0.0, 1.0, 0.0], [0.0, 0.0, 1.0]]
+    assert results["benchmarks"]["gsm8k_copy"]["pass@1"] == pytest.approx(1 / 3)
+
+
+def test_position_limit_of_model_configs():
+    from transformers import GPT2Config, LlamaConfig, Qwen2Config
+
+    from oar_rl.eval_sampling import config_position_limit
+
+    assert config_position_limit(Qwen2Config(max_position_embeddings=4096)) == (
+        4096,
+        "max_position_embeddings",
+    )
+    assert config_position_limit(GPT2Config(n_positions=1000))[0] == 1000  # GPT-2 names it n_positions
+    yarn = {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 32768}
+    limit, source = config_position_limit(Qwen2Config(max_position_embeddings=32768, rope_scaling=yarn))
+    assert limit == 131072 and "yarn" in source
+    llama3 = {"rope_type": "llama3", "factor": 8.0, "original_max_position_embeddings": 8192,
+              "low_freq_factor": 1.0, "high_freq_factor": 4.0}  # fmt: skip
+    assert (
+        config_position_limit(LlamaConfig(max_position_embeddings=131072, rope_scaling=llama3))[0] == 131072
+    )
+
+    class NoLimit:
+        pass
+
+    assert config_position_limit(NoLimit()) is None

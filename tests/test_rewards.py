@@ -3,14 +3,22 @@
 from __future__ import annotations
 
 import logging
+import os
+import subprocess
+import sys
+import textwrap
 import threading
 import time
+from fractions import Fraction
+from pathlib import Path
 
 import pytest
 
 from oar_rl import rewards
 from oar_rl.rewards import (
     accuracy_reward,
+    answer_char_span,
+    as_number,
     completion_text,
     extract_prediction,
     format_reward,
@@ -45,10 +53,82 @@ ACCURACY_CASES: list[tuple[str, str, float | None]] = [
 ]
 
 
+# Defect 7 (issue 9): real benchmark golds and the answer-extraction rule. Each case scored wrong on main.
+BENCHMARK_CASES: list[tuple[str, str, float | None]] = [
+    # MATH-500 golds with an escaped dollar: None for every completion before
+    (r"<answer>\$32,\!348</answer>", r"\$32,\!348", 1.0),
+    (r"<answer>32348</answer>", r"\$32,\!348", 1.0),
+    (r"The total is \boxed{32,348}.", r"\$32,\!348", 1.0),
+    (r"<answer>32347</answer>", r"\$32,\!348", 0.0),
+    (r"<answer>\$18.90</answer>", r"\$18.90", 1.0),
+    (r"So \boxed{18.9}", r"\$18.90", 1.0),
+    (r"So \boxed{\$18.91}", r"\$18.90", 0.0),
+    (r"He pays \boxed{\$36}.", r"\$36", 1.0),
+    (r"<answer>35</answer>", r"\$36", 0.0),
+    (r"<answer>x+\$1</answer>", r"\$36", 0.0),  # not a plain number: math-verify path
+    # brace-less LaTeX: the same inside \boxed{} as inside <answer> (0 in \boxed{} before)
+    (r"So \boxed{\frac43}.", r"\frac{4}{3}", 1.0),
+    (r"So \boxed{\frac43}.", r"\frac{3}{4}", 0.0),
+    (r"So \boxed{\frac 59}.", r"\frac{5}{9}", 1.0),
+    (r"So \boxed{\frac 59}.", r"\frac{9}{5}", 0.0),
+    (r"So \boxed{\sqrt5}.", r"\sqrt{5}", 1.0),
+    (r"So \boxed{\sqrt5}.", r"\sqrt{6}", 0.0),
+    (r"So \boxed{11\sqrt2}.", r"11\sqrt{2}", 1.0),
+    (r"So \boxed{11\sqrt2}.", r"12\sqrt{2}", 0.0),
+    (r"$\boxed\frac43$", r"\frac{4}{3}", 1.0),  # brace-less \boxed: up to the end of the math run
+    (r"$\boxed 7$", "7", 1.0),
+    (r"So \boxed{\frac{4}{3}}.", r"\frac43", 1.0),  # brace-less gold
+    # one rule: the marker that ends last wins, whatever the prompt format
+    (r"First \boxed{3}, then \boxed{4}. So the final answer is $5$.", "5", 1.0),
+    (r"First \boxed{3}, then \boxed{4}. So the final answer is $5$.", "4", 0.0),
+    (r"\boxed{4} ... Final Answer: The final answer is $\boxed{\frac12}$. I hope it is correct.", "0.5", 1.0),
+    (r"\boxed{4} ... The final answer is 6.", "6", 1.0),
+    (r"the final answer is 3? No. <answer>4</answer>", "3", 0.0),
+    (r"<answer>4</answer> To check: \boxed{5}", "5", 1.0),
+    (r"<answer>The answer is \boxed{\frac{2}{3}}</answer>", r"\frac23", 1.0),
+]
+
+
+@pytest.mark.parametrize("fmt", ["answer", "boxed", "final"])
+@pytest.mark.parametrize(
+    ("body", "gold", "wrong"),
+    [(r"\frac43", r"\frac{4}{3}", "1.34"), (r"\frac 59", "5/9", r"\frac{9}{5}"),
+     (r"\sqrt5", r"\sqrt{5}", r"\sqrt{6}"), (r"11\sqrt2", r"11\sqrt{2}", r"11\sqrt{3}"),
+     (r"\$32,\!348", "32348", "32,349")],
+)  # fmt: skip
+def test_every_prompt_format_scores_an_answer_the_same(fmt, body, gold, wrong):
+    wrap = {
+        "answer": "<think>so \\boxed{{0}}</think> <answer>{}</answer>",
+        "boxed": "maybe \\boxed{{0}}, so finally \\boxed{{{}}}",
+        "final": "maybe \\boxed{{0}}. The final answer is ${}$. I hope it is correct.",
+    }[fmt]
+    assert accuracy_reward([wrap.format(body), wrap.format(wrong)], [gold, gold]) == [1.0, 0.0]
+
+
+def test_benchmark_golds_and_extraction_rule():
+    got = accuracy_reward([c for c, _, _ in BENCHMARK_CASES], [g for _, g, _ in BENCHMARK_CASES])
+    mismatches = [(c, g, e, r) for (c, g, e), r in zip(BENCHMARK_CASES, got, strict=True) if r != e]
+    assert not mismatches
+
+
+def test_unparseable_gold_is_none_with_a_warning_naming_it(caplog):
+    metrics = {}
+    with caplog.at_level(logging.WARNING, logger="oar_rl.rewards"):
+        got = accuracy_reward(
+            ["<answer>1</answer>", "<answer>2</answer>", "<answer>3</answer>"],
+            [r"\frac{unparseable}", r"\frac{unparseable}", "3"],
+            log_metric=lambda k, v: metrics.__setitem__(k, v),
+        )
+    assert got == [None, None, 1.0]
+    assert r"gold answer '\\frac{unparseable}' cannot be parsed" in caplog.text
+    assert "2 completion(s) score None" in caplog.text
+    assert metrics == {"rewards/accuracy_reward/unparseable_gold_frac": pytest.approx(2 / 3)}
+
+
 @pytest.fixture(scope="module")
 def hang_reward():
     """An accuracy reward whose worker hangs on a marker; a short timeout and a single worker."""
-    fn = make_accuracy_reward(timeout=2.0, workers=1, _scorer="oar_rl.rewards:_score_with_test_hang")
+    fn = make_accuracy_reward(timeout=2.0, workers=1, _scorer="oar_rl.rewards.verify:score_with_test_hang")
     fn([r"<answer>\frac12</answer>"], ["0.5"])  # start the worker outside the timed parts
     return fn
 
@@ -94,16 +174,33 @@ def test_numbers_do_not_need_the_pool(monkeypatch):
     def no_pool(*args, **kwargs):
         raise AssertionError("the pool must not be used for plain numbers")
 
-    monkeypatch.setattr(rewards, "get_pool", no_pool)
+    monkeypatch.setattr(rewards.pool, "get_pool", no_pool)
     got = accuracy_reward(["<answer>12</answer>", "12", r"\boxed{1,200}", "", "<answer>-0.50</answer>"],
                           ["12", "13", "1200", "5", "-.5"])  # fmt: skip
     assert got == [1.0, 0.0, 1.0, 0.0, 1.0]
 
 
 def test_extraction_helpers():
-    assert extract_prediction("x <answer> 1 </answer> y <answer>2</answer>") == ("2", True)
-    assert extract_prediction(r"a \boxed{\frac{1}{2}} b \boxed{x^{2}}") == ("x^{2}", False)
-    assert extract_prediction("  plain  ") == ("plain", False)
+    assert extract_prediction("x <answer> 1 </answer> y <answer>2</answer>") == ("2", "answer")
+    assert extract_prediction(r"a \boxed{\frac{1}{2}} b \boxed{x^{2}}") == ("x^{2}", "boxed")
+    assert extract_prediction("  plain  ") == ("plain", None)
+    # one rule: the last-ending marker, then the rule again inside it
+    assert extract_prediction(r"\boxed{1} <answer>2</answer> \boxed{3}") == ("3", "boxed")
+    assert extract_prediction(r"<answer>so \boxed{\frac{1}{2}}</answer>") == (r"\frac{1}{2}", "boxed")
+    assert extract_prediction(r"\boxed{1}. The final answer is $\boxed{2}$.") == ("2", "boxed")
+    assert extract_prediction(r"The final answer is: $$x^{2}$$") == ("x^{2}", "final")
+    assert extract_prediction(r"The final answer is 3.5. I hope it is correct.") == ("3.5", "final")
+    assert extract_prediction(r"The final answer is $\$5$") == (r"\$5", "final")  # an escaped $ is no end
+    assert extract_prediction(r"\boxed{\{1, 2\}}") == (r"\{1, 2\}", "boxed")  # escaped braces
+    assert extract_prediction(r"\boxed{3} then <answer>4 (cut off") == ("3", "boxed")  # unclosed: no marker
+    assert extract_prediction(r"\boxed{3} then \boxed{4 (cut off") == ("3", "boxed")
+    assert extract_prediction(r"\[\boxed 12\]") == ("12", "boxed")
+    text = "<think>\\boxed{3}</think> <answer> 😀 is \\boxed{ 4 } </answer>\n"
+    start, end, kind = answer_char_span(text)
+    assert (text[start:end], kind) == ("4", "boxed") and text[start - 2 : start] == "{ "
+    assert answer_char_span("  no marker ") == (2, 11, None)
+    assert as_number(r"\$32,\!348") == 32348 and as_number(r"$18.90$") == Fraction(189, 10)
+    assert as_number(r"1{,}000") == 1000 and as_number("1,2") is None and as_number(r"\frac12") is None
     assert completion_text([{"role": "user", "content": "q"}, {"role": "assistant", "content": "a"}]) == "a"
     with pytest.raises(ValueError, match="string or a list"):
         completion_text(3)  # type: ignore[arg-type]
@@ -228,3 +325,56 @@ def test_safe_reward_is_not_silent_when_a_reward_always_fails():
     assert flaky(completions=["0"]) == [None]
     with pytest.raises(ValueError, match="max_failed_batches"):
         safe_reward(broken_reward, max_failed_batches=0)
+
+
+SCRIPT = """
+import sys
+from oar_rl.rewards import make_accuracy_reward
+with open(sys.argv[1], "a") as f:  # top-level side effect: counts how often this script runs
+    f.write("ran\\n")
+{body}
+"""
+CALL = (
+    'print("RESULT", make_accuracy_reward(workers=1)('
+    '[r"\\\\boxed{{\\\\frac{{1}}{{2}}}}", "x"], ["0.5", "0.5"]))'
+)
+
+
+def _run_script(tmp_path: Path, body: str, method: str) -> tuple[subprocess.CompletedProcess, int]:
+    script, runs = tmp_path / "user_script.py", tmp_path / "runs.txt"
+    script.write_text(textwrap.dedent(SCRIPT.format(body=body)))
+    env = {**os.environ, "OAR_RL_VERIFY_START_METHOD": method}
+    src = str(Path(rewards.__file__).resolve().parents[2])
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (src, env.get("PYTHONPATH")) if p)
+    proc = subprocess.run(
+        [sys.executable, str(script), str(runs)], env=env, capture_output=True, text=True, timeout=240
+    )
+    return proc, len(runs.read_text().splitlines()) if runs.exists() else 0
+
+
+@pytest.mark.timeout(300)
+def test_pool_in_a_script_without_main_guard(tmp_path):
+    """The default (fork on Linux) works in an unguarded script and never re-runs it."""
+    proc, runs = _run_script(tmp_path, CALL, "fork")
+    assert proc.returncode == 0, proc.stderr
+    assert "RESULT [1.0, 0.0]" in proc.stdout
+    assert runs == 1
+
+
+@pytest.mark.timeout(300)
+def test_spawn_pool_without_main_guard_says_what_to_do(tmp_path):
+    """spawn re-runs the main script in each worker: an unguarded script gets the fix, not a restart loop."""
+    proc, _ = _run_script(tmp_path, CALL, "spawn")
+    assert proc.returncode != 0
+    assert "RuntimeError: math-verify workers (spawn) could not run" in proc.stderr
+    assert 'if __name__ == "__main__":' in proc.stderr and "OAR_RL_VERIFY_START_METHOD=fork" in proc.stderr
+    # with the guard, spawn works
+    proc, _ = _run_script(tmp_path, 'if __name__ == "__main__":\n    ' + CALL, "spawn")
+    assert proc.returncode == 0, proc.stderr
+    assert "RESULT [1.0, 0.0]" in proc.stdout
+
+
+def test_bad_start_method(monkeypatch):
+    monkeypatch.setenv("OAR_RL_VERIFY_START_METHOD", "threads")
+    with pytest.raises(ValueError, match="valid start methods: fork, spawn, forkserver"):
+        rewards.VerifierPool(workers=1, timeout=1.0)

@@ -27,6 +27,11 @@ _EXPORTS: dict[str, str] = {
     "entropy_importance": "oar_rl.importance",
     "random_importance": "oar_rl.importance",
     "answer_span_mask": "oar_rl.probes",
+    # GRAIL (Pala, Toh & Poria 2026)
+    "grail_importance": "oar_rl.importance",
+    "grail_credit": "oar_rl.importance",
+    "grail_weights": "oar_rl.reshape",
+    "grail_token_advantages": "oar_rl.reshape",
     # analysis (paper §5.1)
     "counterfactual_oracle": "oar_rl.analysis.oracle",
     "causal_recall": "oar_rl.analysis.oracle",

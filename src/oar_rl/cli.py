@@ -39,7 +39,13 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     name, rest = argv[0], argv[1:]
     if name not in COMMANDS:
-        print(f"oar-rl: unknown command {name!r}; valid commands: {', '.join(COMMANDS)}", file=sys.stderr)
+        import difflib
+
+        close = difflib.get_close_matches(name, COMMANDS, n=1)
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        print(
+            f"oar-rl: unknown command {name!r}{hint}; valid commands: {', '.join(COMMANDS)}", file=sys.stderr
+        )
         return 2
     module = importlib.import_module(COMMANDS[name][0])
     return int(module.main(rest) or 0)

@@ -145,33 +145,41 @@ PRESETS: dict[str, DemoSettings] = {
 
 
 def _parse(argv: list[str]) -> argparse.Namespace:
-    p = argparse.ArgumentParser(
-        prog="oar-rl demo",
-        description="Train GRPO, OAR-G and OAR-P from the same warm-started tiny model on synthetic "
+    from oar_rl.argparsing import add, new_parser
+
+    p = new_parser(
+        "oar-rl demo",
+        "Train GRPO, OAR-G and OAR-P from the same warm-started tiny model on synthetic "
         "arithmetic, evaluate before/after on held-out problems, and write summary.json, plots and "
         "report.html.",
     )
-    p.add_argument("--out", default="demo_out", help="output directory (default: demo_out)")
-    p.add_argument(
-        "--seeds", type=int, default=None, help="number of seeds per method (default: 2; --quick: 1)"
-    )
-    p.add_argument(
-        "--quick", action="store_true", help="a ~3-minute version: 1 seed, fewer steps and problems"
-    )
-    p.add_argument("--tiny", action="store_true", help=argparse.SUPPRESS)  # tests: test recipe, 2 steps
-    p.add_argument(
+    add(p, "--out", default="demo_out", help="output directory")
+    add(p, "--seeds", type=int, default=None, help="number of seeds per method (default: 2; --quick: 1)")
+    add(p, "--quick", action="store_true", help="a shorter version: 1 seed, fewer steps and problems")
+    add(p, "--tiny", action="store_true", help=argparse.SUPPRESS)  # tests: test recipe, 2 steps
+    add(
+        p,
         "--methods",
         default=None,
         help=f"comma-separated methods (default: grpo,oar-g,oar-p); valid: {','.join(METHODS)}",
     )
-    p.add_argument("--steps", type=int, default=None, help="optimizer steps per run (overrides the preset)")
-    p.add_argument(
+    add(p, "--steps", type=int, default=None, help="optimizer steps per run (overrides the preset)")
+    add(
+        p,
         "--cache-dir",
         default=None,
         help="warm-start model cache (default: $OAR_RL_CACHE/models or ~/.cache/oar-rl/models)",
     )
-    p.add_argument("--fresh", action="store_true", help="discard results in --out instead of resuming")
-    p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
+    add(p, "--fresh", action="store_true", help="discard results in --out instead of resuming")
+    add(p, "--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
+    add(
+        p,
+        "--report-to",
+        default="none",
+        help="trackers for the training logs, as TRL's report_to: none, tensorboard, trackio, wandb, ... "
+        "(comma-separated; install with pip install 'oar-rl[trackers]'); logs go under --out/runs",
+    )
+    add(p, "--verbose", action="store_true", help="print TRL's full log dict every step (default: a bar)")
     return p.parse_args(argv)
 
 
@@ -231,9 +239,21 @@ def _clean_history(history: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def train_one(
-    method: str, seed: int, settings: DemoSettings, model_path: Path, workdir: Path
+    method: str,
+    seed: int,
+    settings: DemoSettings,
+    model_path: Path,
+    workdir: Path,
+    *,
+    report_to: str | list[str] = "none",
+    log_dir: Path | None = None,
+    verbose: bool = False,
 ) -> tuple[Any, list[dict[str, Any]], float]:
-    """Train one (method, seed) run from the warm start; returns (trained model, log history, seconds)."""
+    """Train one (method, seed) run from the warm start; returns (trained model, log history, seconds).
+
+    The terminal shows a progress bar (TRL's log dicts with `verbose`); with `log_dir` every log also
+    goes to `log_dir/logs.jsonl` and TensorBoard (if in `report_to`) writes under `log_dir/tensorboard`.
+    """
     import torch
     from transformers import PreTrainedTokenizerFast, Qwen2ForCausalLM
 
@@ -258,16 +278,20 @@ def train_one(
         warmup_steps=0,
         logging_steps=1,
         save_strategy="no",
-        report_to="none",
+        report_to=report_to,
+        run_name=f"oar-rl-demo-{method}-seed{seed}",
         seed=seed,
         data_seed=seed,
         use_cpu=not torch.cuda.is_available(),
         bf16=False,
-        gradient_checkpointing=False,
+        activation_checkpointing=False,  # the new name: `gradient_checkpointing` warns it is deprecated
         disable_tqdm=False,
     )
     dataset = load("train").select(range(settings.prompts_per_step * settings.steps * 2))
-    model = Qwen2ForCausalLM.from_pretrained(model_path, attn_implementation="eager")
+    from oar_rl.console import attach, no_load_bars
+
+    with no_load_bars():  # the warm start's load already showed one
+        model = Qwen2ForCausalLM.from_pretrained(model_path, attn_implementation="eager")
     tokenizer = PreTrainedTokenizerFast.from_pretrained(model_path)
     trainer = OARTrainer(
         model=model,
@@ -276,6 +300,7 @@ def train_one(
         reward_funcs=arithmetic_reward,
         processing_class=tokenizer,
     )
+    attach(trainer, desc=method, log_dir=log_dir, verbose=verbose)  # bar, logs.jsonl, trackers, warnings
     t0 = time.perf_counter()
     trainer.train()
     seconds = time.perf_counter() - t0
@@ -367,7 +392,15 @@ class Summary:
         write_text_atomic(self.path, json.dumps(self.data, indent=1, sort_keys=True))
 
 
-def run_demo(settings: DemoSettings, out: Path, *, cache_dir: str | None = None, fresh: bool = False) -> dict:
+def run_demo(
+    settings: DemoSettings,
+    out: Path,
+    *,
+    cache_dir: str | None = None,
+    fresh: bool = False,
+    report_to: str | list[str] = "none",
+    verbose: bool = False,
+) -> dict:
     """Run the demo end to end; returns the final summary dict. See the module docstring."""
     from oar_rl.analysis.plots import CURVES, plot_curves
     from oar_rl.analysis.report import write_report
@@ -407,7 +440,19 @@ def run_demo(settings: DemoSettings, out: Path, *, cache_dir: str | None = None,
                 _phase(f"[{i}/{len(todo)}] {key}: already done, skipping")
                 continue
             _phase(f"[{i}/{len(todo)}] {key}: training {settings.steps} steps (credit={METHODS[method]})")
-            trained, history, seconds = train_one(method, seed, settings, model_path, Path(work) / key)
+            trained, history, seconds = train_one(
+                method,
+                seed,
+                settings,
+                model_path,
+                Path(work) / key,
+                report_to=report_to,
+                log_dir=out / "runs" / key.replace("/", "-"),
+                verbose=verbose,
+            )
+            from oar_rl.console import summary as log_summary
+
+            _phase(f"[{i}/{len(todo)}] {key}: {'; '.join(log_summary(history))}")
             _phase(f"[{i}/{len(todo)}] {key}: evaluating after {seconds:.0f} s of training")
             after = evaluate(trained, tokenizer, settings, problems)
             runs[key] = {
@@ -448,6 +493,9 @@ def main(argv: list[str]) -> int:
     args = _parse(argv)
     try:
         settings = settings_from_args(args)
+        from oar_rl.console import check_trackers
+
+        report_to = check_trackers(args.report_to) or "none"  # a list of names, as TRL takes it
         out = Path(args.out).expanduser()
         ensure_writable_dir(out)
     except ValueError as e:
@@ -463,7 +511,14 @@ def main(argv: list[str]) -> int:
     )
     t0 = time.perf_counter()
     try:
-        data = run_demo(settings, out, cache_dir=args.cache_dir, fresh=args.fresh)
+        data = run_demo(
+            settings,
+            out,
+            cache_dir=args.cache_dir,
+            fresh=args.fresh,
+            report_to=report_to,
+            verbose=args.verbose,
+        )
     except KeyboardInterrupt:
         _phase(
             f"interrupted: finished runs are in {out / 'summary.json'} (complete: false); rerun to continue"

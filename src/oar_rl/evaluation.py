@@ -14,12 +14,15 @@ Output directory (``--out``):
   already done; a torn last line (a crash mid-write) is ignored and dropped.
 * ``<benchmark>.meta.json`` -- the sampling configuration of that file and its hash. A rerun whose
   configuration differs (model, split, template, n, temperature, top-p, top-k, max-new-tokens, seed,
-  backend, batch size, dtype) is refused with an error naming the differing fields -- results of two
-  configurations never mix; use another ``--out``. ``--k`` and ``--limit`` are not part of the hash:
-  they only choose what is reported, so raising ``--limit`` extends an earlier run.
+  backend, batch size, dtype; truncate-prompts when set) is refused with an error naming the differing
+  fields -- results of two configurations never mix; use another ``--out``. ``--k`` and ``--limit`` are
+  not part of the hash: they only choose what is reported, so raising ``--limit`` extends an earlier run.
 * ``results.json`` and ``results.md`` -- pass@k per benchmark and the average (``results.md`` is shaped
   like the paper's Table 1: a P@k column per benchmark and k, then Avg = the mean of all those cells).
   Written atomically at the end.
+
+Before sampling, every prompt plus ``--max-new-tokens`` is checked against the model's positions (a clear
+error naming the prompts, or ``--truncate-prompts`` to left-truncate them; see `oar_rl.eval_sampling`).
 
 Reproducibility: problems are sampled in fixed batches (``max(1, batch_size // n)`` consecutive problems,
 or one problem in ``ceil(n / batch_size)`` chunks), each seeded from (seed, benchmark, first index,
@@ -46,6 +49,14 @@ from typing import Any, Literal
 
 import numpy as np
 
+from oar_rl.eval_sampling import (  # noqa: F401  -- re-exported: evaluation.TransformersSampler etc.
+    TransformersSampler,
+    VLLMSampler,
+    build_sampler,
+    check_chat_template,
+    check_prompt_lengths,
+    format_prompts,
+)
 from oar_rl.io import resolve_model, write_text_atomic
 
 Backend = Literal["transformers", "vllm"]
@@ -201,6 +212,13 @@ class EvalConfig:
             "help": "Wrap each prompt as a user message with the tokenizer's chat template (instruct models)."
         },
     )
+    truncate_prompts: bool = field(
+        default=False,
+        metadata={
+            "help": "Left-truncate prompts that do not fit the model's positions together with "
+            "--max-new-tokens (default: refuse before sampling, naming them)."
+        },
+    )
 
     def validate(self) -> None:
         """Raise ValueError on any bad value (everything that can be checked without loading anything)."""
@@ -233,12 +251,14 @@ class EvalConfig:
 
 def build_parser() -> argparse.ArgumentParser:
     """The `oar-rl eval` parser, generated from `EvalConfig`'s fields."""
-    parser = argparse.ArgumentParser(
-        prog="oar-rl eval",
-        description="Sample n completions per problem and report unbiased pass@k (results.json, results.md).",
+    from oar_rl.argparsing import flag_names, new_parser
+
+    parser = new_parser(
+        "oar-rl eval",
+        "Sample n completions per problem and report unbiased pass@k (results.json, results.md).",
     )
     for f in dataclasses.fields(EvalConfig):
-        flag = "--" + f.name.replace("_", "-")
+        flags = flag_names(f.name)  # --max-new-tokens and --max_new_tokens, as TRL takes them
         kwargs: dict[str, Any] = {"help": f.metadata.get("help", ""), "dest": f.name}
         if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
             kwargs["required"] = True
@@ -258,118 +278,8 @@ def build_parser() -> argparse.ArgumentParser:
             kwargs["type"] = float
         if "choices" in f.metadata:
             kwargs["choices"] = f.metadata["choices"]
-        parser.add_argument(flag, **kwargs)
+        parser.add_argument(*flags, **kwargs)
     return parser
-
-
-# ----------------------------------------------------------------------------------------------------
-# samplers
-
-
-def check_chat_template(tokenizer: Any, config: EvalConfig) -> None:
-    """ValueError when ``--chat`` is asked for but the tokenizer has no chat template."""
-    if config.chat and not getattr(tokenizer, "chat_template", None):
-        raise ValueError(f"--chat: the tokenizer of {config.model!r} has no chat template")
-
-
-def format_prompts(tokenizer: Any, prompts: list[str], config: EvalConfig) -> list[str]:
-    """The prompts as given, or (``--chat``) each as one user message under the chat template."""
-    if not config.chat:
-        return prompts
-    return [
-        tokenizer.apply_chat_template(
-            [{"role": "user", "content": p}], tokenize=False, add_generation_prompt=True
-        )
-        for p in prompts
-    ]
-
-
-class TransformersSampler:
-    """Batched sampling with ``model.generate`` (left padding); one global seed per call."""
-
-    def __init__(self, config: EvalConfig) -> None:
-        import torch
-        from transformers import AutoModelForCausalLM, AutoTokenizer
-
-        self.config = config
-        device = config.device
-        if device == "auto":
-            device = "cuda" if torch.cuda.is_available() else "cpu"
-        self.device = torch.device(device)
-        self.tokenizer = AutoTokenizer.from_pretrained(config.model)
-        self.tokenizer.padding_side = "left"
-        if self.tokenizer.pad_token is None:
-            self.tokenizer.pad_token = self.tokenizer.eos_token
-        dtype: Any = "auto" if config.dtype == "auto" else getattr(torch, config.dtype)
-        self.model = AutoModelForCausalLM.from_pretrained(config.model, dtype=dtype).to(self.device).eval()
-        check_chat_template(self.tokenizer, config)
-
-    def generate(self, prompts: list[str], n: int, seed: int) -> list[list[str]]:
-        """``n`` completions for each prompt (``len(prompts) * n`` sequences in one generate call)."""
-        import torch
-
-        cfg = self.config
-        torch.manual_seed(seed)
-        prompts = format_prompts(self.tokenizer, prompts, cfg)
-        enc = self.tokenizer(prompts, return_tensors="pt", padding=True).to(self.device)
-        input_ids = enc["input_ids"].repeat_interleave(n, dim=0)  # (P*n, L)
-        attention_mask = enc["attention_mask"].repeat_interleave(n, dim=0)  # (P*n, L)
-        sampling: dict[str, Any] = (
-            {"do_sample": True, "temperature": cfg.temperature, "top_p": cfg.top_p, "top_k": cfg.top_k}
-            if cfg.temperature > 0
-            else {"do_sample": False}
-        )
-        with torch.no_grad():
-            out = self.model.generate(
-                input_ids=input_ids,
-                attention_mask=attention_mask,
-                max_new_tokens=cfg.max_new_tokens,
-                pad_token_id=self.tokenizer.pad_token_id,
-                eos_token_id=self.model.generation_config.eos_token_id or self.tokenizer.eos_token_id,
-                **sampling,
-            )
-        texts = self.tokenizer.batch_decode(out[:, input_ids.shape[1] :], skip_special_tokens=True)
-        return [texts[i * n : (i + 1) * n] for i in range(len(prompts))]
-
-
-class VLLMSampler:
-    """Sampling with vLLM (``--backend vllm``); every prompt gets its own seed, so batching is irrelevant."""
-
-    def __init__(self, config: EvalConfig) -> None:
-        try:
-            from vllm import LLM, SamplingParams
-        except ImportError as exc:  # pragma: no cover - depends on the install
-            raise ValueError("--backend vllm needs vLLM: pip install 'oar-rl[vllm]'") from exc
-        self.config = config
-        self._params = SamplingParams
-        self.llm = LLM(model=config.model, seed=config.seed, dtype=config.dtype)
-        self.tokenizer = self.llm.get_tokenizer()
-        check_chat_template(self.tokenizer, config)
-
-    def generate(self, prompts: list[str], n: int, seed: int) -> list[list[str]]:  # pragma: no cover - GPU
-        cfg = self.config
-        params = [
-            self._params(
-                n=n,
-                temperature=cfg.temperature,
-                top_p=cfg.top_p,
-                top_k=cfg.top_k or -1,
-                max_tokens=cfg.max_new_tokens,
-                seed=(seed + j) % 2**31,
-            )
-            for j in range(len(prompts))
-        ]
-        outs = self.llm.generate(format_prompts(self.tokenizer, prompts, cfg), params, use_tqdm=False)
-        return [[o.text for o in out.outputs] for out in outs]
-
-
-def build_sampler(config: EvalConfig) -> TransformersSampler | VLLMSampler:
-    """The sampler for ``config.backend`` (vLLM imported only when chosen)."""
-    if config.backend == "transformers":
-        return TransformersSampler(config)
-    elif config.backend == "vllm":
-        return VLLMSampler(config)
-    raise ValueError(f"unknown backend {config.backend!r}; valid backends: {', '.join(BACKENDS)}")
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -496,8 +406,8 @@ def prepare(config: EvalConfig) -> list[BenchmarkJob]:
             ds = data.load(
                 name, split, template=template if name != "arithmetic" else None, limit=config.limit
             )
-        except ValueError:
-            raise
+        except ValueError as exc:
+            raise ValueError(f"benchmark {name!r}: {exc}") from exc
         except Exception as exc:  # network or Hub errors: still before any sampling
             raise ValueError(
                 f"cannot load benchmark {name!r} ({type(exc).__name__}: {exc}); offline, put a copy in "
@@ -506,6 +416,8 @@ def prepare(config: EvalConfig) -> list[BenchmarkJob]:
         if len(ds) == 0:
             raise ValueError(f"benchmark {name!r} (split {split!r}) is empty")
         hashed = {f: getattr(config, f) for f in HASHED_FIELDS}
+        if config.truncate_prompts:  # only when on, so that earlier runs keep their hash
+            hashed["truncate_prompts"] = True
         bench_id = str(Path(name).resolve()) if data.is_local_path(name) else name
         hashed.update(model=_model_id(config.model), benchmark=bench_id, split=split)
         meta_data = {"config_hash": config_hash(hashed), "config": hashed}
@@ -634,7 +546,9 @@ def results_markdown(results: dict[str, Any]) -> str:
     def pct(x: float | None) -> str:
         return "–" if x is None else f"{100 * x:.1f}"
 
-    row = [Path(cfg["model"]).name or cfg["model"]]
+    from oar_rl.io import display_model_name
+
+    row = [display_model_name(cfg["model"])]
     row += [pct(results["benchmarks"][key][f"pass@{k}"]) for key in keys for k in ks]
     row.append(pct(results["avg"]))
     lines = [
@@ -664,6 +578,7 @@ def evaluate(config: EvalConfig, *, sampler: Any = None) -> dict[str, Any]:
                 sampler = build_sampler(config)
             except (OSError, ValueError) as exc:
                 raise ValueError(f"cannot load model {config.model!r}: {exc}") from exc
+        check_prompt_lengths(jobs, config, sampler)
         reward = make_accuracy_reward(timeout=config.verify_timeout, workers=config.verify_workers)
         for job in jobs:
             sample_benchmark(job, config, sampler, reward)

@@ -74,6 +74,22 @@ def resolve_model(spec: str) -> str:
     """`default` -> the embedded default model's directory (built and cached on first use); else `spec`."""
     if spec != "default":
         return spec
+    from oar_rl.console import no_load_bars
     from oar_rl.tiny import load_default_model
 
-    return str(load_default_model()[2])
+    with no_load_bars():  # the caller loads the model from the path (and shows that bar)
+        return str(load_default_model()[2])
+
+
+def display_model_name(spec: str) -> str:
+    """A readable name for a model in tables: 'default (embedded)' for the embedded default model's cache
+    entry (whose directory is a recipe hash), 'embedded (recipe <hash>)' for another recipe's, else the
+    directory's name or the Hub id."""
+    path = Path(spec)
+    if (path / "oar_rl_recipe.json").is_file():
+        from oar_rl.tiny import DEFAULT_RECIPE
+
+        return (
+            "default (embedded)" if path.name == DEFAULT_RECIPE.hash() else f"embedded (recipe {path.name})"
+        )
+    return path.name or spec

@@ -1,4 +1,4 @@
-"""Advantage reshaping: the paper's Eq. 6, 14, 16 and 17 as pure tensor functions.
+"""Advantage reshaping: the paper's Eq. 6, 14, 16 and 17 as pure tensor functions, and GRAIL's weights.
 
 Shapes: B sequences, C completion positions. `mask` is 1 on real completion tokens and 0 on padding
 (bool or any real dtype holding only 0/1). Every function is vectorised over the batch (no Python loop
@@ -17,10 +17,14 @@ Where this departs from the paper, and why:
 - A row whose gated weights are all 0 (possible with `threshold="value"` and floor 0) gets uniform
   weights 1: Eq. 17 would divide by zero there, and uniform weights are plain GRPO for that row.
 - Rows with no valid token get all-zero outputs (there is nothing to weight).
+
+GRAIL's weight math (:func:`grail_weights`, :func:`grail_token_advantages`, Pala, Toh & Poria 2026) is at
+the end of this module; its reading of that paper is documented in :mod:`oar_rl.importance.grail`.
 """
 
 from __future__ import annotations
 
+import math
 from typing import Literal
 
 import torch
@@ -283,3 +287,146 @@ def entropy_shaped_advantages(
     bonus = torch.minimum(float(alpha) * entropies.detach().float(), a.abs() / float(kappa))  # (B, C)
     shaped = a + bonus  # (B, C)
     return torch.where(mask, shaped, torch.zeros_like(shaped))
+
+
+# ----------------------------------------------------------------------------------------------------
+# GRAIL (Pala, Toh & Poria 2026, "Gradient-Reweighted Advantages for RLVR"); the scorer and the
+# reading of the paper are documented in oar_rl.importance.grail
+# ----------------------------------------------------------------------------------------------------
+GRAIL_ROLLOUTS: tuple[str, ...] = ("wrong", "correct", "all")
+GRAIL_EPS = 1e-8  # added to s_t before the log, and to the variance before the square root
+
+
+def check_grail_options(
+    mu: float,
+    sigma: float,
+    w_min: float,
+    w_max: float,
+    rollouts: str | None = None,
+    *,
+    names: tuple[str, str, str, str, str] = ("mu", "sigma", "w_min", "w_max", "rollouts"),
+) -> None:
+    """Raise ValueError naming the bad GRAIL option (`names` are the caller's option names)."""
+    values = {"mu": mu, "sigma": sigma, "w_min": w_min, "w_max": w_max}
+    for key, name in zip(values, names[:4], strict=True):
+        value = values[key]
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+            raise ValueError(f"{name} must be a finite number, got {value!r}")
+    if sigma < 0:
+        raise ValueError(f"{names[1]} must be >= 0 (the spread of the weights), got {sigma}")
+    if w_min < 0:
+        raise ValueError(f"{names[2]} must be >= 0 (a negative weight would flip the advantage), got {w_min}")
+    if w_max < w_min:
+        raise ValueError(f"{names[3]} must be >= {names[2]}, got {names[3]}={w_max} < {names[2]}={w_min}")
+    if rollouts is not None:
+        _check_rollouts(rollouts, names[4])
+
+
+def _check_rollouts(rollouts: str, name: str = "rollouts") -> None:
+    if rollouts not in GRAIL_ROLLOUTS:
+        raise ValueError(f"{name}={rollouts!r} is not valid; choose one of {', '.join(GRAIL_ROLLOUTS)}")
+
+
+def grail_rollout_rows(advantages: torch.Tensor, rollouts: str) -> torch.Tensor:
+    """(B,) bool: the rows GRAIL reweights. "wrong": A_i < 0; "correct": A_i > 0; "all": every row.
+
+    A rollout is "wrong" when its sequence advantage is negative (worse than its group), "correct" when
+    positive. Rows with A_i = 0 are neither (their token advantages are 0 whatever the weights).
+    """
+    _check_rollouts(rollouts)
+    if not isinstance(advantages, torch.Tensor) or advantages.dim() != 1:
+        shape = tuple(advantages.shape) if isinstance(advantages, torch.Tensor) else type(advantages).__name__
+        raise ValueError(f"advantages must be a (B,) tensor, got {shape}")
+    if rollouts == "wrong":
+        return advantages < 0
+    if rollouts == "correct":
+        return advantages > 0
+    return torch.ones_like(advantages, dtype=torch.bool)
+
+
+def grail_weights(
+    scores: torch.Tensor,
+    mask: torch.Tensor,
+    scored_mask: torch.Tensor,
+    *,
+    rows: torch.Tensor | None = None,
+    mu: float = 1.0,
+    sigma: float = 0.5,
+    w_min: float = 0.5,
+    w_max: float = 5.0,
+    eps: float = GRAIL_EPS,
+) -> torch.Tensor:
+    """GRAIL weights: w_t = clamp(μ + σ·z_t, w_min, w_max), z_t the row's z-score of log(s_t + eps).
+
+    The z-score runs over each row's tokens in ``scored_mask & mask`` (the reasoning tokens), with the
+    population standard deviation sqrt(mean((x − x̄)²) + eps). Every other valid token -- the answer
+    span and later, rows without a span (an empty ``scored_mask`` row), rows outside `rows` -- keeps
+    weight 1. No renormalisation: a row's weights do not sum to its token count.
+
+    Args:
+        scores: (B, C) saliency s_t >= 0 (finite on scored tokens; ignored elsewhere).
+        mask: (B, C) 0/1 valid completion tokens. scored_mask: (B, C) 0/1 tokens to reweight.
+        rows: optional (B,) bool, the rows to reweight (see :func:`grail_rollout_rows`); None: all.
+        mu, sigma, w_min, w_max: the paper's μ_w, σ_w, w_min, w_max (published 1.0, 0.5, 0.5, 5.0).
+
+    Returns:
+        (B, C) float32 weights; 0 on padding.
+    """
+    _check_scores(scores, "scores")
+    mask = _check_mask(mask, scores.shape)
+    scored = _check_mask(scored_mask, scores.shape, "scored_mask") & mask  # (B, C)
+    check_grail_options(mu, sigma, w_min, w_max)
+    if rows is not None:
+        if not isinstance(rows, torch.Tensor) or rows.dtype != torch.bool or rows.shape != scores.shape[:1]:
+            got = (tuple(rows.shape), rows.dtype) if isinstance(rows, torch.Tensor) else type(rows).__name__
+            raise ValueError(f"rows must be a bool tensor of shape ({scores.shape[0]},), got {got}")
+        scored = scored & rows.to(scored.device)[:, None]
+    _check_finite(scores, scored, "scores")
+    if bool((scores < 0)[scored].any()):
+        raise ValueError(
+            f"scores must be >= 0 (a norm) on scored tokens; found {scores[scored].min().item()}"
+        )
+    x = torch.log(scores.float() + eps)  # (B, C)
+    zero = torch.zeros((), dtype=torch.float32, device=scores.device)
+    x = torch.where(scored, x, zero)
+    n = scored.sum(dim=1, keepdim=True).clamp_min(1).float()  # (B, 1)
+    mean = x.sum(dim=1, keepdim=True) / n  # (B, 1)
+    dev = torch.where(scored, x - mean, zero)  # (B, C)
+    std = torch.sqrt(dev.square().sum(dim=1, keepdim=True) / n + eps)  # (B, 1)
+    w = (float(mu) + float(sigma) * dev / std).clamp(float(w_min), float(w_max))  # (B, C)
+    return torch.where(scored, w, mask.float())
+
+
+def grail_token_advantages(
+    advantages: torch.Tensor,
+    scores: torch.Tensor,
+    mask: torch.Tensor,
+    scored_mask: torch.Tensor,
+    *,
+    rollouts: str = "wrong",
+    mu: float = 1.0,
+    sigma: float = 0.5,
+    w_min: float = 0.5,
+    w_max: float = 5.0,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """GRAIL token advantages A_t = A_i · w_t, reweighting only the rows `rollouts` selects.
+
+    Args:
+        advantages: (B,) sequence advantages A_i (finite).
+        scores, mask, scored_mask, mu, sigma, w_min, w_max: as :func:`grail_weights`.
+        rollouts: "wrong" (A_i < 0, the published default), "correct" (A_i > 0) or "all".
+
+    Returns:
+        (token_advantages (B, C), weights (B, C)), float32, 0 on padding.
+    """
+    _check_scores(scores, "scores")
+    if not isinstance(advantages, torch.Tensor) or advantages.shape != scores.shape[:1]:
+        shape = tuple(advantages.shape) if isinstance(advantages, torch.Tensor) else type(advantages).__name__
+        raise ValueError(f"advantages must be a (B,) tensor with B={scores.shape[0]}, got {shape}")
+    if not bool(torch.isfinite(advantages).all()):
+        raise ValueError(f"advantages must be finite, got {advantages.tolist()}")
+    rows = grail_rollout_rows(advantages, rollouts)
+    weights = grail_weights(
+        scores, mask, scored_mask, rows=rows, mu=mu, sigma=sigma, w_min=w_min, w_max=w_max
+    )  # (B, C)
+    return advantages.float().to(weights.device)[:, None] * weights, weights

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers
 from transformers import PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
 
+from oar_rl.cache_check import COMPLETE_MARKER, RECIPE_FILE, cache_problem
 from oar_rl.data.arithmetic import ArithmeticConfig
 
 if TYPE_CHECKING:
@@ -138,8 +139,8 @@ def tiny_qwen2(vocab_size: int, *, seed: int = 0, **config_kwargs) -> Qwen2ForCa
 RECIPE_FORMAT_VERSION = 2
 """Bump when the meaning of a recipe field or the build procedure changes: it invalidates every cache."""
 CACHE_ENV = "OAR_RL_CACHE"
-_COMPLETE_MARKER = "OAR_RL_COMPLETE"
-_RECIPE_FILE = "oar_rl_recipe.json"
+_COMPLETE_MARKER = COMPLETE_MARKER
+_RECIPE_FILE = RECIPE_FILE
 
 
 @dataclass(frozen=True)
@@ -211,17 +212,18 @@ def default_cache_dir() -> Path:
 
 
 def _is_complete(path: Path, recipe: Recipe) -> bool:
-    try:
-        if not (path / _COMPLETE_MARKER).is_file():
-            return False
-        return json.loads((path / _RECIPE_FILE).read_text()) == recipe.to_dict()
-    except (OSError, ValueError):
-        return False
+    return cache_problem(path, recipe) is None
 
 
 def _load(path: Path) -> tuple[Qwen2ForCausalLM, PreTrainedTokenizerFast]:
-    model = Qwen2ForCausalLM.from_pretrained(path, attn_implementation="eager")
+    # The config is read explicitly and passed in, so a load can never fall back to a default config.
+    config = Qwen2Config.from_pretrained(path)
+    model = Qwen2ForCausalLM.from_pretrained(path, config=config, attn_implementation="eager")
     tok = PreTrainedTokenizerFast.from_pretrained(path)
+    if len(tok) != config.vocab_size:
+        raise ValueError(
+            f"tokenizer has {len(tok)} tokens but config.json says vocab_size={config.vocab_size}"
+        )
     return model.eval(), tok
 
 
@@ -232,22 +234,26 @@ def load_default_model(
 
     The cache entry is `cache_dir/<recipe hash>` (`cache_dir` defaults to `default_cache_dir()`). It is
     built in a temporary sibling directory and renamed into place only after `save_pretrained` and a
-    completion marker are written, so an interrupted build leaves no entry. An entry without the marker,
-    with a different recipe, or that fails to load is deleted and rebuilt. Returns (model in eval mode,
-    tokenizer, path of the entry).
+    completion marker are written, so an interrupted build leaves no entry. The whole entry is checked
+    before anything is built from it (`cache_problem`: marker, recipe, config.json, weights, tokenizer);
+    an entry that fails a check or fails to load is deleted and rebuilt (with a message on stderr),
+    never loaded with a default-sized model. Returns (model in eval mode, tokenizer, path of the entry).
     """
     root = Path(cache_dir).expanduser() if cache_dir is not None else default_cache_dir()
     path = root / recipe.hash()
     if path.exists():
-        if _is_complete(path, recipe):
+        problem = cache_problem(path, recipe)
+        if problem is None:
             try:
                 model, tok = _load(path)
                 return model, tok, path
-            except Exception as e:  # a truncated weight file, a bad config: rebuild
-                _log(progress, f"[oar-rl] cached model at {path} does not load ({e!r}); rebuilding")
+            except Exception as e:  # passed the checks but still does not load: rebuild
+                _log(True, f"[oar-rl] cached model at {path} does not load ({e!r}); rebuilding")
         else:
-            _log(progress, f"[oar-rl] cached model at {path} is incomplete or stale; rebuilding")
+            _log(True, f"[oar-rl] cached model at {path} is unusable: {problem}; rebuilding")
         shutil.rmtree(path, ignore_errors=True)
+        if path.exists():
+            raise OSError(f"cannot remove the bad model cache entry {path}; delete it by hand")
     _log(progress, f"[oar-rl] building the warm-start model (recipe {recipe.hash()}) into {path}")
     try:
         root.mkdir(parents=True, exist_ok=True)
@@ -259,7 +265,10 @@ def load_default_model(
         ) from e
     try:
         model, tok = build_model(recipe, progress=progress)
-        model.save_pretrained(tmp)
+        from oar_rl.console import no_load_bars
+
+        with no_load_bars():
+            model.save_pretrained(tmp)
         tok.save_pretrained(tmp)
         (tmp / _RECIPE_FILE).write_text(json.dumps(recipe.to_dict(), indent=2, sort_keys=True))
         (tmp / _COMPLETE_MARKER).write_text("ok\n")
@@ -273,6 +282,9 @@ def load_default_model(
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+    problem = cache_problem(path, recipe)
+    if problem is not None:  # never load something this process did not just verify
+        raise OSError(f"the model cache entry {path} just built is unusable: {problem}")
     model, tok = _load(path)
     return model, tok, path
 

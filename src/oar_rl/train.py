@@ -79,12 +79,46 @@ class DataArguments:
 
 
 def build_parser():
-    """TRL's parser over (DataArguments, OARConfig, ModelConfig)."""
-    from trl import ModelConfig, TrlParser
+    """TRL's parser over (DataArguments, OARConfig, ModelConfig).
 
+    As TRL's: every flag in both spellings (`--max_steps`, `--max-steps`), defaults in `--help`. Added:
+    TRL's dataset flag names (`--dataset_name`, `--dataset_train_split`) as aliases, in YAML too, and
+    `--help` lists oar-rl's options under their own headings before TRL's.
+    """
+    import dataclasses
+
+    from trl import GRPOConfig, ModelConfig, TrlParser
+
+    from oar_rl.argparsing import DATASET_ALIASES, dealias_config, group_options
     from oar_rl.trainer import OARConfig
 
-    return TrlParser((DataArguments, OARConfig, ModelConfig), prog="oar-rl train")
+    class Parser(TrlParser):
+        def set_defaults_with_config(self, **kwargs):
+            return super().set_defaults_with_config(**dealias_config(kwargs, DATASET_ALIASES))
+
+    parser = Parser(
+        (DataArguments, OARConfig, ModelConfig),
+        prog="oar-rl train",
+        usage="oar-rl train [--config RECIPE.yaml] [--key value ...]   (YAML keys are the flag names)",
+    )
+    for action in parser._actions:
+        for alias in DATASET_ALIASES.get(action.dest, ()):
+            for flag in (f"--{alias}", f"--{alias.replace('_', '-')}"):
+                parser._option_string_actions[flag] = action
+                action.option_strings.append(flag)
+    data = [f.name for f in dataclasses.fields(DataArguments)]
+    grpo = {f.name for f in dataclasses.fields(GRPOConfig)}
+    oar = [f.name for f in dataclasses.fields(OARConfig) if f.name not in grpo]
+    rest = [a.dest for a in parser._actions if a.dest not in {"help", *data, *oar}]
+    group_options(
+        parser,
+        [
+            ("OAR options: data and rewards", None, data),
+            ("OAR options: credit assignment", "OARConfig's fields (see oar_rl.trainer)", oar),
+            ("TRL options", "TRL's GRPOConfig (with transformers' TrainingArguments) and ModelConfig", rest),
+        ],
+    )
+    return parser
 
 
 def resolve_reward(name: str) -> Callable[..., list[float | None]]:
@@ -117,14 +151,19 @@ def load_train_dataset(data_args: DataArguments, reward_names: list[str]):
     from oar_rl import data
 
     if not data_args.dataset:
-        raise ValueError("--dataset is required (a benchmark name known to oar_rl.data or a local path)")
+        raise ValueError(
+            "--dataset is required (or TRL's --dataset_name): a name known to oar_rl.data or a local path"
+        )
     if data_args.limit is not None and data_args.limit < 1:
         raise ValueError(f"limit must be >= 1 or None, got {data_args.limit}")
     kwargs: dict[str, Any] = {"limit": data_args.limit, "data_files": data_args.data_files}
     for key in ("template", "question_column", "answer_column"):
         if getattr(data_args, key) is not None:
             kwargs[key] = getattr(data_args, key)
-    dataset = data.load(data_args.dataset, data_args.dataset_split, **kwargs)
+    try:
+        dataset = data.load(data_args.dataset, data_args.dataset_split, **kwargs)
+    except ValueError as err:
+        raise ValueError(f"dataset {data_args.dataset!r}: {err}") from err
     columns = list(dataset.column_names)
     if "prompt" not in columns:
         raise ValueError(f"dataset {data_args.dataset!r} has no 'prompt' column; columns: {columns}")
@@ -136,6 +175,23 @@ def load_train_dataset(data_args: DataArguments, reward_names: list[str]):
     if len(dataset) == 0:
         raise ValueError(f"dataset {data_args.dataset!r} (split {data_args.dataset_split!r}) is empty")
     return dataset
+
+
+def check_enough_prompts(rows: int, args, name: str | None) -> None:
+    """ValueError when the dataset cannot fill one generation batch, i.e. training would do zero steps.
+
+    TRL's `RepeatSampler` drops an incomplete batch of `generation_batch_size / num_generations` prompts;
+    with fewer rows than that the trainer stops at step 0 and would still save an untrained model.
+    """
+    prompts = args.generation_batch_size // args.num_generations
+    if rows < prompts:
+        raise ValueError(
+            f"dataset {name!r} has {rows} row{'s' if rows != 1 else ''} but one generation batch needs "
+            f"{prompts} prompts (generation_batch_size {args.generation_batch_size} = "
+            f"per_device_train_batch_size x processes x steps_per_generation, / num_generations "
+            f"{args.num_generations}): training would do zero optimizer steps. Use more rows (--limit) or "
+            "a smaller batch"
+        )
 
 
 def model_init_kwargs(model_args, training_args) -> dict[str, Any]:
@@ -177,7 +233,13 @@ def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = build_parser()
     try:
-        data_args, training_args, model_args = parser.parse_args_and_config(argv)
+        data_args, training_args, model_args, unknown = parser.parse_args_and_config(
+            argv, return_remaining_strings=True
+        )
+        if unknown:
+            from oar_rl.argparsing import unknown_flags_message
+
+            raise ValueError(unknown_flags_message(parser, unknown) or f"unrecognised arguments: {unknown}")
         model_args.model_name_or_path = resolve_model(model_args.model_name_or_path)  # 'default': embedded
         reward_names = list(data_args.reward_funcs)
         reward_funcs = [resolve_reward(name) for name in reward_names]
@@ -193,9 +255,13 @@ def main(argv: list[str] | None = None) -> int:
                 f"eval_strategy={training_args.eval_strategy!s}: `oar-rl train` takes no eval dataset; use "
                 "`oar-rl eval` on the saved model (eval_strategy: no)"
             )
+        from oar_rl.console import check_trackers
+
+        check_trackers(training_args.report_to)  # before the model loads, not after
         checkpoint = resolve_checkpoint(training_args.resume_from_checkpoint, training_args.output_dir)
         training_args.model_init_kwargs = model_init_kwargs(model_args, training_args)
         train_dataset = load_train_dataset(data_args, reward_names)
+        check_enough_prompts(len(train_dataset), training_args, data_args.dataset)
         from trl import get_peft_config, get_quantization_config
 
         from oar_rl.trainer import OARTrainer
@@ -212,7 +278,14 @@ def main(argv: list[str] | None = None) -> int:
         print(f"oar-rl train: error: {err}", file=sys.stderr)
         return 2
 
+    from oar_rl.console import ClippingWarning, silence_known_warnings
+
+    silence_known_warnings()
+    trainer.add_callback(ClippingWarning())
     trainer.train(resume_from_checkpoint=checkpoint)
+    if trainer.state.global_step == 0:  # a second line of defence behind check_enough_prompts
+        print("oar-rl train: error: training did zero optimizer steps; nothing saved", file=sys.stderr)
+        return 1
     trainer.save_model(training_args.output_dir)
     trainer.accelerator.print(
         f"oar-rl train: credit={training_args.credit} done at step {trainer.state.global_step}; "

@@ -14,6 +14,10 @@ Credit modes (`OARConfig.credit`):
 - ``random``: w ~ U(0, 1) per token, rescaled to sum to T_i (Eq. 17), A_t = A_i·w̃_t (paper §4.2).
 - ``entropy``: Eq. 6, A_t = A_i + min(α·H_t, |A_i|/κ) (Cheng et al. 2025), H_t from the old policy.
 - ``oar-g`` / ``oar-p``: gradient (Eq. 9–13) or perturbation (Eq. 7–8) importance, then Eq. 14–17.
+- ``grail``: GRAIL (Pala, Toh & Poria 2026): A_t = A_i·clamp(μ_w + σ_w·z_t, w_min, w_max), z_t the z-scored
+  log-saliency of the answer span's NLL, on the rollouts `grail_rollouts` selects (default: A_i < 0); no
+  renormalisation. Rows without an answer span keep weight 1 and are logged as oar/probe_fallback_frac.
+  See `oar_rl.importance.grail` for how it departs from OAR.
 
 Where this departs from the paper or from TRL, and why:
 
@@ -38,7 +42,7 @@ Where this departs from the paper or from TRL, and why:
   forwards are collective, every rank runs the same number of scoring passes, padding with dummy
   passes (`oar_rl.distributed.ScoringSync`). ZeRO-3 with `ds3_gather_for_generation=False` is still
   rejected for the model-based credit modes: its LM head is sharded and called a rank-dependent number
-  of times.
+  of times. GRAIL's passes are not planned yet, so `grail` is rejected under FSDP.
 - Vision-language inputs are not supported by the scorers (they take token ids only).
 """
 
@@ -60,18 +64,20 @@ from oar_rl.importance import (
     gradient_importance,
     perturbation_importance,
 )
+from oar_rl.importance.grail import check_grail_options, grail_credit  # credit="grail"
 from oar_rl.metrics import ess_ratio, top_advantage_mass
 from oar_rl.probes import answer_span_mask, compile_answer_pattern, scored_positions
 from oar_rl.reshape import entropy_shaped_advantages, rescale_sum, token_advantages
 
-Credit = Literal["none", "random", "entropy", "oar-g", "oar-p"]
+Credit = Literal["none", "random", "entropy", "oar-g", "oar-p", "grail"]
 Probe = Literal["lt-logits", "as-mean", "as-joint"]
 Threshold = Literal["quantile", "value"]
+GrailRollouts = Literal["wrong", "correct", "all"]  # credit="grail"
 
-CREDITS: tuple[str, ...] = ("none", "random", "entropy", "oar-g", "oar-p")
+CREDITS: tuple[str, ...] = ("none", "random", "entropy", "oar-g", "oar-p", "grail")
 PROBES: tuple[str, ...] = ("lt-logits", "as-mean", "as-joint")
 THRESHOLDS: tuple[str, ...] = ("quantile", "value")
-MODEL_CREDITS: tuple[str, ...] = ("entropy", "oar-g", "oar-p")  # need forward passes of the policy
+MODEL_CREDITS: tuple[str, ...] = ("entropy", "oar-g", "oar-p", "grail")  # need forward passes of the policy
 ANSWER_SPAN_PROBES: tuple[str, ...] = ("as-mean", "as-joint")
 BOOST_EPS = 1e-6  # a weight counts as boosted when > 1 + BOOST_EPS (uniform weights can round to 1 + ulp)
 
@@ -92,7 +98,8 @@ class OARConfig(GRPOConfig):
             "help": "Token-level credit assignment. 'none': plain GRPO (sequence advantage on every token); "
             "'random': U(0,1) weights rescaled to sum to T (paper §4.2 baseline); 'entropy': Eq. 6 entropy "
             "shaping (Cheng et al. 2025); 'oar-g': gradient importance (Eq. 9-13); 'oar-p': perturbation "
-            "importance (Eq. 7-8).",
+            "importance (Eq. 7-8); 'grail': GRAIL, gradient-activation saliency of the answer span (Pala, "
+            "Toh & Poria 2026; needs answer spans, see answer_pattern and the grail_* fields).",
         },
     )
     probe: Probe = field(
@@ -173,6 +180,28 @@ class OARConfig(GRPOConfig):
             "fails on every completion of 3 consecutive batches still stops the run. False: TRL's behaviour."
         },
     )
+    # --- GRAIL (credit="grail"; oar_rl.importance.grail) ---
+    grail_mu: float = field(
+        default=1.0,
+        metadata={"help": "GRAIL μ_w: the weight of a token of average log-saliency (paper: 1.0)."},
+    )
+    grail_sigma: float = field(
+        default=0.5, metadata={"help": "GRAIL σ_w >= 0: weight change per standard deviation (paper: 0.5)."}
+    )
+    grail_min: float = field(
+        default=0.5, metadata={"help": "GRAIL w_min >= 0: lower weight clamp (paper: 0.5)."}
+    )
+    grail_max: float = field(
+        default=5.0, metadata={"help": "GRAIL w_max >= w_min: upper weight clamp (paper: 5.0)."}
+    )
+    grail_rollouts: GrailRollouts = field(
+        default="wrong",
+        metadata={
+            "help": "Rollouts GRAIL reweights: 'wrong' (sequence advantage < 0, the paper's default), "
+            "'correct' (advantage > 0) or 'all'. The others keep weight 1."
+        },
+    )
+    # --- end GRAIL ---
     probe_warmup_steps: int = field(
         default=0,
         metadata={
@@ -205,6 +234,14 @@ class OARConfig(GRPOConfig):
             raise ValueError(f"entropy_alpha must be >= 0, got {self.entropy_alpha}")
         if not float(self.entropy_kappa) > 0.0:
             raise ValueError(f"entropy_kappa must be > 0, got {self.entropy_kappa}")
+        check_grail_options(  # credit="grail"
+            self.grail_mu,
+            self.grail_sigma,
+            self.grail_min,
+            self.grail_max,
+            self.grail_rollouts,
+            names=("grail_mu", "grail_sigma", "grail_min", "grail_max", "grail_rollouts"),
+        )
         if int(self.probe_warmup_steps) < 0:
             raise ValueError(f"probe_warmup_steps must be >= 0, got {self.probe_warmup_steps}")
         if self.answer_pattern is not None:
@@ -282,6 +319,12 @@ class OARTrainer(GRPOTrainer):
                 "ds3_gather_for_generation=True (the importance passes run on gathered parameters; "
                 "sharded forwards are collective)."
             )
+        if self.args.credit == "grail" and self._dist.is_fsdp:
+            raise ValueError(
+                "credit='grail' is not supported under FSDP yet: its passes are not padded to equal counts "
+                "across ranks (oar_rl.distributed has no plan for them), and FSDP forwards are collective. "
+                "Use DDP or DeepSpeed (configs/accelerate/ddp.yaml, zero2.yaml, zero3.yaml)."
+            )
         self._oar_rng_key: tuple[int, int] = (-1, 0)  # (optimizer step, generation batches at that step)
 
     # ------------------------------------------------------------------------------------------------
@@ -332,6 +375,33 @@ class OARTrainer(GRPOTrainer):
             args.per_device_train_batch_size if self.model.training else args.per_device_eval_batch_size
         )
         sub_mask = mask[rows]  # (R, C)
+        # --- GRAIL (credit="grail"): its own weights, no Eq. 14-17; every rank enters the context ---
+        if args.credit == "grail":
+            with self._policy_for_scoring() as model:
+                if rows.numel():
+                    answer_mask = answer_span_mask(
+                        sub["completion_ids"],
+                        sub["completion_mask"],
+                        self.processing_class,
+                        pattern=args.answer_pattern,
+                    ).to(mask.device)  # (R, C)
+                    fallback[rows] = ~answer_mask.any(dim=1)  # no span: weight 1
+                    token_adv[rows], weights[rows] = grail_credit(
+                        model,
+                        *sub.values(),
+                        seq_adv[rows],
+                        answer_mask=answer_mask,
+                        mask=sub_mask,
+                        rollouts=args.grail_rollouts,
+                        mu=args.grail_mu,
+                        sigma=args.grail_sigma,
+                        w_min=args.grail_min,
+                        w_max=args.grail_max,
+                        temperature=args.temperature,
+                        batch_size=batch_size,
+                    )  # (R, C), (R, C)
+            return TokenCredit(token_adv, weights, fallback, active)
+        # --- end GRAIL ---
         # Every rank enters the unwrap context (ZeRO-3 gathers collectively), even with no row to score,
         # and runs as many scoring passes as the busiest rank (FSDP forwards are collective).
         sync = ScoringSync(self.accelerator, collective=self._dist.is_fsdp)

@@ -16,7 +16,8 @@ import torch
 
 from oar_rl.io import ensure_writable_dir, resolve_model, write_text_atomic
 
-METHODS = ("oar-p", "oar-g", "entropy", "random")
+METHODS = ("oar-p", "oar-g", "entropy", "random", "grail")
+DEFAULT_METHODS = ("oar-p", "oar-g", "entropy", "random")  # "grail" on request (--methods ...,grail)
 PROBES = ("lt-logits", "as-mean", "as-joint")
 
 
@@ -116,27 +117,52 @@ def method_scores(
             kwargs = {"probe": probe, "answer_mask": answer_mask if probe != "lt-logits" else None}
         if method in ("oar-g", "random"):
             kwargs["generator"] = torch.Generator().manual_seed(seed)
+        if method == "grail":  # saliency of the answer span's NLL; rows without a span score 0
+            kwargs = {"answer_mask": answer_mask}
         raw = compute_importance(method, model, *batch, **kwargs)
         out[method] = normalize_importance(raw.float(), reasoning)
     return out, reasoning
 
 
-def heatmap_page(trajs: list[Trajectory], tokenizer, rows: dict[str, torch.Tensor], title: str) -> str:
-    """A self-contained HTML page: per trajectory, one coloured row per method (and the oracle if given)."""
+def heatmap_page(
+    trajs: list[Trajectory],
+    tokenizer,
+    rows: dict[str, torch.Tensor],
+    title: str,
+    scored: torch.Tensor | None = None,
+) -> str:
+    """A self-contained HTML page: per trajectory, one coloured row per method (and the oracle if given).
+
+    `scored` (B, C) marks the tokens that were scored (the reasoning tokens); the others (the answer span,
+    padding) are drawn grey as "not scored", never as a white score of 0.
+    """
     from oar_rl.analysis.heatmap import heatmap_html
 
+    caption = (
+        "Each character's background shows its normalised importance Î (Eq. 14) over the reasoning "
+        "tokens; hover for the value. Grey characters (the answer span) are not scored."
+    )
+    if "oracle" in rows:
+        caption += " The oracle row marks causal pivots (Eq. 19) in full colour."
     parts = [
         "<!doctype html><html><head><meta charset='utf-8'><title>" + title + "</title>",
         "<style>body{font-family:sans-serif;margin:2em} table.oar-heatmap{border-collapse:collapse;"
         "margin-bottom:1.5em} th{text-align:right;padding:2px 8px;vertical-align:top;white-space:nowrap}"
         " td code{font-size:14px;line-height:1.7}</style></head><body>",
-        f"<h1>{title}</h1><p>Each character's background shows its normalised importance Î (Eq. 14); "
-        "hover for the value. The oracle row marks causal pivots (Eq. 19) in full colour.</p>",
+        f"<h1>{title}</h1><p>{caption}</p>",
     ]
     for i, t in enumerate(trajs):
         n = t.completion_ids.numel()
         pieces = [tokenizer.decode([int(x)]) for x in t.completion_ids]
-        heat = [(name, pieces, [float(v) for v in scores[i, :n]]) for name, scores in rows.items()]
+        keep = [True] * n if scored is None else [bool(v) for v in scored[i, :n].tolist()]
+        heat = [
+            (
+                name,
+                pieces,
+                [float(v) if k else None for v, k in zip(scores[i, :n].tolist(), keep, strict=True)],
+            )
+            for name, scores in rows.items()
+        ]
         parts.append(heatmap_html(t.prompt, heat))
     parts.append("</body></html>")
     return "\n".join(parts)
@@ -144,28 +170,31 @@ def heatmap_page(trajs: list[Trajectory], tokenizer, rows: dict[str, torch.Tenso
 
 def add_scoring_arguments(p: argparse.ArgumentParser) -> None:
     """The options every analysis command shares: model, methods, probe, sampling length, seed."""
-    p.add_argument("--model", default="default", help="model directory, or 'default' (embedded model)")
-    p.add_argument("--methods", default=",".join(METHODS), help=f"comma-separated of {', '.join(METHODS)}")
-    p.add_argument(
+    from oar_rl.argparsing import add
+
+    add(p, "--model", default="default", help="model directory, or 'default' (embedded model)")
+    add(p, "--methods", default=",".join(DEFAULT_METHODS), help=f"comma-separated of {', '.join(METHODS)}")
+    add(
+        p,
         "--probe",
         default="as-mean",
         choices=PROBES,
-        help="outcome probe of oar-p/oar-g (default as-mean: on the arithmetic task every completion ends in "
-        "the fixed text '</answer>', which leaves lt-logits almost no signal)",
+        help="outcome probe of oar-p/oar-g; as-mean because on the arithmetic task every completion ends in "
+        "the fixed text '</answer>', which leaves lt-logits almost no signal",
     )
-    p.add_argument("--max-new-tokens", type=int, default=96)
-    p.add_argument("--seed", type=int, default=0)
+    add(p, "--max-new-tokens", type=int, default=96, help="longest sampled completion, in tokens")
+    add(p, "--seed", type=int, default=0, help="sampling and scoring seed")
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="oar-rl attribute", description=__doc__.split("\n\n")[0])
+    from oar_rl.argparsing import add, new_parser
+
+    p = new_parser("oar-rl attribute", __doc__.split("\n\n")[0])
     add_scoring_arguments(p)
-    p.add_argument("--prompt", help="prompt text; with --completion scores that trace, else one is sampled")
-    p.add_argument("--completion", help="completion text to score (needs --prompt)")
-    p.add_argument(
-        "--n", type=int, default=3, help="traces sampled from the arithmetic eval split (no --prompt)"
-    )
-    p.add_argument("--out", default="attribute_out", help="directory for heatmaps.html")
+    add(p, "--prompt", help="prompt text; with --completion scores that trace, else one is sampled")
+    add(p, "--completion", help="completion text to score (needs --prompt)")
+    add(p, "--n", type=int, default=3, help="traces sampled from the arithmetic eval split (no --prompt)")
+    add(p, "--out", default="attribute_out", help="directory for heatmaps.html")
     a = p.parse_args(list(sys.argv[1:] if argv is None else argv))
     try:
         methods = parse_list(a.methods, METHODS, "--methods")
@@ -197,8 +226,9 @@ def main(argv: list[str] | None = None) -> int:
     if not trajs:
         print("oar-rl attribute: every completion is empty; nothing to score", file=sys.stderr)
         return 1
-    scores, _ = method_scores(model, tok, trajs, methods, probe=a.probe, seed=a.seed)
-    write_text_atomic(out / "heatmaps.html", heatmap_page(trajs, tok, scores, "oar-rl token importance"))
+    scores, reasoning = method_scores(model, tok, trajs, methods, probe=a.probe, seed=a.seed)
+    page = heatmap_page(trajs, tok, scores, "oar-rl token importance", scored=reasoning)
+    write_text_atomic(out / "heatmaps.html", page)
     print(f"[attribute] wrote {out / 'heatmaps.html'} ({len(trajs)} traces × {len(methods)} methods)")
     return 0
 

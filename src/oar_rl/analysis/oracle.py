@@ -174,3 +174,37 @@ def causal_recall(
         hit = (labels & (rank < keep[:, None])).sum(dim=1)  # (N,)
         out[float(k)] = float((hit / pivots)[has_pivot].mean())
     return out
+
+
+def recall_interval(
+    scores: torch.Tensor,
+    labels: torch.Tensor,
+    mask: torch.Tensor,
+    ks: Sequence[float],
+    *,
+    level: float = 0.95,
+    n_boot: int = 1000,
+    seed: int = 0,
+) -> dict[float, tuple[float, float]]:
+    """Percentile-bootstrap interval of `causal_recall` at each k, resampling trajectories (rows).
+
+    Only rows with a pivot count (as in `causal_recall`); with none, every interval is (0, 0).
+    """
+    if not 0 < level < 1:
+        raise ValueError(f"level must be in (0, 1), got {level}")
+    rows = torch.nonzero((labels.bool() & mask.bool()).any(dim=1)).flatten()
+    if rows.numel() == 0:
+        return {float(k): (0.0, 0.0) for k in ks}
+    per_row = torch.tensor(  # (R, K): recall of each row with a pivot, at each k
+        [
+            [causal_recall(scores[r : r + 1], labels[r : r + 1], mask[r : r + 1], ks)[float(k)] for k in ks]
+            for r in rows.tolist()
+        ],
+        dtype=torch.float64,
+    )
+    gen = torch.Generator().manual_seed(seed)
+    idx = torch.randint(0, per_row.shape[0], (n_boot, per_row.shape[0]), generator=gen)  # (n_boot, R)
+    means = per_row[idx].mean(dim=1)  # (n_boot, K)
+    lo = torch.quantile(means, (1 - level) / 2, dim=0)
+    hi = torch.quantile(means, 1 - (1 - level) / 2, dim=0)
+    return {float(k): (float(a), float(b)) for k, a, b in zip(ks, lo.tolist(), hi.tolist(), strict=True)}

@@ -8,7 +8,9 @@ how the tests run without a network and how air-gapped machines use pre-download
 
 Output columns: ``prompt`` (the templated question, str), ``answer`` (the gold final answer, str),
 ``question`` (the raw question, when the source has no such column) and every other source column.
-GSM8K's worked solution, which the source calls ``answer``, is kept as ``raw_answer``.
+GSM8K's worked solution, which the source calls ``answer``, is kept as ``raw_answer``. A local file whose
+answer column holds such worked solutions (every row ending in ``#### 42``) is recognised by its content,
+whatever its name, and reduced the same way; a column where only some rows end in ``####`` is refused.
 
 DAPO-Math-17k comes in two schemas, told apart by the columns: the deduplicated
 ``open-r1/DAPO-Math-17k-Processed`` (``prompt`` str → ``solution``) and the raw
@@ -207,6 +209,30 @@ def normalise(
     return concatenate_datasets([new, rest], axis=1)
 
 
+_GSM8K_FINAL = re.compile(r"(?:^|\n)####[ \t]*\S[^\n]*\s*$")
+
+
+def _gsm8k_style(ds: Dataset, column: str) -> bool:
+    """Whether every row of ``column`` is a GSM8K worked solution ending in ``#### <answer>``.
+
+    ValueError when only some rows are (a mixed column cannot be reduced safely either way).
+    """
+    values = ds[column]
+    if not values or not all(isinstance(v, str) for v in values):
+        return False
+    marked = [bool(_GSM8K_FINAL.search(v)) for v in values]
+    if all(marked):
+        return True
+    if any(marked):
+        bad = marked.index(False)
+        raise ValueError(
+            f"answer column {column!r} holds GSM8K-style worked solutions ('#### <answer>') in "
+            f"{sum(marked)} of {len(marked)} rows, but row {bad} has none: {values[bad][-80:]!r}; "
+            "fix the file so every row has the marker, or none does"
+        )
+    return False
+
+
 def local_spec(
     ds: Dataset, *, question_column: str | None = None, answer_column: str | None = None, name: str = "local"
 ) -> HubDataset:
@@ -220,9 +246,12 @@ def local_spec(
     if a == q:
         raise ValueError(f"question and answer column are both {q!r}; columns found: {columns}")
     first = ds[0][q] if len(ds) else ""
-    return HubDataset(
-        name, None, "train", q, a, question_fn=chat_question if isinstance(first, list) else str
-    )
+    question_fn = chat_question if isinstance(first, list) else str
+    if "." not in a and _gsm8k_style(ds, a):
+        return HubDataset(
+            name, None, "train", q, a, gsm8k_answer, question_fn, raw_answer_column="raw_answer"
+        )
+    return HubDataset(name, None, "train", q, a, question_fn=question_fn)
 
 
 def load_local_file(path: str | os.PathLike | Sequence[str]) -> Dataset:
@@ -242,9 +271,14 @@ def load_local_file(path: str | os.PathLike | Sequence[str]) -> Dataset:
         if not Path(p).is_file():
             raise ValueError(f"data file {p!r} does not exist")
         kinds.add(LOCAL_EXTENSIONS[suffix])
+        if suffix != ".parquet" and not Path(p).read_bytes().strip():
+            raise ValueError(f"data file {p!r} is empty: it holds no rows")
     if len(kinds) > 1:
         raise ValueError(f"data files mix formats {sorted(kinds)}: {paths}")
-    return load_dataset(kinds.pop(), data_files=paths, split="train")
+    try:
+        return load_dataset(kinds.pop(), data_files=paths, split="train")
+    except StopIteration as err:  # what `datasets` raises on a file with no rows
+        raise ValueError(f"data file(s) {paths} hold no rows") from err
 
 
 def find_local_override(name: str, split: str) -> Path | None:

@@ -6,7 +6,7 @@ Two formats, both from the paper's ecosystem (the paper itself does not print it
   final answer inside ``<answer>…</answer>``. Matches `oar_rl.rewards.format_reward` and the answer-span
   probes, which look for the same tags.
 * ``"boxed"`` -- the Qwen2.5-Math prompt: "Please reason step by step, and put your final answer within
-  \\boxed{}." `oar_rl.rewards.accuracy_reward` reads the last ``\\boxed{}`` when there is no answer tag.
+  \\boxed{}." `oar_rl.rewards.accuracy_reward` reads both formats with one rule (`oar_rl.rewards.extract`).
 
 ``None`` (or the string ``"none"``) leaves the question as it is.
 """

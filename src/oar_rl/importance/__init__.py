@@ -1,7 +1,8 @@
-"""Token-importance scorers: OAR-P (perturbation), OAR-G (gradient), entropy and random baselines.
+"""Token-importance scorers: OAR-P (perturbation), OAR-G (gradient), entropy and random baselines, GRAIL.
 
 All return raw (B, C) float32 scores, 0 on padding; :func:`oar_rl.reshape.normalize_importance` and
-:func:`oar_rl.reshape.bilevel_weights` turn them into weights. :func:`compute_importance` is the one
+:func:`oar_rl.reshape.bilevel_weights` turn them into weights (GRAIL's saliencies go through
+:func:`oar_rl.reshape.grail_weights` instead). :func:`compute_importance` is the one
 call the trainer makes.
 """
 
@@ -14,10 +15,11 @@ from torch import Tensor, nn
 
 from oar_rl.importance.baselines import entropy_importance, random_importance
 from oar_rl.importance.gradient import gradient_importance
+from oar_rl.importance.grail import grail_credit, grail_importance, reasoning_positions
 from oar_rl.importance.perturbation import perturbation_importance
 
-ImportanceKind = Literal["random", "entropy", "oar-g", "oar-p"]
-IMPORTANCE_KINDS: tuple[str, ...] = ("random", "entropy", "oar-g", "oar-p")
+ImportanceKind = Literal["random", "entropy", "oar-g", "oar-p", "grail"]
+IMPORTANCE_KINDS: tuple[str, ...] = ("random", "entropy", "oar-g", "oar-p", "grail")
 
 __all__ = [
     "IMPORTANCE_KINDS",
@@ -25,8 +27,11 @@ __all__ = [
     "compute_importance",
     "entropy_importance",
     "gradient_importance",
+    "grail_credit",
+    "grail_importance",
     "perturbation_importance",
     "random_importance",
+    "reasoning_positions",
 ]
 
 
@@ -45,8 +50,9 @@ def compute_importance(
 
     Args:
         kind: ``"random"`` (:func:`random_importance`, takes ``generator``), ``"entropy"``
-            (:func:`entropy_importance`), ``"oar-g"`` (:func:`gradient_importance`) or ``"oar-p"``
-            (:func:`perturbation_importance`).
+            (:func:`entropy_importance`), ``"oar-g"`` (:func:`gradient_importance`), ``"oar-p"``
+            (:func:`perturbation_importance`) or ``"grail"`` (:func:`grail_importance`, needs
+            ``answer_mask``).
         rows: optional (B,) bool; only these rows are scored, the others get 0 (e.g. skip rows whose
             sequence advantage is exactly 0, DESIGN §3). None scores every row.
         **kwargs: passed through (probe, answer_mask, noise_std, generator, batch_size, ...). A
@@ -85,6 +91,8 @@ def compute_importance(
         return entropy_importance(model, prompt_ids, prompt_mask, completion_ids, completion_mask, **kwargs)
     elif kind == "oar-g":
         return gradient_importance(model, prompt_ids, prompt_mask, completion_ids, completion_mask, **kwargs)
+    elif kind == "grail":
+        return grail_importance(model, prompt_ids, prompt_mask, completion_ids, completion_mask, **kwargs)
     else:  # "oar-p"
         return perturbation_importance(
             model, prompt_ids, prompt_mask, completion_ids, completion_mask, **kwargs

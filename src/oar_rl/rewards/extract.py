@@ -1,0 +1,186 @@
+"""Answer extraction: which part of a completion is its final answer (pure text rules, no math-verify).
+
+One rule for every prompt format (``answer-tag``, ``boxed``, none):
+
+1. Candidate *markers* in the completion are ``<answer>…</answer>``, ``\\boxed{…}`` / ``\\fbox{…}``
+   (balanced braces; brace-less ``\\boxed 5`` / ``\\boxed\\frac43`` runs to the next ``$``, ``\\]``, ``\\)``
+   or line end) and "final answer is X" (X a ``$…$``, ``$$…$$``, ``\\(…\\)`` or ``\\[…\\]`` span, else
+   the text up to the end of the sentence or line).
+2. The marker that **ends last** wins, so a final "the final answer is $5$" after intermediate
+   ``\\boxed{}``s is scored on 5, and an ``<answer>`` tag after a stray ``\\boxed{3}`` on the tag.
+3. The rule is applied again inside the winner's content (``<answer>\\boxed{4}</answer>`` → ``4``;
+   ``the final answer is $\\boxed{5}$`` → ``5``).
+4. Without any marker the prediction is the whole completion (then math-verify only reads LaTeX inside
+   math delimiters from it, see `oar_rl.rewards.verify`).
+
+Unclosed markers (``<answer>4`` cut off by the length limit) are not markers. `answer_char_span` gives the
+character span of that answer in the completion, for code that must mark the same answer in tokens.
+
+`normalise_answer` is applied to golds and predictions alike before any comparison: escaped dollars
+(``\\$32,\\!348``, MATH-500's currency golds), ``\\!``/``\\,`` thin spaces and ``{,}`` thousands separators
+are removed. `as_number` is the exact cheap path for plain numbers.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from fractions import Fraction
+from typing import Any, Literal
+
+Marker = Literal["answer", "boxed", "final"]
+
+_ANSWER_RE = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
+_BOXED_RE = re.compile(r"\\(?:boxed|fbox)(?![A-Za-z])\s*")
+_FINAL_RE = re.compile(r"final answer is\s*:?[ \t]*", re.IGNORECASE)
+_MATH_SPANS = (("$$", "$$"), ("\\[", "\\]"), ("\\(", "\\)"), ("$", "$"))
+_BRACELESS_END = re.compile(r"\$|\\\]|\\\)|\n")
+_SENTENCE_END = re.compile(r"\.(?:\s|$)|\n|$")
+_NUMBER_RE = re.compile(r"[+-]?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?|[+-]?\.\d+")
+_MAX_DEPTH = 4
+
+
+def completion_text(completion: str | Sequence[dict[str, Any]]) -> str:
+    """The text of one completion: the string itself, or the joined assistant contents of a message list.
+
+    Message contents may be strings or lists of ``{"type": "text", "text": ...}`` parts.
+    """
+    if isinstance(completion, str):
+        return completion
+    if not isinstance(completion, Sequence):
+        raise ValueError(
+            f"a completion must be a string or a list of message dicts, got {type(completion).__name__}"
+        )
+    parts: list[str] = []
+    for message in completion:
+        if not isinstance(message, dict):
+            raise ValueError(f"a conversational completion must hold message dicts, got {message!r}")
+        if message.get("role", "assistant") != "assistant":
+            continue
+        content = message.get("content") or ""
+        if isinstance(content, list):
+            content = "".join(p.get("text", "") for p in content if isinstance(p, dict))
+        parts.append(str(content))
+    return "\n".join(parts)
+
+
+def _balanced(text: str, open_at: int) -> int | None:
+    """Index of the brace closing the ``{`` at ``open_at``; None when it is never closed."""
+    depth = 0
+    for j in range(open_at, len(text)):
+        ch = text[j]
+        if ch == "\\":  # an escaped brace \{ \} does not count
+            continue
+        if ch == "{" and (j == 0 or text[j - 1] != "\\"):
+            depth += 1
+        elif ch == "}" and text[j - 1] != "\\":
+            depth -= 1
+            if depth == 0:
+                return j
+    return None
+
+
+def _boxed_markers(text: str) -> list[tuple[int, int, int]]:
+    """(marker end, content start, content end) of every ``\\boxed``/``\\fbox`` with a closed argument."""
+    out = []
+    for m in _BOXED_RE.finditer(text):
+        i = m.end()
+        if i < len(text) and text[i] == "{":
+            j = _balanced(text, i)
+            if j is not None:
+                out.append((j + 1, i + 1, j))
+        else:  # brace-less: \boxed 5, \boxed\frac43 -- up to the end of the math run
+            stop = _BRACELESS_END.search(text, i)
+            j = stop.start() if stop else len(text)
+            if text[i:j].strip():
+                out.append((j, i, j))
+    return out
+
+
+def _find_closing(text: str, delim: str, start: int) -> int:
+    """Index of the next ``delim`` at or after ``start`` that is not an escaped ``\\$``; -1 if none."""
+    j = text.find(delim, start)
+    while j > 0 and delim.startswith("$") and text[j - 1] == "\\":
+        j = text.find(delim, j + 1)
+    return j
+
+
+def _final_markers(text: str) -> list[tuple[int, int, int]]:
+    """(marker end, content start, content end) of every "final answer is X"."""
+    out = []
+    for m in _FINAL_RE.finditer(text):
+        i = m.end()
+        for left, right in _MATH_SPANS:
+            if text.startswith(left, i):
+                j = _find_closing(text, right, i + len(left))
+                if j >= 0 and text[i + len(left) : j].strip():
+                    out.append((j + len(right), i + len(left), j))
+                break
+        else:
+            stop = _SENTENCE_END.search(text, i)
+            j = stop.start() if stop else len(text)
+            if text[i:j].strip():
+                out.append((j, i, j))
+    return out
+
+
+def find_markers(text: str) -> list[tuple[int, Marker, int, int]]:
+    """Every closed answer marker of ``text`` as (marker end, kind, content start, content end), by end."""
+    found: list[tuple[int, Marker, int, int]] = [
+        (m.end(), "answer", m.start(1), m.end(1)) for m in _ANSWER_RE.finditer(text)
+    ]
+    found += [(end, "boxed", i, j) for end, i, j in _boxed_markers(text)]
+    found += [(end, "final", i, j) for end, i, j in _final_markers(text)]
+    order = {"final": 0, "boxed": 1, "answer": 2}  # equal ends: the enclosing marker wins, then recurse
+    return sorted(found, key=lambda f: (f[0], order[f[1]]))
+
+
+def answer_char_span(text: str) -> tuple[int, int, Marker | None]:
+    """(start, end, marker kind) of the final answer in ``text``: ``text[start:end]`` is the prediction.
+
+    The one rule of this module (the last-ending marker, then the rule again inside it), with surrounding
+    whitespace excluded. Without a marker: the whole (stripped) text and kind None. Character offsets, so
+    callers can map the answer to tokens through a tokenizer's offset mapping.
+    """
+    start, end, kind = 0, len(text), None
+    for _ in range(_MAX_DEPTH):
+        markers = find_markers(text[start:end])
+        if not markers:
+            break
+        _, inner_kind, i, j = markers[-1]
+        if text[start + i : start + j].strip() == text[start:end].strip():
+            break
+        start, end, kind = start + i, start + j, inner_kind
+    while start < end and text[start].isspace():
+        start += 1
+    while end > start and text[end - 1].isspace():
+        end -= 1
+    return start, end, kind
+
+
+def extract_prediction(text: str) -> tuple[str, Marker | None]:
+    """The prediction text of a completion and the kind of marker it came from (None: no marker).
+
+    See the module docstring for the rule (the last-ending marker wins, then the rule again inside it).
+    """
+    start, end, kind = answer_char_span(text)
+    return text[start:end], kind
+
+
+def normalise_answer(text: str) -> str:
+    """Cosmetic LaTeX that never changes a value, removed: ``\\$``, ``\\!``, ``\\,``, ``{,}``; stripped."""
+    s = text.replace("\\$", "").replace("\\!", "").replace("{,}", ",").replace("\\,", "")
+    return s.strip()
+
+
+def as_number(text: str) -> Fraction | None:
+    """``text`` as an exact number when it is a plain number (``19``, ``-3.5``, ``1,234``, ``$18.90$``)."""
+    s = normalise_answer(text)
+    if len(s) > 64:
+        return None
+    s = s.strip("$").strip()
+    if s.startswith("\\boxed{") and s.endswith("}"):
+        s = s[len("\\boxed{") : -1].strip()
+    if not _NUMBER_RE.fullmatch(s):
+        return None
+    return Fraction(s.replace(",", ""))
