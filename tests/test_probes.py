@@ -235,3 +235,61 @@ def test_outcome_divergence_hand_worked():
     torch.testing.assert_close(got, torch.tensor([0.143841, 0.125, 0.125, 0.0]), rtol=0, atol=1e-6)
     with pytest.raises(ValueError, match="mode"):
         outcome_divergence(clean, pert, kind, mode="kl")
+
+
+MULTIBYTE = ["<answer>😀</answer>", "so <answer>x = 😀½é</answer> 🎉", "<answer>日本</answer>"]
+
+
+@pytest.mark.parametrize("text", MULTIBYTE)
+def test_answer_span_multibyte_chars_have_no_holes(text, bpe_tok):
+    """A byte-level token holding a middle byte of a multi-byte character inside the answer decodes to
+    no text of its own; it must still be marked (it was not: `<answer>😀</answer>` gave [T, F, F, T])."""
+    ids, mask = _right_padded(bpe_tok, [text])
+    got = answer_span_mask(ids, mask, bpe_tok)
+    ref = _reference_mask(bpe_tok, [text], _last_regex_span(ANSWER_TAG_PATTERN))
+    assert torch.equal(got, ref)
+    assert int(got.sum()) >= 4  # every byte token of the answer's characters
+
+
+def test_answer_span_truncated_multibyte_char_and_module_split(bpe_tok):
+    """A completion cut in the middle of a character (length limit) keeps its text; the old import
+    path `oar_rl.probes` still gives the answer-span functions."""
+    from oar_rl import answer_span, probes
+
+    full = bpe_tok("<answer>ab😀", add_special_tokens=False)["input_ids"]
+    ids = torch.tensor([full[:-1]])  # the last byte of 😀 is missing: the text ends in U+FFFD
+    got = answer_span_mask(ids, torch.ones_like(ids), bpe_tok, pattern=r"<answer>(.*)")
+    assert got[0].tolist()[-3:] == [True, True, True] and not got[0, 0]
+    for name in ("answer_span_mask", "scored_positions", "last_boxed_span", "compile_answer_pattern"):
+        assert getattr(probes, name) is getattr(answer_span, name)
+
+
+def test_answer_span_space_merged_with_partial_char(bpe_tok):
+    """Hand-built ids: a token ' ' + first byte of 'é' ("Ġ" + "Ã" merged), then the second byte. The
+    space stays in the text, and both tokens overlap the 'é'."""
+    vocab = bpe_tok.get_vocab()
+    if "ĠÃ" not in vocab:
+        bpe_tok = bpe_tok.__class__(tokenizer_object=bpe_tok.backend_tokenizer, pad_token="<pad>")
+        bpe_tok.add_tokens(["ĠÃ"])
+    pre = bpe_tok("<answer>a", add_special_tokens=False)["input_ids"]
+    post = bpe_tok("</answer>", add_special_tokens=False)["input_ids"]
+    ids = pre + bpe_tok.convert_tokens_to_ids(["ĠÃ", "©"]) + post
+    assert bpe_tok.decode(ids) == "<answer>a é</answer>"
+    got = answer_span_mask(torch.tensor([ids]), torch.ones(1, len(ids), dtype=torch.long), bpe_tok)
+    n = len(pre)
+    assert got[0, n - 1] and got[0, n] and got[0, n + 1] and not got[0, n + 2]
+
+
+def test_rewarded_pattern_marks_what_the_reward_scores(char_tok):
+    """pattern="rewarded": the span of the rewards' one rule (last-ending marker, then inside it)."""
+    texts = [
+        "\\boxed{3} so the final answer is $5$.",  # the later marker wins: 5
+        "x <answer>\\boxed{42}</answer>",  # the rule again inside the tag: 42
+        "no marker 7",  # no marker: no span
+    ]
+    ids, mask = _right_padded(char_tok, texts)
+    got = answer_span_mask(ids, mask, char_tok, pattern="rewarded")
+    for b, (text, want) in enumerate(zip(texts, ["5", "42", ""], strict=True)):
+        marked = "".join(text[k] for k in got[b].nonzero().flatten().tolist())
+        assert marked == want
+    assert compile_answer_pattern("rewarded") == "rewarded"

@@ -148,6 +148,8 @@ def test_config_defaults_follow_paper(tmp_path):
         ({"oar_beta": -1.0}, r"oar_beta must be >= 0.*got -1.0"),
         ({"floor": 1.2}, r"floor must be in \[0, 1\], got 1.2"),
         ({"noise_std": 0.0}, r"noise_std must be > 0, got 0.0"),
+        ({"oar_noise_draws": 0}, r"oar_noise_draws must be an int >= 1, got 0"),
+        ({"oar_noise_scale": "relative"}, r"oar_noise_scale='relative' .*absolute, rms"),
         ({"perturbation_batch_size": 0}, r"perturbation_batch_size must be >= 1, got 0"),
         ({"entropy_alpha": -0.5}, r"entropy_alpha must be >= 0, got -0.5"),
         ({"entropy_kappa": 0.0}, r"entropy_kappa must be > 0, got 0.0"),
@@ -446,3 +448,23 @@ def test_answer_span_probe_inputs_decode_completions(tmp_path, tokenizer, datase
     assert torch.equal(answer_mask[0], expected_span) and not answer_mask[1].any()
     assert torch.equal(scored[0], torch.arange(width) < start)  # tokens before the span only
     assert torch.equal(scored[1], mask[1].bool())  # no span: every valid token (LT-Logits fallback)
+
+
+def test_oar_g_noise_options_reach_the_scorer(tmp_path, tokenizer, dataset, monkeypatch):
+    import oar_rl.trainer as trainer_module
+
+    seen: list[dict[str, Any]] = []
+    real = trainer_module.gradient_importance
+
+    def spy(*args, **kwargs):
+        seen.append(kwargs)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(trainer_module, "gradient_importance", spy)
+    args = make_args(
+        tmp_path, credit="oar-g", oar_noise_draws=2, oar_noise_scale="rms", noise_std=0.05, max_steps=1
+    )
+    make_trainer(args, tokenizer, dataset).train()
+    assert seen and all(
+        k["num_draws"] == 2 and k["noise_scale"] == "rms" and k["noise_std"] == 0.05 for k in seen
+    )

@@ -61,13 +61,14 @@ def _chunks(n: int, size: int | None) -> int:
     return 0 if n == 0 else (1 if size is None else math.ceil(n / size))
 
 
-def planned_passes(kind: str, scored: Tensor, *, batch_size: int | None) -> int:
+def planned_passes(kind: str, scored: Tensor, *, batch_size: int | None, num_draws: int = 1) -> int:
     """Scoring passes `kind`'s scorer will run on rows whose scored positions are `scored` (R, C) bool.
 
     Mirrors the scorers (a drift is caught by :meth:`ScoringSync.run`): ``entropy`` runs one pass per
     `batch_size` rows that have a completion token; ``oar-g`` one pass (clean forward, noisy forward,
-    backward) per `batch_size` rows that have a scored token; ``oar-p`` one clean pass per `batch_size`
-    such rows plus one pass per `batch_size` perturbed copies (one copy per scored token).
+    backward) per max(1, `batch_size` // `num_draws`) rows that have a scored token (each row is
+    `num_draws` sequences); ``oar-p`` one clean pass per `batch_size` such rows plus one pass per
+    `batch_size` perturbed copies (one copy per scored token).
     """
     if kind not in PASS_FORWARDS:
         raise ValueError(f"no pass plan for credit={kind!r}; known: {', '.join(PASS_FORWARDS)}")
@@ -77,6 +78,8 @@ def planned_passes(kind: str, scored: Tensor, *, batch_size: int | None) -> int:
         if batch_size is None:
             raise ValueError("oar-p needs an explicit batch_size (perturbed copies per pass)")
         return _chunks(rows, batch_size) + _chunks(int(scored.sum()), batch_size)
+    if kind == "oar-g" and batch_size is not None:
+        batch_size = max(1, batch_size // num_draws)
     return _chunks(rows, batch_size)
 
 

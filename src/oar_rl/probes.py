@@ -1,4 +1,4 @@
-"""Outcome probes: where the answer span is, which tokens get a score, and what "the outcome" is.
+"""Outcome probes and the model plumbing the scorers share: what "the outcome" is and how it is read.
 
 OAR scores a completion token by how much disturbing it moves an *outcome probe* φ(x, y), a summary
 of the model's final-answer prediction (paper §6.2, Appendix A.1.3). Three probes are implemented:
@@ -12,35 +12,30 @@ of the model's final-answer prediction (paper §6.2, Appendix A.1.3). Three prob
   the answer *more* likely is not evidence that the token mattered for producing it (the paper writes
   φ − φ̃ and is silent on the sign; a negative importance cannot go through Eq. 14's log1p).
 
-Answer spans (:func:`answer_span_mask`). The span is the *content* of the last match of the pattern:
-for ``<answer>…</answer>`` the characters between the tags, for ``\\boxed{…}`` the characters inside
-the outer braces (balanced by scanning, ``\\{``/``\\}`` escapes skipped). The tags themselves are not in
-the span: they are format, the paper's AS probes average "positions that predict the final answer
-span", and the closing tag is predicted after the answer is already fixed. A token belongs to the span
-when its decoded characters overlap the content (BPE tokens that straddle a tag boundary count).
-An empty content (``<answer></answer>``) is no span.
+Answer spans, the scored positions they leave and mask validation live in :mod:`oar_rl.answer_span`
+(re-exported here, where they used to be).
 
-Scored positions (:func:`scored_positions`). With an answer-span probe only the valid completion tokens
-strictly *before* the span start get a score; the span and everything after it get 0 here (and so
-keep weight 1 after reshaping, which is the trainer's job). A row without a span falls back to
-LT-Logits for the whole row (all valid tokens scored, compared by KL even under AS-Joint);
-:func:`has_answer_span` tells which rows did, so the trainer can log the fallback rate.
-
-Departures from the paper, and why:
-- Positions: the model is run exactly as TRL computes log-probs -- ``input_ids``/``inputs_embeds``
-  plus the 2-D attention mask, no explicit ``position_ids`` -- so the clean probe equals the one from a
-  plain ``model(input_ids, attention_mask)`` forward. (``generate`` derives positions from the mask
-  cumsum; TRL's own scoring does not, and the old-policy log-probs OAR sits next to are TRL's.)
-- Hidden states: the LM head is applied only at probe positions (never [copies, L, V] logits). For
-  AS-Mean the hidden states are averaged before the head when the head is an affine ``nn.Linear`` and
-  the config has no ``final_logit_softcapping``: mean(W h + b) = W mean(h) + b exactly; otherwise the
-  logits are computed per position and averaged.
+Model plumbing:
+- Positions: every sequence is run at the positions it was generated with, counted from its first
+  real token (``cumsum(attention_mask) - 1``, as ``generate`` does), so a row's scores do not depend
+  on how much left padding its batch neighbours forced on it. For rotary models this is the default
+  ``arange`` shifted per row, which attention does not see; for absolute-position models (GPT-2) it is
+  the difference between right and wrong. (TRL's own log-prob pass passes no positions; for rotary
+  models that is the same thing.)
+- Logits: the LM head is applied only at probe positions (never [copies, L, V] logits), followed by the
+  model's own logit post-processing: Granite's ``logits_scaling``, Cohere's ``logit_scale``, Gemma's
+  final soft-capping. Once per model, :func:`verify_head` checks body + head against a plain
+  ``model(input_ids)`` forward and refuses, naming the architecture, if they differ: a model that
+  post-processes its logits some other way gets a clear error, never a silently wrong P_final.
+- AS-Mean averages hidden states before the head when the head is affine (an ``nn.Linear``, a scalar
+  logit scale, no soft-capping): mean(c(W h + b)) = c(W mean(h) + b) exactly; otherwise the logits are
+  computed per position and averaged.
 - Precision: probe math runs in float32, or float64 when the model is float64 (exact tests).
 """
 
 from __future__ import annotations
 
-import re
+import weakref
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -49,20 +44,45 @@ from typing import Literal
 import torch
 from torch import Tensor, nn
 
+from oar_rl.answer_span import (  # re-exported (`X as X`): answer spans used to live here
+    ANSWER_TAG_PATTERN as ANSWER_TAG_PATTERN,
+)
+from oar_rl.answer_span import (
+    BOXED as BOXED,
+)
+from oar_rl.answer_span import (
+    _check_ids_and_mask as _check_ids_and_mask,
+)
+from oar_rl.answer_span import (
+    _check_mask as _check_mask,
+)
+from oar_rl.answer_span import (
+    answer_span_mask as answer_span_mask,
+)
+from oar_rl.answer_span import (
+    check_answer_mask as check_answer_mask,
+)
+from oar_rl.answer_span import (
+    check_batch as check_batch,
+)
+from oar_rl.answer_span import (
+    compile_answer_pattern as compile_answer_pattern,
+)
+from oar_rl.answer_span import (
+    has_answer_span as has_answer_span,
+)
+from oar_rl.answer_span import (
+    last_boxed_span as last_boxed_span,
+)
+from oar_rl.answer_span import (
+    scored_positions as scored_positions,
+)
+
 Probe = Literal["lt-logits", "as-mean", "as-joint"]
 PROBES: tuple[str, ...] = ("lt-logits", "as-mean", "as-joint")
 
-ANSWER_TAG_PATTERN = r"<answer>(.*?)</answer>"
-"""Default answer pattern: the content between the last ``<answer>`` and its ``</answer>``."""
-
-BOXED = "boxed"
-"""Pass ``pattern="boxed"`` to use the content of the last balanced ``\\boxed{…}``."""
-
 # Bound on the elements of one [rows, V] logits block (64 Mi float32 = 256 MiB).
 _MAX_HEAD_ELEMENTS = 1 << 26
-# Tokens of left context used when decoding a token into its characters (byte-level BPE needs up to 4
-# to complete a UTF-8 character, SentencePiece needs 1 to keep a leading space).
-_DECODE_CONTEXT = 6
 
 KIND_DIST = 0  # LT-Logits or AS-Mean: a distribution, compared by KL
 KIND_JOINT = 1  # AS-Joint: a scalar log-likelihood, compared by the score drop
@@ -72,247 +92,6 @@ def check_probe(probe: str) -> None:
     """Raise ValueError unless `probe` is one of :data:`PROBES`."""
     if probe not in PROBES:
         raise ValueError(f"probe={probe!r} is not a known outcome probe; valid: {list(PROBES)}")
-
-
-# ----------------------------------------------------------------------------------------------------
-# answer spans
-
-
-def _compile_pattern(pattern: str | None) -> re.Pattern[str] | None:
-    """None -> default tag pattern; "boxed" -> None (brace scanner); else a regex with one group."""
-    if pattern is None:
-        pattern = ANSWER_TAG_PATTERN
-    if not isinstance(pattern, str) or not pattern:
-        raise ValueError(
-            f"pattern={pattern!r} is empty; pass a regex with exactly one capturing group, "
-            f'"{BOXED}", or None for the default {ANSWER_TAG_PATTERN!r}'
-        )
-    if pattern == BOXED:
-        return None
-    try:
-        compiled = re.compile(pattern, re.DOTALL)
-    except re.error as err:
-        raise ValueError(f"pattern={pattern!r} is not a valid regular expression: {err}") from err
-    if compiled.groups != 1:
-        raise ValueError(
-            f"pattern={pattern!r} has {compiled.groups} capturing groups; it needs exactly one "
-            "(the answer content), e.g. r'<answer>(.*?)</answer>'"
-        )
-    return compiled
-
-
-def compile_answer_pattern(pattern: str | None) -> re.Pattern[str] | None:
-    """Validate an answer pattern as :func:`answer_span_mask` would (ValueError if bad).
-
-    Returns the compiled regex (None -> the default tag pattern), or None for ``"boxed"`` (scanned,
-    not matched by a regex).
-    """
-    return _compile_pattern(pattern)
-
-
-def last_boxed_span(text: str) -> tuple[int, int] | None:
-    """Character span [start, end) of the content of the last balanced ``\\boxed{…}`` in `text`.
-
-    Matches are non-overlapping, left to right (like ``re.finditer``); an unbalanced ``\\boxed{`` (cut
-    off by the length limit) is skipped. ``\\{`` and ``\\}`` do not count as braces.
-    """
-    key = "\\boxed{"
-    found: tuple[int, int] | None = None
-    i = text.find(key)
-    while i != -1:
-        start = i + len(key)
-        depth, j, end = 1, start, -1
-        while j < len(text):
-            ch = text[j]
-            if ch == "\\" and j + 1 < len(text) and text[j + 1] in "{}":
-                j += 2
-                continue
-            if ch == "{":
-                depth += 1
-            elif ch == "}":
-                depth -= 1
-                if depth == 0:
-                    end = j
-                    break
-            j += 1
-        if end == -1:  # unbalanced: look for a later, complete one
-            i = text.find(key, i + 1)
-            continue
-        found = (start, end)
-        i = text.find(key, end + 1)
-    return found
-
-
-def _last_span(text: str, compiled: re.Pattern[str] | None) -> tuple[int, int] | None:
-    if compiled is None:
-        return last_boxed_span(text)
-    span = None
-    for m in compiled.finditer(text):
-        span = m.span(1)
-    return span
-
-
-def _token_pieces(tokenizer, rows: list[list[int]]) -> list[list[str]]:
-    """Per-token decoded text, so that ''.join(pieces) is the row's text and pieces map chars->tokens.
-
-    Token k's piece is decode(ids[k-W:k+1]) minus decode(ids[k-W:k]) (W = _DECODE_CONTEXT). Decoding with
-    left context keeps SentencePiece's leading spaces and completes byte-level BPE characters split over
-    tokens; when the shorter decode is not a prefix of the longer (an incomplete UTF-8 byte became
-    U+FFFD), the piece is what follows the common prefix. Special tokens keep their text (an
-    ``<unk>`` inside the answer is part of the answer). All decodes go
-    through one ``batch_decode`` call.
-    """
-    queries: list[list[int]] = []
-    for ids in rows:
-        for k in range(len(ids)):
-            lo = max(0, k - _DECODE_CONTEXT)
-            queries.append(ids[lo:k])
-            queries.append(ids[lo : k + 1])
-    texts = (
-        tokenizer.batch_decode(queries, skip_special_tokens=False, clean_up_tokenization_spaces=False)
-        if queries
-        else []
-    )
-    out: list[list[str]] = []
-    q = 0
-    for ids in rows:
-        pieces = []
-        for _ in ids:
-            prev, cur = texts[q], texts[q + 1]
-            q += 2
-            if cur.startswith(prev):
-                pieces.append(cur[len(prev) :])
-            else:
-                common = next(
-                    (i for i, (a, c) in enumerate(zip(prev, cur, strict=False)) if a != c),
-                    min(len(prev), len(cur)),
-                )
-                pieces.append(cur[common:])
-        out.append(pieces)
-    return out
-
-
-def answer_span_mask(
-    completion_ids: Tensor,
-    completion_mask: Tensor,
-    tokenizer,
-    *,
-    pattern: str | None = None,
-) -> Tensor:
-    """Which completion tokens lie inside the answer span (content of the LAST pattern match).
-
-    Args:
-        completion_ids: (B, C) integer token ids, right-padded.
-        completion_mask: (B, C) 1 on real completion tokens, 0 on padding (bool or 0/1 numbers).
-        tokenizer: anything with ``batch_decode`` (any Hugging Face tokenizer).
-        pattern: None for ``<answer>(.*?)</answer>``; ``"boxed"`` for the last balanced ``\\boxed{…}``;
-            or a regex with exactly one capturing group (the content), matched with ``re.DOTALL``.
-
-    Returns:
-        (B, C) bool, True on valid tokens whose decoded characters overlap the span content. Rows with
-        no match (or an empty content) are all False.
-    """
-    compiled = _compile_pattern(pattern)
-    _check_ids_and_mask(completion_ids, completion_mask, "completion")
-    valid = completion_mask.bool()
-    ids_cpu = completion_ids.detach().cpu()
-    valid_cpu = valid.cpu()
-    rows = [ids_cpu[b][valid_cpu[b]].tolist() for b in range(ids_cpu.shape[0])]
-    pieces = _token_pieces(tokenizer, rows)
-    out = torch.zeros(completion_ids.shape, dtype=torch.bool)
-    for b, row_pieces in enumerate(pieces):
-        span = _last_span("".join(row_pieces), compiled)
-        if span is None or span[0] == span[1]:
-            continue
-        s, e = span
-        cols = valid_cpu[b].nonzero().flatten().tolist()
-        pos = 0
-        for col, piece in zip(cols, row_pieces, strict=True):
-            lo, hi = pos, pos + len(piece)
-            pos = hi
-            if hi > lo and lo < e and hi > s:  # non-empty overlap of [lo, hi) and [s, e)
-                out[b, col] = True
-    return out.to(completion_ids.device)
-
-
-# ----------------------------------------------------------------------------------------------------
-# scored positions
-
-
-def has_answer_span(answer_mask: Tensor) -> Tensor:
-    """(B,) bool: rows whose answer mask marks at least one token (the others fall back to LT-Logits)."""
-    if answer_mask.ndim != 2:
-        raise ValueError(f"answer_mask must be 2-D (B, C), got shape {tuple(answer_mask.shape)}")
-    return answer_mask.bool().any(dim=1)
-
-
-def scored_positions(completion_mask: Tensor, answer_mask: Tensor) -> Tensor:
-    """(B, C) bool: the completion tokens that get an importance score under an answer-span probe.
-
-    Rows with a span: valid tokens strictly before the first span token. Rows without: every valid
-    token (LT-Logits fallback).
-    """
-    _check_mask(completion_mask, "completion_mask")
-    check_answer_mask(answer_mask, completion_mask)
-    valid = completion_mask.bool()  # (B, C)
-    span = answer_mask.bool()  # (B, C)
-    has = span.any(dim=1)  # (B,)
-    C = valid.shape[1]
-    idx = torch.arange(C, device=valid.device)
-    first = torch.where(span, idx, C).amin(dim=1) if C else torch.zeros_like(has, dtype=torch.long)  # (B,)
-    before = idx[None, :] < first[:, None]  # (B, C)
-    return valid & torch.where(has[:, None], before, True)
-
-
-# ----------------------------------------------------------------------------------------------------
-# validation shared with the scorers
-
-
-def _check_mask(mask: Tensor, name: str) -> None:
-    if not isinstance(mask, Tensor):
-        raise ValueError(f"{name} must be a torch.Tensor, got {type(mask).__name__}")
-    if mask.dtype != torch.bool and mask.numel() and not bool(((mask == 0) | (mask == 1)).all()):
-        bad = mask[(mask != 0) & (mask != 1)].flatten()[:3].tolist()
-        raise ValueError(f"{name} must contain only 0/1 (or bool), found values like {bad}")
-    if mask.is_complex():
-        raise ValueError(f"{name} must be bool, integer or float 0/1, got dtype {mask.dtype}")
-
-
-def _check_ids_and_mask(ids: Tensor, mask: Tensor, name: str) -> None:
-    if not isinstance(ids, Tensor) or ids.ndim != 2:
-        shape = tuple(ids.shape) if isinstance(ids, Tensor) else type(ids).__name__
-        raise ValueError(f"{name}_ids must be a 2-D tensor (B, {name[0].upper()}), got {shape}")
-    if ids.dtype.is_floating_point or ids.is_complex() or ids.dtype == torch.bool:
-        raise ValueError(f"{name}_ids must hold integer token ids, got dtype {ids.dtype}")
-    _check_mask(mask, f"{name}_mask")
-    if mask.shape != ids.shape:
-        raise ValueError(
-            f"{name}_mask shape {tuple(mask.shape)} does not match {name}_ids shape {tuple(ids.shape)}"
-        )
-
-
-def check_answer_mask(answer_mask: Tensor, completion_mask: Tensor) -> None:
-    """Raise ValueError unless `answer_mask` is a 0/1 (B, C) mask inside `completion_mask`."""
-    _check_mask(answer_mask, "answer_mask")
-    if answer_mask.shape != completion_mask.shape:
-        raise ValueError(
-            f"answer_mask shape {tuple(answer_mask.shape)} does not match completion_mask shape "
-            f"{tuple(completion_mask.shape)}"
-        )
-    if bool((answer_mask.bool() & ~completion_mask.bool().to(answer_mask.device)).any()):
-        raise ValueError("answer_mask marks padding positions (where completion_mask is 0)")
-
-
-def check_batch(
-    prompt_ids: Tensor, prompt_mask: Tensor, completion_ids: Tensor, completion_mask: Tensor
-) -> None:
-    """Validate the TRL batch layout: (B, P) prompt ids/mask and (B, C) completion ids/mask."""
-    _check_ids_and_mask(prompt_ids, prompt_mask, "prompt")
-    _check_ids_and_mask(completion_ids, completion_mask, "completion")
-    if prompt_ids.shape[0] != completion_ids.shape[0]:
-        raise ValueError(
-            f"prompt batch size {prompt_ids.shape[0]} != completion batch size {completion_ids.shape[0]}"
-        )
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -352,6 +131,17 @@ def lm_head(model: nn.Module) -> nn.Module:
     return head
 
 
+def position_ids_from_mask(attention_mask: Tensor) -> Tensor:
+    """(N, L) positions counted from each row's first real token, as ``generate`` counts them.
+
+    ``cumsum(attention_mask) - 1``, clamped at 0 on the left padding (padding positions are never
+    attended to, so their value does not matter). For rotary models this equals the default
+    ``arange`` up to a per-row shift that attention does not see; for absolute-position models (GPT-2)
+    it is what makes a row's scores independent of how much left padding its batch needed.
+    """
+    return (attention_mask.long().cumsum(dim=-1) - 1).clamp(min=0)
+
+
 def body_hidden(
     model: nn.Module,
     attention_mask: Tensor,
@@ -359,29 +149,116 @@ def body_hidden(
     input_ids: Tensor | None = None,
     inputs_embeds: Tensor | None = None,
 ) -> Tensor:
-    """Last hidden states (N, L, H) of the body, run as TRL runs the policy (no explicit positions)."""
+    """Last hidden states (N, L, H) of the body, at the positions the completion was generated with."""
     body = decoder_body(model)
     kwargs = {"input_ids": input_ids} if inputs_embeds is None else {"inputs_embeds": inputs_embeds}
-    out = body(attention_mask=attention_mask, use_cache=False, **kwargs)
+    try:
+        out = body(
+            attention_mask=attention_mask,
+            position_ids=position_ids_from_mask(attention_mask),
+            use_cache=False,
+            **kwargs,
+        )
+    except TypeError as err:
+        if "position_ids" not in str(err):
+            raise
+        raise ValueError(
+            f"the body of {architecture_name(model)} takes no position_ids, so oar-rl cannot run it at "
+            "the positions the completion was generated with"
+        ) from err
     return out.last_hidden_state if hasattr(out, "last_hidden_state") else out[0]
+
+
+def _logit_transform(model: nn.Module) -> tuple[float, float | None]:
+    """(scale, soft cap) the model applies after its LM head, from the config fields transformers uses.
+
+    Granite divides by ``logits_scaling``, Cohere multiplies by ``logit_scale``, Gemma 2/3 soft-cap by
+    ``final_logit_softcapping``. :func:`verify_head` checks the result against the model's own forward.
+    """
+    config = getattr(base_model(model), "config", None)
+    scale = 1.0
+    div = getattr(config, "logits_scaling", None)
+    if div:
+        scale /= float(div)
+    mul = getattr(config, "logit_scale", None)
+    if mul:
+        scale *= float(mul)
+    cap = getattr(config, "final_logit_softcapping", None)
+    return scale, float(cap) if cap else None
 
 
 def head_logits(model: nn.Module, hidden: Tensor) -> Tensor:
     """(..., V) logits from hidden states, in float32 (float64 for a float64 model).
 
-    Applies the output embedding and, when the config asks for it, final-logit soft-capping.
+    Applies the output embedding, then the model's logit scaling and final-logit soft-capping (see
+    :func:`_logit_transform`); :func:`verify_head` checks it reproduces the model's own logits.
     """
     logits = lm_head(model)(hidden)
     logits = logits.to(torch.promote_types(logits.dtype, torch.float32))
-    cap = getattr(getattr(model, "config", None), "final_logit_softcapping", None)
+    scale, cap = _logit_transform(model)
+    if scale != 1.0:
+        logits = logits * scale
     if cap:
         logits = torch.tanh(logits / cap) * cap
     return logits
 
 
 def _head_is_affine(model: nn.Module) -> bool:
-    cap = getattr(getattr(model, "config", None), "final_logit_softcapping", None)
-    return isinstance(lm_head(model), nn.Linear) and not cap
+    return isinstance(lm_head(model), nn.Linear) and _logit_transform(model)[1] is None
+
+
+# models whose body + head_logits were checked against their own forward (weak: models can be freed)
+_VERIFIED: weakref.WeakKeyDictionary[nn.Module, bool] = weakref.WeakKeyDictionary()
+_VERIFY_TOKENS = 16
+
+
+def architecture_name(model: nn.Module) -> str:
+    """``ClassName (model_type)`` of the underlying model, for error messages."""
+    base = base_model(model)
+    model_type = getattr(getattr(base, "config", None), "model_type", None)
+    return f"{type(base).__name__} (model_type={model_type!r})"
+
+
+def verify_head(model: nn.Module, input_ids: Tensor, attention_mask: Tensor) -> None:
+    """Check once per model that body + :func:`head_logits` give the model's own logits; raise if not.
+
+    The scorers apply the LM head themselves (only at probe positions), so a model that post-processes
+    its logits in a way :func:`head_logits` does not know would get silently wrong probes. This runs a
+    plain forward of the model's class (``type(model).forward``: an instance-level wrapper such as
+    accelerate's can point at another model after a deep copy) on the first row of the batch (its
+    first real tokens, at most 16, no padding) and compares its logits with the scorers' path. A mismatch
+    larger than the dtype's rounding raises ValueError naming the architecture. The result is cached
+    per model object.
+    """
+    base = base_model(model)
+    if _VERIFIED.get(base):
+        return
+    row = input_ids[0][attention_mask[0].bool()][:_VERIFY_TOKENS][None]  # (1, n)
+    if row.shape[1] == 0:
+        return  # nothing to check against yet; the next batch will
+    attn = torch.ones_like(row)
+    with torch.no_grad(), eval_mode(model):
+        # the class's forward: an instance-level wrapper (accelerate's) can be stale on a deep copy
+        ref = type(base).forward(base, input_ids=row, attention_mask=attn, use_cache=False).logits
+        got = head_logits(model, body_hidden(model, attn, input_ids=row))
+    ref = ref.to(got.dtype)
+    if got.shape != ref.shape:
+        raise ValueError(
+            f"oar-rl cannot verify the LM head of {architecture_name(model)}: its forward gives logits "
+            f"of shape {tuple(ref.shape)}, the scorers' head path {tuple(got.shape)}"
+        )
+    eps = torch.finfo(lm_head(model).weight.dtype).eps if hasattr(lm_head(model), "weight") else 1e-6
+    tol = 8 * max(eps, 1e-6) * (1.0 + float(ref.abs().max()))
+    err = float((got - ref).abs().max())
+    if not err <= tol:
+        raise ValueError(
+            f"oar-rl cannot verify the LM head of {architecture_name(model)}: the scorers' logits "
+            f"(body + lm_head + logit scaling/soft-capping) differ from the model's own forward by "
+            f"{err:.3g} (tolerance {tol:.3g}), so OAR-P/OAR-G would score against the wrong P_final. "
+            "This architecture post-processes its hidden states or logits in a way oar-rl does not "
+            "know; please report it."
+        )
+    _VERIFIED[base] = True
 
 
 @dataclass(frozen=True)
@@ -569,7 +446,9 @@ def outcome_divergence(
 ) -> Tensor:
     """(N,) divergence of each perturbed probe from its clean one.
 
-    KIND_DIST rows: KL(P ‖ P̃) = Σ_v P (log P − log P̃), clamped at 0 (float rounding).
+    KIND_DIST rows: KL(P ‖ P̃) = Σ_v P (log P − log P̃), clamped at 0 (float rounding) in
+    ``mode="perturbation"`` only: in ``mode="gradient"`` the value is a differentiable objective whose
+    rounded value can be slightly negative near the clean point, and clamping it would kill the gradient.
     KIND_JOINT rows: ``mode="perturbation"`` gives the clamped score drop max(φ − φ̃, 0);
     ``mode="gradient"`` gives ½(φ − φ̃)², OAR-G's objective (like KL it is ≥ 0, zero and flat at the
     clean point, quadratic around it; its gradient is −(φ − φ̃)∇φ̃, so within a row OAR-G ranks
@@ -578,11 +457,15 @@ def outcome_divergence(
     if mode not in ("perturbation", "gradient"):
         raise ValueError(f"mode={mode!r}; valid: ['perturbation', 'gradient']")
     p = clean.logp.exp()  # (N, V)
-    # KL >= 0; clamp the float rounding that can make a ~0 KL come out slightly negative
-    kl = (p * (clean.logp - perturbed.logp)).sum(dim=-1).clamp(min=0)  # (N,)
+    kl = (p * (clean.logp - perturbed.logp)).sum(dim=-1)  # (N,)
     drop = clean.phi - perturbed.phi  # (N,)
-    joint = drop.clamp(min=0) if mode == "perturbation" else 0.5 * drop.square()
-    return torch.where(kind == KIND_JOINT, joint, kl)
+    if mode == "perturbation":
+        # KL >= 0; clamp the float rounding that can make a ~0 KL come out slightly negative
+        return torch.where(kind == KIND_JOINT, drop.clamp(min=0), kl.clamp(min=0))
+    # gradient mode: never clamp. Near the clean point the KL is ~σ² (1e-8 at σ = 1e-3) and rounding
+    # often makes it negative; a clamp there would zero the whole row's gradient (uniform weights).
+    # The gradient P̃ - P of the unclamped KL is right whatever the sign of its rounded value.
+    return torch.where(kind == KIND_JOINT, 0.5 * drop.square(), kl)
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -633,6 +516,7 @@ def prepare_batch(
                 f"token ids must lie in [0, {n_emb}) (the embedding size); found min {lo}, max {hi}"
             )
     attention_mask = torch.cat([prompt_mask.bool(), completion_mask.bool()], dim=1).to(device).long()
+    verify_head(model, input_ids, attention_mask)
     return ScoringBatch(input_ids, attention_mask, prompt_ids.shape[1], completion_mask.bool().to(device))
 
 

@@ -115,8 +115,9 @@ class OARConfig(GRPOConfig):
         default=None,
         metadata={
             "help": "Answer span for the answer-span probes: None for `<answer>(.*?)</answer>`, 'boxed' for "
-            "the last balanced `\\boxed{...}`, or a regex with exactly one capturing group (the span); the "
-            "last match counts. See oar_rl.probes.answer_span_mask."
+            "the last balanced `\\boxed{...}`, 'rewarded' for the answer the accuracy reward scores, or a "
+            "regex with exactly one capturing group (the span); the last match counts. See "
+            "oar_rl.answer_span.answer_span_mask."
         },
     )
     tau: float = field(
@@ -150,6 +151,20 @@ class OARConfig(GRPOConfig):
     noise_std: float = field(
         default=1e-3,
         metadata={"help": "Standard deviation σ > 0 of the embedding noise of OAR-G (Eq. 10)."},
+    )
+    oar_noise_draws: int = field(
+        default=1,
+        metadata={
+            "help": "OAR-G noise draws K >= 1, run in one batched pass; the score is the mean of "
+            "|<g_t, e_t>| over draws (see oar_rl.importance.gradient and the README's K table)."
+        },
+    )
+    oar_noise_scale: str = field(
+        default="absolute",
+        metadata={
+            "help": "'absolute': σ = noise_std (the paper); 'rms': σ = noise_std times the RMS of the row's "
+            "completion embeddings (use with noise_std ~0.05 for bf16/fp16 models, see the README)."
+        },
     )
     mask_token_id: int | None = field(
         default=None,
@@ -228,6 +243,9 @@ class OARConfig(GRPOConfig):
             raise ValueError(f"oar_beta must be >= 0 (0 = no boosting), got {self.oar_beta}")
         if not float(self.noise_std) > 0.0:
             raise ValueError(f"noise_std must be > 0, got {self.noise_std}")
+        if isinstance(self.oar_noise_draws, bool) or int(self.oar_noise_draws) < 1:
+            raise ValueError(f"oar_noise_draws must be an int >= 1, got {self.oar_noise_draws!r}")
+        _check_choice("oar_noise_scale", self.oar_noise_scale, ("absolute", "rms"))
         if int(self.perturbation_batch_size) < 1:
             raise ValueError(f"perturbation_batch_size must be >= 1, got {self.perturbation_batch_size}")
         if not float(self.entropy_alpha) >= 0.0:
@@ -441,13 +459,17 @@ class OARTrainer(GRPOTrainer):
                 importance = sync.run(
                     "oar-g",
                     model,
-                    planned_passes("oar-g", scored, batch_size=batch_size),
+                    planned_passes(
+                        "oar-g", scored, batch_size=batch_size, num_draws=int(args.oar_noise_draws)
+                    ),
                     lambda: gradient_importance(
                         model,
                         *sub.values(),
                         probe=probe,
                         answer_mask=answer_mask,
                         noise_std=args.noise_std,
+                        noise_scale=args.oar_noise_scale,
+                        num_draws=int(args.oar_noise_draws),
                         generator=generators,
                         batch_size=batch_size,
                     ),

@@ -55,8 +55,8 @@ def compute_importance(
             ``answer_mask``).
         rows: optional (B,) bool; only these rows are scored, the others get 0 (e.g. skip rows whose
             sequence advantage is exactly 0, DESIGN §3). None scores every row.
-        **kwargs: passed through (probe, answer_mask, noise_std, generator, batch_size, ...). A
-            (B, C) ``answer_mask`` is sliced to `rows` along with the batch.
+        **kwargs: passed through (probe, answer_mask, noise_std, noise_scale, num_draws, generator,
+            batch_size, ...). A (B, C) ``answer_mask`` is sliced to `rows` along with the batch.
     """
     if kind not in IMPORTANCE_KINDS:
         raise ValueError(f"kind={kind!r} is not a known importance kind; valid: {list(IMPORTANCE_KINDS)}")

@@ -11,7 +11,7 @@ Implementation (the paper's "parallelized batch decoding", made memory-safe):
 - Only the probe positions' hidden states go through the LM head, so memory per chunk is
   O(batch_size · (L · H + V)), never the [copies, L, V] float32 logits that published code builds.
 - Attention mask and positions are those of the unperturbed sequence (the mask token is attended to,
-  as in the paper's [PAD] replacement); the model is run as TRL runs it (see :mod:`oar_rl.probes`).
+  as in the paper's [PAD] replacement), the positions those it was generated with (:mod:`oar_rl.probes`).
 
 Departures from the paper:
 - AS probes score only the tokens before the answer span (span and later tokens get 0 here and keep
