@@ -1,5 +1,5 @@
 # oar-rl: two commands do everything on a fresh machine.
-#   make demo   -- set up, then run the embedded default (no download, CPU)
+#   make demo   -- set up, then the small study on the embedded word-problem task (no download, CPU)
 #   make test   -- set up, then run the whole test suite
 PYTHON ?= python3
 VENV   := .venv
@@ -28,7 +28,7 @@ test: setup
 	$(PY) -m pytest -q tests
 
 demo: setup
-	$(VENV)/bin/oar-rl demo --out demo_out
+	$(VENV)/bin/oar-rl study --quick --task wordproblems --out demo_out
 
 demo-quick: setup
 	$(VENV)/bin/oar-rl demo --out demo_out --quick

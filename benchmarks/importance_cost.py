@@ -1,6 +1,7 @@
 """Cost of the importance scorers relative to one plain forward pass.
 
-Times OAR-P (perturbation), OAR-G (gradient), entropy and random importance on one fixed batch of a
+Times OAR-P (perturbation; with prefix reuse, the default, and with whole copies), OAR-G (gradient),
+entropy and random importance on one fixed batch of a
 tiny random Qwen2 and reports wall time and peak resident-memory growth, each as a ratio to a plain
 ``model(input_ids, attention_mask)`` forward (full logits, what TRL's log-prob pass costs).
 
@@ -9,7 +10,8 @@ tiny random Qwen2 and reports wall time and peak resident-memory growth, each as
 
 Peak memory is the growth of the process's resident set (Linux VmHWM, reset through
 /proc/self/clear_refs before each measurement); elsewhere it is reported as n/a. Times are the
-median of --repeats runs after one warm-up run.
+median of --repeats runs after one warm-up run. For the cost per token of whole training steps, at
+realistic shapes and with the modes interleaved, use ``oar-rl bench`` (README, "Cost").
 """
 
 from __future__ import annotations
@@ -146,6 +148,9 @@ def main(argv: list[str] | None = None) -> int:
         "forward (full logits)": plain_forward,
         "forward (no LM head)": body_forward,
         "OAR-P (lt-logits)": lambda: perturbation_importance(model, *batch, batch_size=args.copies),
+        "OAR-P (whole copies)": lambda: perturbation_importance(
+            model, *batch, batch_size=args.copies, prefix_reuse=False
+        ),
         "OAR-G (lt-logits)": lambda: gradient_importance(
             model, *batch, generator=torch.Generator().manual_seed(0)
         ),

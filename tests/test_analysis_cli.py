@@ -1,4 +1,4 @@
-"""`oar-rl attribute`, `oar-rl oracle` and `oar-rl bench` end to end on a tiny random model."""
+"""`oar-rl attribute` and `oar-rl oracle` end to end on a tiny random model (bench: test_bench.py)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from oar_rl.analysis import attribute, bench, recall
+from oar_rl.analysis import attribute, recall
 from oar_rl.cli import main as cli_main
 
 
@@ -68,36 +68,6 @@ def test_oracle_study_end_to_end(tiny_model_dir, tmp_path, monkeypatch):
     assert "<th>oracle</th>" in (out / "heatmaps.html").read_text()
 
 
-def test_bench_reports_ratios_to_grpo(tiny_model_dir, tmp_path):
-    out = tmp_path / "bench"
-    rc = bench.main(
-        [
-            "--model",
-            str(tiny_model_dir),
-            "--methods",
-            "none,oar-g",
-            "--steps",
-            "1",
-            "--warmup",
-            "0",
-            "--prompts",
-            "1",
-            "--num-generations",
-            "4",
-            "--max-completion-length",
-            "8",
-            "--out",
-            str(out),
-        ]
-    )
-    assert rc == 0
-    report = json.loads((out / "bench.json").read_text())
-    by = {r["method"]: r for r in report["results"]}
-    assert by["none"]["ratio_vs_grpo"] == 1.0 and by["none"]["update_ratio_vs_grpo"] == 1.0
-    assert by["oar-g"]["seconds_per_token"] > 0
-    assert "| oar-g |" in (out / "bench.md").read_text()
-
-
 @pytest.mark.parametrize(
     ("argv", "needle"),
     [
@@ -118,9 +88,3 @@ def test_unwritable_out_is_refused(tiny_model_dir, tmp_path, capsys):
     blocker.write_text("not a directory")
     assert attribute.main(["--model", str(tiny_model_dir), "--out", str(blocker / "sub")]) == 2
     assert "--out" in (err := capsys.readouterr().err) and "not writable" in err
-
-
-def test_bench_argument_errors(capsys):
-    with pytest.raises(SystemExit):
-        bench.main(["--methods", "oar-g"])  # no GRPO reference to divide by
-    assert "must include 'none'" in capsys.readouterr().err

@@ -1,13 +1,16 @@
 """Collective-safe scoring (oar_rl.distributed) under FSDP1 and FSDP2, sharded by hand in 2 gloo processes.
 
 Each rank holds a different number of rows (rank 1 none at all in the first round), scores them with
-every model-based credit mode through `ScoringSync` + `scoring_params`, and checks:
+every model-based scorer (entropy, OAR-G with and without prompt-cache reuse and with K draws, OAR-P with
+and without prefix reuse, the OAR-GP hybrid, GRAIL) inside `ScoringSync.joined` + `scoring_params`, and
+checks:
 - the scores equal those of an unsharded copy of the model (the FSDP gathering is transparent);
 - the ranks ran the same number of passes (padding filled the difference; a mismatch would deadlock
-  or abort gloo with "collective mismatch");
+  or abort gloo with "collective mismatch"), including the one-time head verification that only the
+  rank with rows runs, and the hybrid's OAR-G and OAR-P phases, which the ranks reach at different times;
 - a training step after the scoring gives the same loss as an identical FSDP model that never scored
   (scoring leaves FSDP's state clean).
-Plus single-process checks of the plan, the pass-count check and row-keyed noise.
+Plus single-process checks of the pass codes, the dummy pass and row-keyed noise.
 """
 
 from __future__ import annotations
@@ -22,15 +25,21 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 from oar_rl.distributed import (
-    PassCounter,
+    BACKWARD,
+    FORWARD,
     ScoringSync,
     dummy_pass,
-    planned_passes,
     row_generators,
     row_uniform,
     scoring_params,
 )
-from oar_rl.importance import entropy_importance, gradient_importance, perturbation_importance
+from oar_rl.importance import (
+    entropy_importance,
+    gradient_importance,
+    hybrid_importance,
+    perturbation_importance,
+)
+from oar_rl.importance.grail import grail_importance
 from oar_rl.tiny import tiny_qwen2
 
 VOCAB, P, C = 40, 3, 6
@@ -48,10 +57,37 @@ def _batch(rank: int, n: int, seed: int):
 
 
 def _scorers(pid, pm, cid, cm, gens):
+    """name -> scorer(model); `gens()` gives fresh row generators (the same draws for every call)."""
+    ans = cm.bool().clone()
+    ans[:, :2] = False  # an answer span: the last completion tokens
+
+    def oar_p(prefix_reuse):
+        return lambda m: perturbation_importance(
+            m, pid, pm, cid, cm, batch_size=4, mask_token_id=0, prefix_reuse=prefix_reuse
+        )
+
     return {
         "entropy": lambda m: entropy_importance(m, pid, pm, cid, cm, batch_size=1),
-        "oar-g": lambda m: gradient_importance(m, pid, pm, cid, cm, batch_size=1, generator=gens),
-        "oar-p": lambda m: perturbation_importance(m, pid, pm, cid, cm, batch_size=4, mask_token_id=0),
+        "oar-g": lambda m: gradient_importance(m, pid, pm, cid, cm, batch_size=1, generator=gens()),
+        "oar-g-noreuse": lambda m: gradient_importance(
+            m, pid, pm, cid, cm, batch_size=1, generator=gens(), prefix_reuse=False
+        ),
+        "oar-g-K2": lambda m: gradient_importance(
+            m, pid, pm, cid, cm, batch_size=2, num_draws=2, generator=gens()
+        ),
+        "oar-p": oar_p(True),
+        "oar-p-noreuse": oar_p(False),
+        "oar-gp": lambda m: hybrid_importance(
+            m,
+            pid,
+            pm,
+            cid,
+            cm,
+            fraction=0.5,
+            gradient_kwargs=dict(batch_size=1, generator=gens()),
+            perturbation_kwargs=dict(batch_size=2, mask_token_id=0),
+        ),
+        "grail": lambda m: grail_importance(m, pid, pm, cid, cm, answer_mask=ans, batch_size=1),
     }
 
 
@@ -94,22 +130,25 @@ def _worker(rank: int, world: int, version: int, port: int, queue) -> None:
         scored_wrapped, scored_model = _shard(tiny_qwen2(VOCAB, seed=0), version)
         plain_wrapped, _ = _shard(tiny_qwen2(VOCAB, seed=0), version)
         opts = [torch.optim.SGD(w.parameters(), lr=0.5) for w in (scored_wrapped, plain_wrapped)]
-        sync = ScoringSync(_Acc(world), collective=True)
+        before = scored_wrapped.unshard if version == 2 else None
+        sync = ScoringSync(_Acc(world), collective=True, before=before)
         report = {"err": 0.0, "passes": [], "losses": []}
         for rnd, n in enumerate([(3, 0), (1, 2)]):  # rows per rank: rank 1 has none in round 0
             pid, pm, cid, cm = _batch(rank, n[rank], rnd)
-            gens = row_generators(0, rnd, 0, [rank * 10 + i for i in range(n[rank])])
-            ref_gens = row_generators(0, rnd, 0, [rank * 10 + i for i in range(n[rank])])
+
+            def gens(rank=rank, rnd=rnd, n=n):
+                return row_generators(0, rnd, 0, [rank * 10 + i for i in range(n[rank])])
+
             with scoring_params(scored_wrapped, scored_model, version):
                 for kind, fn in _scorers(pid, pm, cid, cm, gens).items():
-                    scored = cm.bool()
-                    bs = 4 if kind == "oar-p" else 1
-                    before = sync.padded
-                    plan = planned_passes(kind, scored, batch_size=bs)
-                    got = sync.run(kind, scored_model, plan, functools.partial(fn, scored_model))
-                    report["passes"].append((kind, plan + sync.padded - before))
+                    before_passes = sync.passes + sync.padded
+                    got = None
+                    with sync.joined(scored_model):
+                        if n[rank]:
+                            got = fn(scored_model)
+                    report["passes"].append((kind, sync.passes + sync.padded - before_passes))
                     if n[rank]:
-                        want = _scorers(pid, pm, cid, cm, ref_gens)[kind](ref)
+                        want = _scorers(pid, pm, cid, cm, gens)[kind](ref)
                         report["err"] = max(report["err"], float((got - want).abs().max()))
             # one training step on both FSDP models, the same data
             ids = torch.cat([pid, cid], 1) if n[rank] else torch.full((1, P + C), 5)
@@ -131,6 +170,7 @@ def _worker(rank: int, world: int, version: int, port: int, queue) -> None:
             else:
                 full = {k: v.full_tensor() for k, v in scored_wrapped.state_dict().items()}
                 ref.load_state_dict(full)
+        report["padded"] = sync.padded
         queue.put((rank, report))
     finally:
         dist.destroy_process_group()
@@ -142,10 +182,6 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-@pytest.mark.skip(
-    reason="hangs since merging main at 17:00 (passes at scale commit 6d135d3, before the merge of main's "
-    "probes.py changes); a per-rank difference in the scorers' collective calls, not yet found"
-)
 @pytest.mark.parametrize("version", [1, 2])
 def test_fsdp_scoring_pads_passes_and_matches_unsharded(version):
     ctx = mp.get_context("spawn")
@@ -164,6 +200,7 @@ def test_fsdp_scoring_pads_passes_and_matches_unsharded(version):
     # every scorer call: the same number of passes on both ranks
     assert reports[0]["passes"] == reports[1]["passes"]
     assert any(n > 0 for _, n in reports[0]["passes"])
+    assert reports[1]["padded"] > 0  # rank 1 had no row in round 0: it only padded
     for rank in (0, 1):
         assert reports[rank]["err"] < 1e-5, reports[rank]
         for scored_loss, plain_loss in reports[rank]["losses"]:
@@ -174,39 +211,57 @@ def test_fsdp_scoring_pads_passes_and_matches_unsharded(version):
 # single process
 
 
-def test_plan_matches_scorers_and_counter_catches_drift():
+def test_every_backward_pass_is_announced_and_followed_by_one_backward():
+    """The join protocol's assumption, for every scorer: a BACKWARD-coded body forward is followed by
+    exactly one backward through the body before the next body forward; other forwards have none."""
+    from oar_rl.probes import decoder_body
+
     model = tiny_qwen2(VOCAB, seed=0)
     pid, pm, cid, cm = _batch(0, 3, 0)
-    gens = row_generators(0, 0, 0, range(3))
-    for kind, fn in _scorers(pid, pm, cid, cm, gens).items():
-        bs = 4 if kind == "oar-p" else 1
-        plan = planned_passes(kind, cm.bool(), batch_size=bs)
-        with PassCounter(model) as counter:
-            fn(model)
-        assert counter.count == plan * {"entropy": 1, "oar-g": 2, "oar-p": 1}[kind]
-    # oar-g with K noise draws: a row is K sequences, so max(1, batch_size // K) rows per pass
-    for K, bs in ((3, 2), (2, 4)):
-        plan = planned_passes("oar-g", cm.bool(), batch_size=bs, num_draws=K)
-        with PassCounter(model) as counter:
-            gradient_importance(model, pid, pm, cid, cm, batch_size=bs, num_draws=K, generator=gens)
-        assert counter.count == 2 * plan, (K, bs)
-    # oar-p: 3 rows in 1 clean pass, 6 + 3 + 6 = 15 perturbed copies in 4 passes of 4
-    assert planned_passes("oar-p", cm.bool(), batch_size=4) == 5
-    sync = ScoringSync(_Acc(1), collective=False)
-    with pytest.raises(RuntimeError, match="no longer mirrors"):
-        sync.run("oar-g", model, 5, lambda: gradient_importance(model, pid, pm, cid, cm, batch_size=1))
-    with pytest.raises(ValueError, match="no pass plan"):
-        planned_passes("grail-x", cm.bool(), batch_size=1)
+    body = decoder_body(model)
+    for kind, fn in _scorers(pid, pm, cid, cm, lambda: row_generators(0, 0, 0, range(3))).items():
+        events = []
+        from oar_rl.distributed import pass_code
+
+        hooks = [
+            body.register_forward_pre_hook(
+                lambda m, a, kw, ev=events: ev.append(("f", pass_code(kw))), with_kwargs=True
+            ),
+            body.layers[0].register_full_backward_pre_hook(lambda m, g, ev=events: ev.append(("b", None))),
+        ]
+        sync = ScoringSync(_Acc(1), collective=False)
+        try:
+            with sync.joined(model):
+                fn(model)
+        finally:
+            for h in hooks:
+                h.remove()
+        assert sync.passes == sum(e[0] == "f" for e in events) > 0, kind
+        for i, (what, code) in enumerate(events):
+            if what == "f":
+                nxt = events[i + 1][0] if i + 1 < len(events) else None
+                assert (nxt == "b") == (code == BACKWARD), (kind, events)
+        backward = {"oar-g", "oar-g-noreuse", "oar-g-K2", "oar-gp", "grail"}
+        assert any(c == BACKWARD for _, c in events) == (kind in backward), kind
 
 
-def test_dummy_pass_leaves_no_grad_and_counts_like_a_real_pass():
+def test_dummy_pass_leaves_no_grad_and_uses_one_body_forward():
+    from oar_rl.distributed import pass_code
+    from oar_rl.probes import decoder_body
+
     model = tiny_qwen2(VOCAB, seed=0).train()
-    for kind, forwards in (("entropy", 1), ("oar-p", 1), ("oar-g", 2)):
-        with PassCounter(model) as counter:
-            dummy_pass(model, kind)
-        assert counter.count == forwards
+    for code in (FORWARD, BACKWARD):
+        codes = []
+        h = decoder_body(model).register_forward_pre_hook(
+            lambda m, a, kw, cs=codes: cs.append(pass_code(kw)), with_kwargs=True
+        )
+        dummy_pass(model, code)
+        h.remove()
+        assert codes == [code]
     assert all(p.grad is None for p in model.parameters())
     assert model.training
+    with pytest.raises(ValueError, match="no dummy pass"):
+        dummy_pass(model, 0)
 
 
 def test_row_keyed_noise_does_not_depend_on_batching_or_padding():

@@ -158,7 +158,8 @@ def test_oar_p_float32_and_mask_token(tok, batch):
     model = tiny_qwen2(len(tok), seed=2, hidden_size=32)
     ref = serial_oar_p(model, p_ids, p_mask, c_ids, c_mask, "lt-logits", ans, mask_id=7)
     got = perturbation_importance(model, p_ids, p_mask, c_ids, c_mask, mask_token_id=7, batch_size=4)
-    torch.testing.assert_close(got.double(), ref, rtol=2e-3, atol=5e-7)
+    # atol: a float32 KL of ~1e-6 is a sum of terms p·(log p − log q) with log-prob rounding ~1e-7 each
+    torch.testing.assert_close(got.double(), ref, rtol=2e-3, atol=3e-7)
     default = perturbation_importance(model, p_ids, p_mask, c_ids, c_mask)  # pad id 0
     assert not torch.allclose(default, got)
 

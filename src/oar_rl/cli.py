@@ -17,6 +17,9 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "attribute": ("oar_rl.analysis.attribute", "token-importance heatmaps (HTML), one row per scorer"),
     "oracle": ("oar_rl.analysis.recall", "counterfactual oracle and causal-token recall@K% of each scorer"),
     "bench": ("oar_rl.analysis.bench", "training cost per token of each credit mode, as a ratio to GRPO"),
+    # --- study (issue 8 item 4) ---
+    "study": ("oar_rl.study", "compare credit methods over seeds under one fixed protocol (CIs, ablations)"),
+    # --- end study ---
 }
 
 

@@ -86,8 +86,14 @@ class DemoSettings:
     eval_samples: int = 4
     """Samples per problem for the temperature-1.0 accuracy (its mean over samples)."""
     eval_seed: int = 1234
+    task: str = "arithmetic"
+    """Embedded task (`oar_rl.tasks`): 'arithmetic' or 'wordproblems' (shipped warm start, token roles)."""
 
     def __post_init__(self) -> None:
+        from oar_rl.tasks import TASKS
+
+        if self.task not in TASKS:
+            raise ValueError(f"task={self.task!r}; valid tasks: {', '.join(TASKS)}")
         bad = [m for m in self.methods if m not in METHODS]
         if bad or not self.methods:
             raise ValueError(f"unknown methods {bad or '(none given)'}; valid methods: {', '.join(METHODS)}")
@@ -100,12 +106,16 @@ class DemoSettings:
                 raise ValueError(f"{name}={getattr(self, name)} must be >= 1")
         if self.num_generations < 2:
             raise ValueError(f"num_generations={self.num_generations} must be >= 2 (GRPO needs a group)")
-        if self.eval_split not in ("eval", "hard"):
-            raise ValueError(f"eval_split={self.eval_split!r}; valid: eval, hard")
+        valid_splits = ("eval", "hard") if self.task == "arithmetic" else ("eval", "validation")
+        if self.eval_split not in valid_splits:
+            raise ValueError(f"eval_split={self.eval_split!r}; valid: {', '.join(valid_splits)}")
 
     def recipe_obj(self):
+        from oar_rl.shipped import WORDPROBLEMS_RECIPE
         from oar_rl.tiny import DEFAULT_RECIPE, TEST_RECIPE
 
+        if self.task == "wordproblems":  # one shipped warm start, whatever the preset
+            return WORDPROBLEMS_RECIPE
         return DEFAULT_RECIPE if self.recipe == "default" else TEST_RECIPE
 
     def to_dict(self) -> dict[str, Any]:
@@ -170,6 +180,14 @@ def _parse(argv: list[str]) -> argparse.Namespace:
         default=None,
         help="warm-start model cache (default: $OAR_RL_CACHE/models or ~/.cache/oar-rl/models)",
     )
+    add(
+        p,
+        "--task",
+        choices=("arithmetic", "wordproblems"),
+        default="arithmetic",
+        help="embedded task (default: arithmetic); wordproblems uses the shipped warm start and logs "
+        "ground-truth credit metrics",
+    )
     add(p, "--fresh", action="store_true", help="discard results in --out instead of resuming")
     add(p, "--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
     add(
@@ -192,6 +210,12 @@ def settings_from_args(args: argparse.Namespace) -> DemoSettings:
         changes["seeds"] = args.seeds
     if args.steps is not None:
         changes["steps"] = args.steps
+    if getattr(args, "task", "arithmetic") != "arithmetic":
+        from oar_rl.tasks import get_task
+
+        changes["task"] = args.task
+        if not args.tiny:
+            changes["max_completion_length"] = get_task(args.task).max_completion_length
     if args.methods is not None:
         changes["methods"] = tuple(m.strip() for m in args.methods.split(",") if m.strip())
     return replace(s, **changes)
@@ -229,15 +253,6 @@ def evaluate(model, tokenizer, settings: DemoSettings, problems) -> dict[str, fl
     return {"sampled": sampled, "greedy": greedy}
 
 
-def _clean_history(history: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    keep = []
-    for h in history:
-        row = {k: v for k, v in h.items() if isinstance(v, int | float) and not isinstance(v, bool)}
-        if "step" in row:
-            keep.append(row)
-    return keep
-
-
 def train_one(
     method: str,
     seed: int,
@@ -254,59 +269,33 @@ def train_one(
     The terminal shows a progress bar (TRL's log dicts with `verbose`); with `log_dir` every log also
     goes to `log_dir/logs.jsonl` and TensorBoard (if in `report_to`) writes under `log_dir/tensorboard`.
     """
-    import torch
-    from transformers import PreTrainedTokenizerFast, Qwen2ForCausalLM
+    from oar_rl.study.training import train_policy
+    from oar_rl.tasks import get_task
 
-    from oar_rl.data.arithmetic import load
-    from oar_rl.trainer import OARConfig, OARTrainer
-
-    batch = settings.prompts_per_step * settings.num_generations
-    config = OARConfig(
-        output_dir=str(workdir),
+    task = get_task(settings.task)
+    return train_policy(
+        model_path,
+        task.load("train", settings.prompts_per_step * settings.steps * 2),
+        arithmetic_reward,
         credit=METHODS[method],
+        seed=seed,
+        steps=settings.steps,
+        prompts_per_step=settings.prompts_per_step,
+        num_generations=settings.num_generations,
+        learning_rate=settings.learning_rate,
+        max_completion_length=settings.max_completion_length,
+        temperature=settings.temperature,
+        workdir=workdir,
         probe=settings.probe,
         tau=settings.tau,
         oar_beta=settings.oar_beta,
-        per_device_train_batch_size=batch,
-        gradient_accumulation_steps=1,
-        num_generations=settings.num_generations,
-        max_completion_length=settings.max_completion_length,
-        temperature=settings.temperature,
-        max_steps=settings.steps,
-        learning_rate=settings.learning_rate,
-        lr_scheduler_type="constant",
-        warmup_steps=0,
-        logging_steps=1,
-        save_strategy="no",
         report_to=report_to,
         run_name=f"oar-rl-demo-{method}-seed{seed}",
-        seed=seed,
-        data_seed=seed,
-        use_cpu=not torch.cuda.is_available(),
-        bf16=False,
-        activation_checkpointing=False,  # the new name: `gradient_checkpointing` warns it is deprecated
-        disable_tqdm=False,
+        log_dir=log_dir,
+        verbose=verbose,
+        desc=method,
+        trainer_kwargs={"token_roles": task.token_roles} if task.token_roles is not None else None,
     )
-    dataset = load("train").select(range(settings.prompts_per_step * settings.steps * 2))
-    from oar_rl.console import attach, no_load_bars
-
-    with no_load_bars():  # the warm start's load already showed one
-        model = Qwen2ForCausalLM.from_pretrained(model_path, attn_implementation="eager")
-    tokenizer = PreTrainedTokenizerFast.from_pretrained(model_path)
-    trainer = OARTrainer(
-        model=model,
-        args=config,
-        train_dataset=dataset,
-        reward_funcs=arithmetic_reward,
-        processing_class=tokenizer,
-    )
-    attach(trainer, desc=method, log_dir=log_dir, verbose=verbose)  # bar, logs.jsonl, trackers, warnings
-    t0 = time.perf_counter()
-    trainer.train()
-    seconds = time.perf_counter() - t0
-    model = trainer.model
-    model.eval()
-    return model, _clean_history(trainer.state.log_history), seconds
 
 
 def token_heatmap(model, tokenizer, problems, settings: DemoSettings) -> str | None:
@@ -381,6 +370,8 @@ class Summary:
             "warm_start": (old or {}).get("warm_start", {}),
             "runs": (old or {}).get("runs", {}),
         }
+        if old and "task" in old:
+            self.data["task"] = old["task"]
         if old:
             _phase(f"resuming: {len(self.data['runs'])} finished run(s) in {path}")
 
@@ -402,10 +393,10 @@ def run_demo(
     verbose: bool = False,
 ) -> dict:
     """Run the demo end to end; returns the final summary dict. See the module docstring."""
+    from oar_rl import tiny
     from oar_rl.analysis.plots import CURVES, plot_curves
     from oar_rl.analysis.report import write_report
-    from oar_rl.data.arithmetic import split_problems
-    from oar_rl.tiny import load_default_model
+    from oar_rl.tasks import get_task
 
     t_start = time.perf_counter()
     ensure_writable_dir(out)
@@ -417,8 +408,12 @@ def run_demo(
         stale.unlink(missing_ok=True)
     recipe = settings.recipe_obj()
     _phase(f"warm start: recipe {recipe.hash()} (built on first use, then cached)")
-    model, tokenizer, model_path = load_default_model(recipe, cache_dir=cache_dir, progress=True)
-    problems = split_problems(settings.eval_split, settings.eval_problems)
+    task = get_task(settings.task)
+    if settings.task == "arithmetic":
+        model, tokenizer, model_path = tiny.load_default_model(recipe, cache_dir=cache_dir, progress=True)
+    else:
+        model, tokenizer, model_path = task.load_model()
+    problems = task.split_problems(settings.eval_split, settings.eval_problems)
     ws = summary.data["warm_start"]
     if ws.get("recipe_hash") != recipe.hash() or "accuracy" not in ws:
         _phase(f"evaluating the warm start on {len(problems)} held-out '{settings.eval_split}' problems")
@@ -427,6 +422,20 @@ def run_demo(
             "recipe": recipe.to_dict(),
             "accuracy": evaluate(model, tokenizer, settings, problems),
         }
+        summary.save()
+    if task.token_roles is not None and "task" not in summary.data:
+        from oar_rl.roles import role_statistics
+
+        _phase("measuring token roles and policy entropy on the warm start's own samples")
+        summary.data["task"] = role_statistics(
+            model,
+            tokenizer,
+            [p.prompt for p in problems],
+            task.token_roles,
+            temperature=settings.temperature,
+            max_new_tokens=settings.max_completion_length,
+            seed=settings.eval_seed,
+        )
         summary.save()
     _phase(
         f"warm start accuracy: sampled {ws['accuracy']['sampled']:.3f}, greedy {ws['accuracy']['greedy']:.3f}"

@@ -6,14 +6,13 @@ Ranks score different numbers of rows (rows whose sequence advantage is 0 are sk
 differ in length), so if each rank ran only its own passes, the ranks would issue different numbers of
 collectives and hang or exchange garbage. This module makes them equal:
 
-1. :func:`planned_passes` counts, before any forward, the passes the scorer will run for this rank's
-   rows (mirroring the scorers' own chunking: rows per pass, and for OAR-P perturbed copies per pass).
-2. :meth:`ScoringSync.max_passes` all-reduces the maximum over ranks (one collective per scorer call).
-3. :meth:`ScoringSync.run` runs the real scorer, checks that it ran exactly the planned number of
-   transformer-body forwards (:class:`PassCounter`; a scorer whose chunking drifted from the plan fails
-   loudly, in every process, also in single-process tests), then runs ``max - planned`` dummy passes
-   (one padding row, results discarded) with the same forward/backward pattern, so every rank issues
-   the same sequence of collective calls.
+:class:`ScoringSync` announces every transformer-body forward of the scorers across ranks before it
+runs (one small all-reduce of the pass kind: forward only, or forward + input-gradient backward); a rank
+with a different or no pass to run at that point runs a dummy pass of the announced kind (one padding
+row, results discarded), and a rank that has finished keeps padding until every rank has. So every rank
+issues the same sequence of collective calls whatever each scorer's chunking, KV-cache prefix reuse,
+number of noise draws, phases (OAR-GP: OAR-G then OAR-P) or one-time head verification do, without a
+pass plan that would have to mirror them.
 
 The model's root-level parameters (embeddings, final norm, LM head) are called directly by the
 scorers, outside the root module's forward, so they are gathered for the whole scoring phase
@@ -40,7 +39,6 @@ one-process run on the same data.
 from __future__ import annotations
 
 import contextlib
-import math
 import zlib
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, TypeVar
@@ -52,73 +50,38 @@ from oar_rl.probes import base_model, body_hidden, decoder_body, eval_mode, head
 
 T = TypeVar("T")
 
-# transformer-body forwards per scoring pass, and whether the pass has a backward
-PASS_FORWARDS: dict[str, int] = {"entropy": 1, "oar-p": 1, "oar-g": 2}
-PASS_BACKWARD: dict[str, bool] = {"entropy": False, "oar-p": False, "oar-g": True}
+# pass codes announced before each transformer-body forward (higher wins the all-reduce max)
+IDLE, FORWARD, BACKWARD = 0, 1, 2
+PASS_KINDS: dict[int, str] = {FORWARD: "forward", BACKWARD: "forward+backward"}
 
 
-def _chunks(n: int, size: int | None) -> int:
-    return 0 if n == 0 else (1 if size is None else math.ceil(n / size))
+def pass_code(kwargs: dict[str, Any]) -> int:
+    """BACKWARD when this body forward is differentiated (input embeddings that require grad, grad
+    enabled: OAR-G's noisy pass, GRAIL's pass; one ``autograd.grad`` follows before the next body
+    forward), else FORWARD (clean passes, OAR-P, entropy, prefix/suffix passes, head verification)."""
+    embeds = kwargs.get("inputs_embeds")
+    if torch.is_grad_enabled() and isinstance(embeds, Tensor) and embeds.requires_grad:
+        return BACKWARD
+    return FORWARD
 
 
-def planned_passes(kind: str, scored: Tensor, *, batch_size: int | None, num_draws: int = 1) -> int:
-    """Scoring passes `kind`'s scorer will run on rows whose scored positions are `scored` (R, C) bool.
-
-    Mirrors the scorers (a drift is caught by :meth:`ScoringSync.run`): ``entropy`` runs one pass per
-    `batch_size` rows that have a completion token; ``oar-g`` one pass (clean forward, noisy forward,
-    backward) per max(1, `batch_size` // `num_draws`) rows that have a scored token (each row is
-    `num_draws` sequences); ``oar-p`` one clean pass per `batch_size` such rows plus one pass per
-    `batch_size` perturbed copies (one copy per scored token).
-    """
-    if kind not in PASS_FORWARDS:
-        raise ValueError(f"no pass plan for credit={kind!r}; known: {', '.join(PASS_FORWARDS)}")
-    scored = scored.bool()
-    rows = int(scored.any(dim=1).sum()) if scored.numel() else 0
-    if kind == "oar-p":
-        if batch_size is None:
-            raise ValueError("oar-p needs an explicit batch_size (perturbed copies per pass)")
-        return _chunks(rows, batch_size) + _chunks(int(scored.sum()), batch_size)
-    if kind == "oar-g" and batch_size is not None:
-        batch_size = max(1, batch_size // num_draws)
-    return _chunks(rows, batch_size)
-
-
-class PassCounter:
-    """Counts forward calls of the transformer body of `model` (a forward pre-hook) while active."""
-
-    def __init__(self, model: nn.Module) -> None:
-        self.body = decoder_body(model)
-        self.count = 0
-
-    def __enter__(self) -> PassCounter:
-        self._hook = self.body.register_forward_pre_hook(self._tick)
-        return self
-
-    def _tick(self, *args: Any) -> None:
-        self.count += 1
-
-    def __exit__(self, *exc: Any) -> None:
-        self._hook.remove()
-
-
-def dummy_pass(model: nn.Module, kind: str) -> None:
-    """One scoring pass of `kind` on a 2-token padding row (results discarded): the same modules, in the
-    same order, as a real pass -- embeddings, body (twice and a backward for OAR-G), LM head."""
-    if kind not in PASS_FORWARDS:
-        raise ValueError(f"no dummy pass for credit={kind!r}; known: {', '.join(PASS_FORWARDS)}")
+def dummy_pass(model: nn.Module, code: int) -> None:
+    """One scoring pass on a 2-token padding row (results discarded): the same modules, in the same
+    order, as a real pass -- embeddings, body, LM head, and for BACKWARD an input-gradient backward."""
+    if code not in PASS_KINDS:
+        raise ValueError(f"no dummy pass for code {code!r}; known: {PASS_KINDS}")
     device = model_device(model)
     pad = getattr(getattr(model, "config", None), "pad_token_id", None) or 0
     ids = torch.full((1, 2), int(pad), dtype=torch.long, device=device)
     attn = torch.ones_like(ids)
     embed = base_model(model).get_input_embeddings()
     with eval_mode(model):
-        if not PASS_BACKWARD[kind]:
+        if code == FORWARD:
             with torch.no_grad():
                 head_logits(model, body_hidden(model, attn, input_ids=ids)[:, -1])
             return
         with torch.no_grad():
             emb = embed(ids)
-            head_logits(model, body_hidden(model, attn, inputs_embeds=emb)[:, -1])
         noisy = emb.detach().clone().requires_grad_(True)
         with torch.enable_grad():
             out = head_logits(model, body_hidden(model, attn, inputs_embeds=noisy)[:, -1])
@@ -126,43 +89,75 @@ def dummy_pass(model: nn.Module, kind: str) -> None:
 
 
 class ScoringSync:
-    """Agree on the number of scoring passes across ranks and pad with dummy passes.
+    """Keep every rank's transformer-body passes in lockstep while the scorers run (a join protocol).
+
+    No scorer has to say in advance how many passes it will run (chunking, KV-cache prefix reuse, K
+    noise draws, the hybrid's two phases and the one-time head verification all vary per rank). Inside
+    :meth:`joined`, a forward pre-hook on the body announces each pass before it runs: every rank
+    all-reduces the max of its code (:data:`BACKWARD` > :data:`FORWARD` > :data:`IDLE`). A rank whose
+    code is below the max runs one dummy pass of the max's kind, then announces again; a rank that has
+    finished announces IDLE until every rank does. So all ranks run the same sequence of pass kinds,
+    hence the same sequence of collective calls. Assumption (true of every scorer here, and checked for
+    each in tests/test_distributed.py): a BACKWARD pass is followed by exactly one backward through the
+    body before the next body forward.
 
     Args:
         accelerator: the trainer's `accelerate.Accelerator`.
         collective: whether forwards are collective (FSDP, or ZeRO-3 without gathered parameters); when
-            False, :meth:`run` only checks the pass count and nothing is padded or all-reduced.
+            False, :meth:`joined` only counts passes and nothing is all-reduced or padded.
+        before: called before every announcement (FSDP2: ``root.unshard``, so a root gather that a rank
+            makes on its next embedding call happens at the same point on every rank).
     """
 
-    def __init__(self, accelerator: Any, *, collective: bool) -> None:
+    def __init__(
+        self, accelerator: Any, *, collective: bool, before: Callable[[], None] | None = None
+    ) -> None:
         self.accelerator = accelerator
         self.collective = collective and accelerator.num_processes > 1
+        self.before = before
+        self.passes = 0  # real passes announced so far
         self.padded = 0  # dummy passes run so far (for tests and logs)
+        self._dummy = False
 
-    def max_passes(self, planned: int) -> int:
-        if not self.collective:
-            return planned
-        n = torch.tensor([planned], dtype=torch.long, device=self.accelerator.device)
+    def _announce(self, code: int) -> int:
+        if self.before is not None:
+            self.before()
+        n = torch.tensor([code], dtype=torch.long, device=self.accelerator.device)
         return int(self.accelerator.reduce(n, reduction="max").item())
 
-    def run(self, kind: str, model: nn.Module, planned: int, score: Callable[[], T]) -> T | None:
-        """Run `score` (skipped when `planned` is 0), check its pass count, then pad to the ranks' max."""
-        total = self.max_passes(planned)
-        result = None
-        if planned:
-            with PassCounter(model) as counter:
-                result = score()
-            expected = planned * PASS_FORWARDS[kind]
-            if counter.count != expected:
-                raise RuntimeError(
-                    f"credit={kind!r}: the scorer ran {counter.count} transformer-body forwards where "
-                    f"{expected} were planned ({planned} passes); oar_rl.distributed.planned_passes no "
-                    "longer mirrors the scorer, which would deadlock collective (FSDP/ZeRO-3) training"
-                )
-        for _ in range(total - planned):
-            dummy_pass(model, kind)
-            self.padded += 1
-        return result
+    def _pad(self, model: nn.Module, code: int) -> None:
+        self._dummy = True
+        try:
+            dummy_pass(model, code)
+        finally:
+            self._dummy = False
+        self.padded += 1
+
+    @contextlib.contextmanager
+    def joined(self, model: nn.Module) -> Iterator[None]:
+        """Run scorers of `model` inside; on exit, pad until every rank is done."""
+        body = decoder_body(model)
+
+        def hook(module: nn.Module, args: tuple, kwargs: dict[str, Any]) -> None:
+            if self._dummy:
+                return
+            self.passes += 1
+            if not self.collective:
+                return
+            code = pass_code(kwargs)
+            while (top := self._announce(code)) > code:
+                self._pad(model, top)
+
+        handle = body.register_forward_pre_hook(hook, with_kwargs=True)
+        try:
+            yield
+        finally:
+            handle.remove()
+        # not reached after an exception: the other ranks then hang in a collective, as they would
+        # on any rank-local error under FSDP (torch.distributed's timeout ends them)
+        if self.collective:
+            while (top := self._announce(IDLE)) > IDLE:
+                self._pad(model, top)
 
 
 def _is_fsdp1_unit(module: nn.Module) -> bool:

@@ -66,3 +66,77 @@ def top_advantage_mass(
     uniform = k.float() / count.clamp_min(1).float()
     out = torch.where(total > 0, share, uniform)
     return torch.where(count > 0, out, torch.zeros_like(out))
+
+
+# ----------------------------------------------------------------------------------------------------
+# Ground-truth credit metrics, for tasks whose completions have known token roles (`oar_rl.roles`).
+# Reasoning tokens are the pivot and filler tokens; the answer span is not ranked by credit assignment.
+# Per row, (B,) float32; rows without a reasoning token (or, for recall, without a pivot) give 0.0 and
+# should be left out by the caller (`reasoning_rows` / `pivot_rows`).
+# ----------------------------------------------------------------------------------------------------
+
+
+def _role_masks(pivot: torch.Tensor, filler: torch.Tensor, shape: torch.Size) -> tuple[torch.Tensor, ...]:
+    pivot = _check_mask(pivot, shape, "pivot_mask")
+    filler = _check_mask(filler, shape, "filler_mask")
+    if bool((pivot & filler).any()):
+        raise ValueError("pivot_mask and filler_mask overlap: a token has one role")
+    return pivot, filler
+
+
+def pivot_fraction(pivot_mask: torch.Tensor, filler_mask: torch.Tensor) -> torch.Tensor:
+    """Share of each row's reasoning tokens that are pivots: n_pivot / (n_pivot + n_filler), (B,)."""
+    pivot, filler = _role_masks(pivot_mask, filler_mask, pivot_mask.shape)
+    n_pivot = pivot.sum(dim=1).float()  # (B,)
+    n_reason = (pivot | filler).sum(dim=1).float()  # (B,)
+    return n_pivot / n_reason.clamp_min(1.0)
+
+
+def pivot_advantage_share(
+    token_advantages: torch.Tensor, pivot_mask: torch.Tensor, filler_mask: torch.Tensor
+) -> torch.Tensor:
+    """Share of each row's reasoning |A_t| mass on pivot tokens: Σ_pivot |A_t| / Σ_reasoning |A_t|, (B,).
+
+    Plain GRPO (A_t = A_i on every token) gives exactly `pivot_fraction`; credit that moves advantage
+    onto the decisive tokens raises it. A row whose reasoning |A_t| are all 0 gives its pivot fraction
+    (the limit of uniform credit).
+    """
+    _check_scores(token_advantages, "token_advantages")
+    pivot, filler = _role_masks(pivot_mask, filler_mask, token_advantages.shape)
+    _check_finite(token_advantages, pivot | filler, "token_advantages")
+    mag = token_advantages.float().abs()  # (B, C)
+    on_pivot = torch.where(pivot, mag, torch.zeros_like(mag)).sum(dim=1)  # (B,)
+    total = torch.where(pivot | filler, mag, torch.zeros_like(mag)).sum(dim=1)  # (B,)
+    share = on_pivot / total.clamp_min(torch.finfo(torch.float32).tiny)
+    return torch.where(total > 0, share, pivot_fraction(pivot, filler))
+
+
+def pivot_recall_at_k(
+    scores: torch.Tensor, pivot_mask: torch.Tensor, filler_mask: torch.Tensor, fraction: float
+) -> torch.Tensor:
+    """Expected recall of ground-truth pivots in each row's top-K% reasoning tokens by `scores`, (B,).
+
+    K = max(1, round(fraction · T)) with T the row's reasoning tokens. Ties at the cut are broken
+    uniformly at random and the *expected* recall is returned (exact, no sampling): with n_tie tokens
+    tied at the K-th score, of which p_tie are pivots, and `slots` places left for them, the tie
+    contributes slots · p_tie / n_tie hits. So constant scores give exactly K/T (chance), never a
+    position-dependent value.
+    """
+    _check_scores(scores, "scores")
+    pivot, filler = _role_masks(pivot_mask, filler_mask, scores.shape)
+    reason = pivot | filler  # (B, C)
+    _check_finite(scores, reason, "scores")
+    if not 0.0 < float(fraction) <= 1.0:
+        raise ValueError(f"fraction must be in (0, 1], got {fraction}")
+    s = torch.where(reason, scores.float(), torch.full_like(scores, float("-inf"), dtype=torch.float32))
+    count = reason.sum(dim=1)  # (B,)
+    k = torch.clamp(torch.round(float(fraction) * count.double()).long(), min=1)  # (B,)
+    ranked = s.sort(dim=1, descending=True).values  # (B, C)
+    cut = ranked.gather(1, (k - 1).clamp(max=s.shape[1] - 1)[:, None])  # (B, 1): the K-th score
+    above = reason & (s > cut)  # (B, C)
+    tied = reason & (s == cut)  # (B, C)
+    slots = (k - above.sum(dim=1)).float()  # (B,)
+    n_tie = tied.sum(dim=1).float()  # (B,)
+    hits = (above & pivot).sum(dim=1).float() + slots * (tied & pivot).sum(dim=1).float() / n_tie.clamp_min(1)
+    n_pivot = pivot.sum(dim=1).float()  # (B,)
+    return torch.where(n_pivot > 0, hits / n_pivot.clamp_min(1), torch.zeros_like(hits))

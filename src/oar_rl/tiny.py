@@ -23,6 +23,7 @@ from transformers import PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
 
 from oar_rl.cache_check import COMPLETE_MARKER, RECIPE_FILE, cache_problem
 from oar_rl.data.arithmetic import ArithmeticConfig
+from oar_rl.data.wordproblems import WordProblemConfig
 
 if TYPE_CHECKING:
     import torch
@@ -183,7 +184,8 @@ class SFTSpec:
 class Recipe:
     """Everything that determines the warm-started model; its hash names the cache directory."""
 
-    task: ArithmeticConfig = field(default_factory=ArithmeticConfig)
+    task: ArithmeticConfig | WordProblemConfig = field(default_factory=ArithmeticConfig)
+    """The task (and with it the tokenizer): arithmetic (char-level) or word problems (word-level BPE)."""
     model: ModelSpec = field(default_factory=ModelSpec)
     sft: SFTSpec = field(default_factory=SFTSpec)
     format_version: int = RECIPE_FORMAT_VERSION
@@ -327,18 +329,37 @@ def sft_examples(
     return ids, mask, labels
 
 
+def _task_sft_data(recipe: Recipe) -> tuple[PreTrainedTokenizerFast, list[str], list[str]]:
+    """(tokenizer, SFT prompts, SFT solutions) of the recipe's task (train split stream)."""
+    if isinstance(recipe.task, WordProblemConfig):
+        from oar_rl.data import wordproblems
+
+        problems = wordproblems.generate(
+            recipe.task, recipe.sft.num_problems, wordproblems.SPLITS["train"][2]
+        )
+        tok = wordproblems.build_tokenizer(recipe.task)
+    else:
+        from oar_rl.data.arithmetic import SPLITS, generate
+
+        problems = generate(recipe.task, recipe.sft.num_problems, SPLITS["train"][2])
+        tok = build_char_tokenizer()
+    return tok, [p.prompt for p in problems], [p.solution for p in problems]
+
+
 def build_model(
-    recipe: Recipe = DEFAULT_RECIPE, *, progress: bool = True
+    recipe: Recipe = DEFAULT_RECIPE, *, progress: bool = True, callback=None
 ) -> tuple[Qwen2ForCausalLM, PreTrainedTokenizerFast]:
-    """Train the warm start from scratch (no caching): a plain torch loop, seeded, CPU-friendly."""
+    """Train the warm start from scratch (no caching): a plain torch loop, seeded, CPU-friendly.
+
+    `callback(step, model, tokenizer)`, if given, runs after every optimizer step (for monitoring; it
+    must not change the model, and the model is put back in train mode after it).
+    """
     import math
 
     import torch
     from tqdm.auto import tqdm
 
-    from oar_rl.data.arithmetic import SPLITS, generate
-
-    tok = build_char_tokenizer()
+    tok, prompts, solutions = _task_sft_data(recipe)
     m = recipe.model
     model = tiny_qwen2(
         len(tok),
@@ -351,8 +372,7 @@ def build_model(
         max_position_embeddings=m.max_position_embeddings,
     )
     s = recipe.sft
-    problems = generate(recipe.task, s.num_problems, SPLITS["train"][2])
-    ids, mask, labels = sft_examples(tok, [p.prompt for p in problems], [p.solution for p in problems])
+    ids, mask, labels = sft_examples(tok, prompts, solutions)
     gen = torch.Generator().manual_seed(s.seed)
     decay = [p for n, p in model.named_parameters() if p.ndim >= 2]
     no_decay = [p for n, p in model.named_parameters() if p.ndim < 2]
@@ -369,12 +389,12 @@ def build_model(
         return s.learning_rate * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * frac)))
 
     model.train()
-    order = torch.randperm(len(problems), generator=gen)
+    order = torch.randperm(len(prompts), generator=gen)
     cursor = 0
     bar = tqdm(range(s.steps), desc="warm start (SFT)", disable=not progress, mininterval=1.0)
     for step in bar:
         if cursor + s.batch_size > len(order):
-            order, cursor = torch.randperm(len(problems), generator=gen), 0
+            order, cursor = torch.randperm(len(prompts), generator=gen), 0
         idx = order[cursor : cursor + s.batch_size]
         cursor += s.batch_size
         b_mask = mask[idx]
@@ -388,6 +408,9 @@ def build_model(
         opt.step()
         if step % 20 == 0:
             bar.set_postfix(loss=f"{out.loss.item():.3f}")
+        if callback is not None:
+            callback(step + 1, model, tok)
+            model.train()
     model.eval()
     return model, tok
 

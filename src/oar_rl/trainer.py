@@ -14,6 +14,8 @@ Credit modes (`OARConfig.credit`):
 - ``random``: w ~ U(0, 1) per token, rescaled to sum to T_i (Eq. 17), A_t = A_i·w̃_t (paper §4.2).
 - ``entropy``: Eq. 6, A_t = A_i + min(α·H_t, |A_i|/κ) (Cheng et al. 2025), H_t from the old policy.
 - ``oar-g`` / ``oar-p``: gradient (Eq. 9–13) or perturbation (Eq. 7–8) importance, then Eq. 14–17.
+- ``oar-gp`` (not in the paper): OAR-G ranks every token, OAR-P rescores each row's top
+  `oar_gp_fraction` (`oar_rl.importance.hybrid`), then Eq. 14–17.
 - ``grail``: GRAIL (Pala, Toh & Poria 2026): A_t = A_i·clamp(μ_w + σ_w·z_t, w_min, w_max), z_t the z-scored
   log-saliency of the answer span's NLL, on the rollouts `grail_rollouts` selects (default: A_i < 0); no
   renormalisation. Rows without an answer span keep weight 1 and are logged as oar/probe_fallback_frac.
@@ -39,10 +41,10 @@ Where this departs from the paper or from TRL, and why:
   noise, and an N-process run draws the same noise as a one-process run (`oar_rl.distributed`).
 - Distributed: the model is unwrapped as TRL does for generation (`unwrap_model_for_generation`,
   gathering ZeRO-3 parameters). Ranks score different numbers of rows; under FSDP (1 and 2), whose
-  forwards are collective, every rank runs the same number of scoring passes, padding with dummy
-  passes (`oar_rl.distributed.ScoringSync`). ZeRO-3 with `ds3_gather_for_generation=False` is still
-  rejected for the model-based credit modes: its LM head is sharded and called a rank-dependent number
-  of times. GRAIL's passes are not planned yet, so `grail` is rejected under FSDP.
+  forwards are collective, the ranks' scoring passes run in lockstep, padded with dummy passes
+  (`oar_rl.distributed.ScoringSync`), for every credit mode. ZeRO-3 with
+  `ds3_gather_for_generation=False` is still rejected for the model-based credit modes: its LM head is
+  sharded and called a rank-dependent number of times.
 - Vision-language inputs are not supported by the scorers (they take token ids only).
 """
 
@@ -58,10 +60,11 @@ import torch
 from trl import GRPOConfig, GRPOTrainer
 from trl.models import unwrap_model_for_generation
 
-from oar_rl.distributed import ScoringSync, planned_passes, row_generators, row_uniform, scoring_params
+from oar_rl.distributed import ScoringSync, row_generators, row_uniform, scoring_params
 from oar_rl.importance import (
     entropy_importance,
     gradient_importance,
+    hybrid_importance,
     perturbation_importance,
 )
 from oar_rl.importance.grail import check_grail_options, grail_credit  # credit="grail"
@@ -69,15 +72,16 @@ from oar_rl.metrics import ess_ratio, top_advantage_mass
 from oar_rl.probes import answer_span_mask, compile_answer_pattern, scored_positions
 from oar_rl.reshape import entropy_shaped_advantages, rescale_sum, token_advantages
 
-Credit = Literal["none", "random", "entropy", "oar-g", "oar-p", "grail"]
+Credit = Literal["none", "random", "entropy", "oar-g", "oar-p", "grail", "oar-gp"]
 Probe = Literal["lt-logits", "as-mean", "as-joint"]
 Threshold = Literal["quantile", "value"]
 GrailRollouts = Literal["wrong", "correct", "all"]  # credit="grail"
 
-CREDITS: tuple[str, ...] = ("none", "random", "entropy", "oar-g", "oar-p", "grail")
+CREDITS: tuple[str, ...] = ("none", "random", "entropy", "oar-g", "oar-p", "grail", "oar-gp")
 PROBES: tuple[str, ...] = ("lt-logits", "as-mean", "as-joint")
 THRESHOLDS: tuple[str, ...] = ("quantile", "value")
-MODEL_CREDITS: tuple[str, ...] = ("entropy", "oar-g", "oar-p", "grail")  # need forward passes of the policy
+NOISY_CREDITS: tuple[str, ...] = ("oar-g", "oar-gp")  # draw OAR-G noise (row-keyed generators)
+MODEL_CREDITS: tuple[str, ...] = ("entropy", "oar-g", "oar-p", "grail", "oar-gp")  # need policy forwards
 ANSWER_SPAN_PROBES: tuple[str, ...] = ("as-mean", "as-joint")
 BOOST_EPS = 1e-6  # a weight counts as boosted when > 1 + BOOST_EPS (uniform weights can round to 1 + ulp)
 
@@ -179,6 +183,23 @@ class OARConfig(GRPOConfig):
             "help": "Perturbed sequences per forward pass in OAR-P (>= 1); lower it if memory is short."
         },
     )
+    # --- oar-gp (hybrid) ---
+    oar_gp_fraction: float = field(
+        default=0.25,
+        metadata={
+            "help": "credit='oar-gp': share of each row's scored tokens, in (0, 1], that OAR-P rescores "
+            "after OAR-G ranks them all (at least one per row); 1.0 is exact OAR-P."
+        },
+    )
+    # --- end oar-gp ---
+    perturbation_prefix_reuse: bool = field(
+        default=True,
+        metadata={
+            "help": "OAR-P: run each clean sequence once with its key/value cache and recompute a perturbed "
+            "copy only from the perturbed token on (same scores, fewer token-forwards); False recomputes "
+            "whole copies (the paper's batching)."
+        },
+    )
     entropy_alpha: float = field(
         default=0.4,
         metadata={"help": "α >= 0 of the entropy baseline, Eq. 6 (Cheng et al. 2025 default)."},
@@ -248,6 +269,8 @@ class OARConfig(GRPOConfig):
         _check_choice("oar_noise_scale", self.oar_noise_scale, ("absolute", "rms"))
         if int(self.perturbation_batch_size) < 1:
             raise ValueError(f"perturbation_batch_size must be >= 1, got {self.perturbation_batch_size}")
+        if not 0.0 < float(self.oar_gp_fraction) <= 1.0:  # oar-gp
+            raise ValueError(f"oar_gp_fraction must be in (0, 1], got {self.oar_gp_fraction}")
         if not float(self.entropy_alpha) >= 0.0:
             raise ValueError(f"entropy_alpha must be >= 0, got {self.entropy_alpha}")
         if not float(self.entropy_kappa) > 0.0:
@@ -312,6 +335,8 @@ class TokenCredit:
     weights: torch.Tensor
     fallback: torch.Tensor
     active: torch.Tensor
+    importance: torch.Tensor | None = None
+    """(B, C) the credit mode's raw importance signal (0 on unscored rows); None for plain GRPO."""
 
 
 class OARTrainer(GRPOTrainer):
@@ -321,6 +346,11 @@ class OARTrainer(GRPOTrainer):
     """
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
+        # token_roles (oar-rl): optional labeller `completion text -> per-char roles | None` (see
+        # oar_rl.roles); when given, ground-truth credit metrics are logged every step.
+        self._oar_token_roles = kwargs.pop("token_roles", None)
+        if self._oar_token_roles is not None and not callable(self._oar_token_roles):
+            raise ValueError(f"token_roles must be a callable text -> roles, got {self._oar_token_roles!r}")
         config = args[2] if len(args) > 2 else kwargs.get("args")
         if getattr(config, "safe_rewards", False):
             if len(args) > 1:
@@ -336,12 +366,6 @@ class OARTrainer(GRPOTrainer):
                 f"credit={self.args.credit!r} under DeepSpeed ZeRO-3 needs "
                 "ds3_gather_for_generation=True (the importance passes run on gathered parameters; "
                 "sharded forwards are collective)."
-            )
-        if self.args.credit == "grail" and self._dist.is_fsdp:
-            raise ValueError(
-                "credit='grail' is not supported under FSDP yet: its passes are not padded to equal counts "
-                "across ranks (oar_rl.distributed has no plan for them), and FSDP forwards are collective. "
-                "Use DDP or DeepSpeed (configs/accelerate/ddp.yaml, zero2.yaml, zero3.yaml)."
             )
         self._oar_rng_key: tuple[int, int] = (-1, 0)  # (optimizer step, generation batches at that step)
 
@@ -360,6 +384,8 @@ class OARTrainer(GRPOTrainer):
         credit = self._assign_credit(output, mask)
         seconds = time.perf_counter() - start
         self._log_credit(mode, credit, mask, seconds)
+        if self._oar_token_roles is not None:  # token_roles (oar-rl): ground-truth credit metrics
+            self._log_roles(mode, credit, mask, output)
         if self.args.credit != "none":
             output["advantages"] = credit.advantages  # (B, C); TRL splits/shuffles it along dim 0
         return output
@@ -378,6 +404,7 @@ class OARTrainer(GRPOTrainer):
         if args.credit == "none":
             return TokenCredit(token_adv, weights, fallback, active)
         rows = active.nonzero(as_tuple=True)[0]  # (R,)
+        signal = torch.zeros_like(weights)  # (B, C): the raw importance, for TokenCredit.importance
 
         if args.credit == "random":
             if rows.numel():
@@ -385,7 +412,8 @@ class OARTrainer(GRPOTrainer):
                 w = rescale_sum(raw.to(mask.device), mask[rows])  # (R, C), rows sum to T_i
                 weights[rows] = w
                 token_adv[rows] = seq_adv[rows, None] * w
-            return TokenCredit(token_adv, weights, fallback, active)
+                signal[rows] = raw.float().to(mask.device)
+            return TokenCredit(token_adv, weights, fallback, active, signal)
 
         sub = {k: output[k][rows] for k in ("prompt_ids", "prompt_mask", "completion_ids", "completion_mask")}
         # rows per forward pass: the micro-batch size TRL itself uses for its no-grad passes
@@ -393,9 +421,15 @@ class OARTrainer(GRPOTrainer):
             args.per_device_train_batch_size if self.model.training else args.per_device_eval_batch_size
         )
         sub_mask = mask[rows]  # (R, C)
-        # --- GRAIL (credit="grail"): its own weights, no Eq. 14-17; every rank enters the context ---
-        if args.credit == "grail":
-            with self._policy_for_scoring() as model:
+        # Every rank enters the unwrap context (ZeRO-3 gathers collectively), even with no row to score,
+        # and keeps its scoring passes in lockstep with the other ranks (FSDP forwards are collective).
+        sync = self._scoring_sync()
+        importance, scored_mask = None, None
+        # drawn on every rank for every batch (also with no row): the batch counter keys the noise
+        generators = self._credit_generators(rows, seq_adv.shape[0]) if args.credit in NOISY_CREDITS else []
+        with self._policy_for_scoring() as model, sync.joined(model):
+            # --- GRAIL (credit="grail"): its own weights, no Eq. 14-17 ---
+            if args.credit == "grail":
                 if rows.numel():
                     answer_mask = answer_span_mask(
                         sub["completion_ids"],
@@ -418,23 +452,12 @@ class OARTrainer(GRPOTrainer):
                         temperature=args.temperature,
                         batch_size=batch_size,
                     )  # (R, C), (R, C)
-            return TokenCredit(token_adv, weights, fallback, active)
-        # --- end GRAIL ---
-        # Every rank enters the unwrap context (ZeRO-3 gathers collectively), even with no row to score,
-        # and runs as many scoring passes as the busiest rank (FSDP forwards are collective).
-        sync = ScoringSync(self.accelerator, collective=self._dist.is_fsdp)
-        with self._policy_for_scoring() as model:
-            if args.credit == "entropy":
-                plan = planned_passes("entropy", sub["completion_mask"], batch_size=batch_size)
-                entropies = sync.run(
-                    "entropy",
-                    model,
-                    plan,
-                    lambda: entropy_importance(
+            # --- end GRAIL ---
+            elif args.credit == "entropy":
+                if rows.numel():
+                    entropies = entropy_importance(
                         model, *sub.values(), batch_size=batch_size, temperature=args.temperature
-                    ),
-                )  # (R, C): H of the sampling distribution, as TRL computes its entropies
-                if entropies is not None:
+                    )  # (R, C): H of the sampling distribution, as TRL computes its entropies
                     shaped = entropy_shaped_advantages(
                         seq_adv[rows],
                         entropies.to(mask.device),
@@ -444,52 +467,11 @@ class OARTrainer(GRPOTrainer):
                     )  # (R, C)
                     token_adv[rows] = shaped
                     weights[rows] = shaped / seq_adv[rows, None]  # A_t / A_i >= 0: the bonus keeps the sign
-                return TokenCredit(token_adv, weights, fallback, active)
-
-            probe, answer_mask, scored_mask = "lt-logits", None, None
-            if rows.numel():
-                probe, answer_mask, scored_mask = self._probe_inputs(
-                    sub["completion_ids"], sub["completion_mask"]
-                )
-            if answer_mask is not None:
-                fallback[rows] = ~answer_mask.any(dim=1)
-            scored = sub["completion_mask"] if scored_mask is None else scored_mask  # (R, C)
-            if args.credit == "oar-g":
-                generators = self._credit_generators(rows, seq_adv.shape[0])
-                importance = sync.run(
-                    "oar-g",
-                    model,
-                    planned_passes(
-                        "oar-g", scored, batch_size=batch_size, num_draws=int(args.oar_noise_draws)
-                    ),
-                    lambda: gradient_importance(
-                        model,
-                        *sub.values(),
-                        probe=probe,
-                        answer_mask=answer_mask,
-                        noise_std=args.noise_std,
-                        noise_scale=args.oar_noise_scale,
-                        num_draws=int(args.oar_noise_draws),
-                        generator=generators,
-                        batch_size=batch_size,
-                    ),
-                )  # (R, C)
-            elif args.credit == "oar-p":
-                importance = sync.run(
-                    "oar-p",
-                    model,
-                    planned_passes("oar-p", scored, batch_size=args.perturbation_batch_size),
-                    lambda: perturbation_importance(
-                        model,
-                        *sub.values(),
-                        probe=probe,
-                        answer_mask=answer_mask,
-                        mask_token_id=args.mask_token_id,
-                        batch_size=args.perturbation_batch_size,
-                    ),
-                )  # (R, C)
-            else:  # pragma: no cover - OARConfig validates the choice
-                raise ValueError(f"credit={args.credit!r} is not valid; choose one of {', '.join(CREDITS)}")
+                    signal[rows] = entropies.float().to(mask.device)
+            elif rows.numel():
+                importance, scored_mask = self._model_importance(model, sub, rows, generators, fallback)
+        if args.credit in ("grail", "entropy"):
+            return TokenCredit(token_adv, weights, fallback, active, signal)
         if importance is None:  # no row to score on this rank (it ran padding passes only)
             return TokenCredit(token_adv, weights, fallback, active)
         adv_rows, w_rows = token_advantages(
@@ -504,7 +486,61 @@ class OARTrainer(GRPOTrainer):
         )  # (R, C), (R, C)
         token_adv[rows] = adv_rows
         weights[rows] = w_rows
-        return TokenCredit(token_adv, weights, fallback, active)
+        signal[rows] = importance.float().to(mask.device)
+        return TokenCredit(token_adv, weights, fallback, active, signal)
+
+    def _scoring_sync(self) -> ScoringSync:
+        """Lockstep scoring passes across ranks when forwards are collective (oar_rl.distributed)."""
+        before = None
+        if self._dist.fsdp_version == 2:
+            before = self.model_wrapped.unshard  # a no-op while the root is gathered
+        return ScoringSync(self.accelerator, collective=self._dist.is_fsdp, before=before)
+
+    def _model_importance(
+        self,
+        model: torch.nn.Module,
+        sub: dict[str, torch.Tensor],
+        rows: torch.Tensor,
+        generators: list[torch.Generator],
+        fallback: torch.Tensor,
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """(R, C) importance of the rows `rows` (OAR-G, OAR-P or OAR-GP) and the scored-token mask."""
+        args = self.args
+        batch_size = (
+            args.per_device_train_batch_size if self.model.training else args.per_device_eval_batch_size
+        )
+        probe, answer_mask, scored_mask = self._probe_inputs(sub["completion_ids"], sub["completion_mask"])
+        if answer_mask is not None:
+            fallback[rows] = ~answer_mask.any(dim=1)
+        gradient_kwargs = dict(
+            noise_std=args.noise_std,
+            noise_scale=args.oar_noise_scale,
+            num_draws=int(args.oar_noise_draws),
+            generator=generators,
+            batch_size=batch_size,
+        )
+        perturbation_kwargs = dict(
+            mask_token_id=args.mask_token_id,
+            batch_size=args.perturbation_batch_size,
+            prefix_reuse=args.perturbation_prefix_reuse,
+        )
+        common = dict(probe=probe, answer_mask=answer_mask)
+        if args.credit == "oar-g":
+            importance = gradient_importance(model, *sub.values(), **common, **gradient_kwargs)
+        elif args.credit == "oar-p":
+            importance = perturbation_importance(model, *sub.values(), **common, **perturbation_kwargs)
+        elif args.credit == "oar-gp":  # hybrid: OAR-G screens, OAR-P rescores the top fraction
+            importance = hybrid_importance(
+                model,
+                *sub.values(),
+                **common,
+                fraction=args.oar_gp_fraction,
+                gradient_kwargs=gradient_kwargs,
+                perturbation_kwargs=perturbation_kwargs,
+            )
+        else:  # pragma: no cover - OARConfig validates the choice
+            raise ValueError(f"credit={args.credit!r} is not valid; choose one of {', '.join(CREDITS)}")
+        return importance, scored_mask  # (R, C), (R, C) or None
 
     def _probe_inputs(
         self, completion_ids: torch.Tensor, completion_mask: torch.Tensor
@@ -578,3 +614,52 @@ class OARTrainer(GRPOTrainer):
         if tokens > 0:
             metrics["oar/boosted_frac"].append(boosted / tokens)
         metrics["oar/importance_seconds"].append(stats[:, 6].mean().item())
+
+    # ------------------------------------------------------------------------------------------------
+    # token_roles (oar-rl): ground-truth credit metrics (begin)
+    # ------------------------------------------------------------------------------------------------
+    ROLE_RECALL_KS: tuple[float, ...] = (0.1, 0.2)
+
+    def _log_roles(self, mode: str, credit: TokenCredit, mask: torch.Tensor, output: dict[str, Any]) -> None:
+        """Log the share of |A_t| on ground-truth pivots and the signal's pivot recall@K%.
+
+        Completions the labeller cannot parse are left out and counted (oar/roles_unknown_frac). The
+        means run over rows with A_i != 0 and at least one reasoning token (recall: at least one pivot).
+        """
+        from oar_rl.metrics import pivot_advantage_share, pivot_fraction, pivot_recall_at_k
+        from oar_rl.roles import role_masks
+
+        pivot, filler, known = role_masks(
+            output["completion_ids"], output["completion_mask"], self.processing_class, self._oar_token_roles
+        )  # (B, C), (B, C), (B,)
+        pivot, filler = pivot & mask, filler & mask
+        has_tokens = mask.any(dim=1)  # (B,)
+        rows = credit.active & known & (pivot | filler).any(dim=1)  # (B,)
+        sums = [
+            (has_tokens & ~known).sum().float(),
+            has_tokens.sum().float(),
+            rows.sum().float(),
+            pivot_fraction(pivot, filler)[rows].sum(),
+            pivot_advantage_share(credit.advantages, pivot, filler)[rows].sum(),
+        ]
+        recall_rows = rows & pivot.any(dim=1)  # (B,)
+        sums.append(recall_rows.sum().float())
+        for k in self.ROLE_RECALL_KS:
+            if credit.importance is None:
+                sums.append(torch.zeros((), device=mask.device))
+            else:
+                sums.append(pivot_recall_at_k(credit.importance, pivot, filler, k)[recall_rows].sum())
+        local = torch.stack([x.float().to(mask.device) for x in sums])  # (6 + len(KS),)
+        stats = self.accelerator.gather(local).view(-1, local.numel()).sum(dim=0).tolist()
+        unknown, completions, n_rows, frac, share, n_recall, *recalls = stats
+        metrics = self._metrics[mode]
+        if completions > 0:
+            metrics["oar/roles_unknown_frac"].append(unknown / completions)
+        if n_rows > 0:
+            metrics["oar/pivot_frac"].append(frac / n_rows)
+            metrics["oar/pivot_adv_share"].append(share / n_rows)
+        if n_recall > 0 and credit.importance is not None:
+            for k, r in zip(self.ROLE_RECALL_KS, recalls, strict=True):
+                metrics[f"oar/pivot_recall@{round(100 * k)}"].append(r / n_recall)
+
+    # token_roles (oar-rl): ground-truth credit metrics (end)

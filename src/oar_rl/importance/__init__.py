@@ -16,6 +16,7 @@ from torch import Tensor, nn
 from oar_rl.importance.baselines import entropy_importance, random_importance
 from oar_rl.importance.gradient import gradient_importance
 from oar_rl.importance.grail import grail_credit, grail_importance, reasoning_positions
+from oar_rl.importance.hybrid import hybrid_importance
 from oar_rl.importance.perturbation import perturbation_importance
 
 ImportanceKind = Literal["random", "entropy", "oar-g", "oar-p", "grail"]
@@ -29,6 +30,7 @@ __all__ = [
     "gradient_importance",
     "grail_credit",
     "grail_importance",
+    "hybrid_importance",
     "perturbation_importance",
     "random_importance",
     "reasoning_positions",

@@ -63,8 +63,10 @@ import torch
 from torch import Tensor, nn
 from tqdm.auto import tqdm
 
+from oar_rl.importance.prefix import clean_pass, suffix_hidden
 from oar_rl.probes import (
     Probe,
+    ProbeSpec,
     base_model,
     body_hidden,
     build_probe_spec,
@@ -145,6 +147,7 @@ def gradient_importance(
     generator: torch.Generator | Sequence[torch.Generator] | None = None,
     batch_size: int | None = None,
     progress: bool = False,
+    prefix_reuse: bool = True,
 ) -> Tensor:
     """OAR-G raw importance I_t = mean over draws of |⟨∂J/∂e_t, e_t⟩| (Eq. 9-13).
 
@@ -166,6 +169,9 @@ def gradient_importance(
         batch_size: sequences per forward/backward, where each row counts K (so memory does not grow
             with K); at least one row per chunk. None: all rows at once. Does not change the result.
         progress: show a tqdm bar over the row chunks.
+        prefix_reuse: the noisy pass reuses the clean pass's key/value cache of the prompt (noise is
+            zero there) and runs forward and backward over the completion only; same result within
+            float rounding. False: the noisy pass runs over the whole sequence.
 
     Returns:
         (B, C) float32 on the model's device; 0 on padding and unscored positions.
@@ -200,6 +206,10 @@ def gradient_importance(
     spec = build_probe_spec(P, batch.attention_mask, batch.input_ids[:, P:], answer, probe)
     step = max(1, batch_size // K) if batch_size else B  # rows per chunk: a row is K sequences
     rows_all = scored.any(dim=1).nonzero().flatten()  # (B',) rows with something to score
+    # chunks of rows with similar last probe positions, so each chunk's pass stops early (order-free)
+    counts = spec.row_ptr[1:] - spec.row_ptr[:-1]  # (B,) entries are sorted by position within a row
+    ends = torch.where(counts > 0, spec.index[(spec.row_ptr[1:] - 1).clamp(min=0)], 0)  # (B,) last probe
+    rows_all = rows_all[torch.argsort(ends[rows_all], stable=True)]
     lost = kept = 0
 
     with eval_mode(model):
@@ -210,9 +220,15 @@ def gradient_importance(
             sub = spec.take(rep)
             L = sub.max_index() + 1  # causal: positions after the last probe cannot matter
             ids, attn = batch.input_ids[rows, :L], batch.attention_mask[rows, :L]  # (n, L)
+            cache = None  # prompt-cache reuse (oar_rl.importance.prefix): noise is zero on the prompt
             with torch.no_grad():  # the clean pass runs once per row, not once per draw
                 emb = embed(ids)  # (n, L, H) clean embeddings e_t, model dtype
-                clean = probe_outcome(model, body_hidden(model, attn, inputs_embeds=emb), spec.take(rows))
+                if prefix_reuse and P >= 1 and int(sub.index.min()) >= P:
+                    hidden, cache = clean_pass(model, attn, inputs_embeds=emb)
+                else:
+                    hidden = body_hidden(model, attn, inputs_embeds=emb)
+                clean = probe_outcome(model, hidden, spec.take(rows))
+                del hidden
             clean = clean.take(torch.arange(n, device=device).repeat_interleave(K))  # (nK) rows
             emb, attn = emb.repeat_interleave(K, dim=0), attn.repeat_interleave(K, dim=0)  # (nK, L, .)
             valid = batch.completion_mask[rep, : L - P].cpu()  # (nK, L - P)
@@ -229,20 +245,27 @@ def gradient_importance(
                 eps = eps * (noise_std * ms.sqrt())[:, None, None]  # (nK,) per-row σ
             else:
                 eps = eps * noise_std
+            start = P if cache is not None else 0  # first position the noisy pass recomputes
             wide = torch.promote_types(emb.dtype, torch.float32)
-            noisy = emb.detach().to(wide, copy=True)  # (nK, L, H) float32 (or float64) leaf: keeps the noise
-            noisy[:, P:] += eps.to(device=device, dtype=wide)
+            noisy = emb[:, start:].detach().to(wide, copy=True)  # (nK, L - start, H) float32 (or f64) leaf
+            noisy[:, P - start :] += eps.to(device=device, dtype=wide)
             noisy.requires_grad_(True)
             model_in = noisy.to(emb.dtype)
             if emb.dtype != wide:  # how much of the noise survives the model's dtype
-                moved = (model_in[:, P:].detach() != emb[:, P:]) & valid.to(device)[..., None].bool()
+                moved = (model_in[:, P - start :].detach() != emb[:, P:]) & valid.to(device)[..., None].bool()
                 lost += int(valid.sum() * H) - int(moved.sum())
                 kept += int(moved.sum())
             with torch.enable_grad():
-                pert = probe_outcome(model, body_hidden(model, attn, inputs_embeds=model_in), sub)
+                if cache is not None:  # the prompt's keys/values do not depend on the completion
+                    local = torch.arange(n, device=device).repeat_interleave(K)  # (nK,) cached row
+                    hidden = suffix_hidden(model, cache, local, P, attn, inputs_embeds=model_in)
+                    shifted = ProbeSpec(sub.kind, sub.row_ptr, sub.index - P, sub.target)
+                    pert = probe_outcome(model, hidden, shifted)
+                else:
+                    pert = probe_outcome(model, body_hidden(model, attn, inputs_embeds=model_in), sub)
                 J = outcome_divergence(clean, pert, sub.kind, mode="gradient").sum()
-                (g,) = torch.autograd.grad(J, noisy)  # (nK, L, H) float32
-            score = (g[:, P:] * emb[:, P:].to(wide)).sum(dim=-1).abs().float()  # (nK, L - P)
+                (g,) = torch.autograd.grad(J, noisy)  # (nK, L - start, H) float32
+            score = (g[:, P - start :] * emb[:, P:].to(wide)).sum(dim=-1).abs().float()  # (nK, L - P)
             out[rows, : L - P] = score.view(n, K, L - P).mean(dim=1)
     if lost + kept and lost / (lost + kept) > _LOST_NOISE_WARN:
         warnings.warn(

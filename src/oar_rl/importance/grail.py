@@ -17,8 +17,8 @@ A_t = A_i·w_t on the rollouts selected (published: the wrong ones); every other
 row without a span, keeps weight 1. :func:`grail_credit` is the one call the trainer makes.
 
 Implementation (shared with OAR-G, :mod:`oar_rl.importance.gradient`): the batch is laid out and
-validated by ``prepare_batch``; the model runs as TRL runs it (``body_hidden``: ``inputs_embeds`` plus
-the 2-D attention mask, no explicit positions), in eval mode (``eval_mode``, every submodule's flag
+validated by ``prepare_batch``; the model runs as TRL runs it (``body_hidden``: ``inputs_embeds``, the 2-D
+attention mask and the positions ``generate`` used), in eval mode (``eval_mode``, every submodule's flag
 restored); the span positions come from the AS-Joint probe spec (span token k is predicted at position
 P + k − 1, the body is cut after the last one); the logits go through ``head_logits`` (soft-capping and
 the model's other logit post-processing) in float32. The gradient is ``torch.autograd.grad(J, E)`` with E

@@ -10,6 +10,10 @@ Implementation (the paper's "parallelized batch decoding", made memory-safe):
   position (causal attention: later positions cannot change earlier hidden states).
 - Only the probe positions' hidden states go through the LM head, so memory per chunk is
   O(batch_size · (L · H + V)), never the [copies, L, V] float32 logits that published code builds.
+- Prefix reuse (default, ``prefix_reuse=True``): positions before the perturbed token t are those of
+  the clean sequence, so the clean rows run once with their key/value cache kept and each copy
+  recomputes only from t on (:mod:`oar_rl.importance.prefix`); copies are chunked in order of t so a
+  chunk shares its prefix. ``prefix_reuse=False`` recomputes every copy from position 0.
 - Attention mask and positions are those of the unperturbed sequence (the mask token is attended to,
   as in the paper's [PAD] replacement), the positions those it was generated with (:mod:`oar_rl.probes`).
 
@@ -25,10 +29,12 @@ import torch
 from torch import Tensor, nn
 from tqdm.auto import tqdm
 
+from oar_rl.importance.prefix import clean_pass, suffix_hidden
 from oar_rl.probes import (
     Probe,
     ProbeOutcome,
     ProbeSpec,
+    ScoringBatch,
     base_model,
     body_hidden,
     build_probe_spec,
@@ -63,6 +69,8 @@ def perturbation_importance(
     mask_token_id: int | None = None,
     batch_size: int = 64,
     progress: bool = False,
+    prefix_reuse: bool = True,
+    positions: Tensor | None = None,
 ) -> Tensor:
     """OAR-P raw importance I_t = D(P ‖ P^(t)) for every scored completion token (Eq. 7-8).
 
@@ -78,6 +86,11 @@ def perturbation_importance(
         mask_token_id: the replacement token; default ``model.config.pad_token_id``.
         batch_size: perturbed copies per forward pass (results do not depend on it).
         progress: show a tqdm bar over the chunks.
+        prefix_reuse: run each clean row once with its key/value cache and recompute a perturbed copy
+            only from the perturbed position on (:func:`_prefix_reuse_scores`); False recomputes every
+            copy from position 0 (the paper's batching). Same result within float rounding.
+        positions: optional (B, C) bool; only these tokens (among the scored ones) are perturbed, the
+            others get 0 (the hybrid ``oar-gp`` rescoring a pre-selected subset). None: all of them.
 
     Returns:
         (B, C) float32 on the model's device; 0 on padding and on unscored positions.
@@ -112,11 +125,22 @@ def perturbation_importance(
         scored = scored_positions(batch.completion_mask, answer)  # (B, C)
 
     out = torch.zeros(B, C, dtype=torch.float32, device=batch.input_ids.device)
+    if positions is not None:
+        if not isinstance(positions, Tensor) or positions.shape != scored.shape:
+            got = tuple(positions.shape) if isinstance(positions, Tensor) else type(positions).__name__
+            raise ValueError(f"positions must be a (B, C) = {tuple(scored.shape)} bool tensor, got {got}")
+        scored = scored & positions.bool().to(scored.device)
     pairs = scored.nonzero()  # (R, 2): (row, t), sorted by row
     if pairs.shape[0] == 0:
         return out
     spec = build_probe_spec(P, batch.attention_mask, batch.input_ids[:, P:], answer, probe)
     rows_with_work = torch.unique(pairs[:, 0])  # (B',)
+    # --- prefix reuse (oar_rl.importance.prefix): same scores, ~half the token-forwards ---
+    if prefix_reuse and _prefix_reuse_scores(
+        model, batch, spec, pairs, rows_with_work, mask_token_id, batch_size, out, progress
+    ):
+        return out
+    # --- full recomputation of every perturbed copy ---
 
     with torch.no_grad(), eval_mode(model):
         # clean probe of the rows that have scored tokens
@@ -144,3 +168,68 @@ def perturbation_importance(
             )  # (n,)
             out[rows, ts] = div.float()
     return out
+
+
+def _prefix_reuse_scores(
+    model: nn.Module,
+    batch: ScoringBatch,
+    spec: ProbeSpec,
+    pairs: Tensor,
+    rows_with_work: Tensor,
+    mask_token_id: int,
+    batch_size: int,
+    out: Tensor,
+    progress: bool,
+) -> bool:
+    """OAR-P with the clean rows' key/value cache reused; fills `out`, False if the cache is unusable.
+
+    The clean rows run once (``batch_size`` rows per pass) up to the batch's last probe position,
+    keeping their caches. The (row, t) pairs are sorted by t, so a chunk of ``batch_size`` copies
+    spans few positions; the chunk reuses the cached positions [0, P + t_min) of its rows and
+    recomputes [P + t_min, its last probe position] with each copy's token replaced. Token-forwards
+    per copy: (last probe position + 1) − (P + t_min) instead of last probe position + 1.
+
+    Memory: the clean rows' keys/values (rows × layers × 2 × KV width × L) live for the whole call,
+    and each chunk holds its own (``batch_size`` × layers × 2 × KV width × its length) -- all layers
+    at once, where whole-copy recomputation holds one layer's at a time. Lower ``batch_size`` if
+    that is too much.
+    """
+    P = batch.prompt_len
+    end = spec.max_index() + 1
+    with torch.no_grad(), eval_mode(model):
+        caches, clean_parts = None, []
+        for lo in range(0, rows_with_work.shape[0], batch_size):
+            rows = rows_with_work[lo : lo + batch_size]
+            hidden, cache = clean_pass(
+                model, batch.attention_mask[rows, :end], input_ids=batch.input_ids[rows, :end]
+            )
+            if cache is None:
+                return False
+            clean_parts.append(probe_outcome(model, hidden, spec.take(rows)))
+            caches = cache if caches is None else caches.cat(cache)
+            del hidden
+        clean = ProbeOutcome(
+            torch.cat([c.logp for c in clean_parts]), torch.cat([c.phi for c in clean_parts])
+        )  # B' rows, in rows_with_work order
+        slot = torch.full((out.shape[0],), -1, dtype=torch.long, device=out.device)
+        slot[rows_with_work] = torch.arange(rows_with_work.shape[0], device=out.device)
+
+        order = torch.argsort(pairs[:, 1] * out.shape[0] + pairs[:, 0])  # by position t, then row
+        by_t = pairs[order]
+        for lo in tqdm(range(0, by_t.shape[0], batch_size), desc="OAR-P", unit="chunk", disable=not progress):
+            rows, ts = by_t[lo : lo + batch_size, 0], by_t[lo : lo + batch_size, 1]  # (n,), (n,)
+            sub = spec.take(rows)
+            start = P + int(ts.min())  # shared prefix [0, start) comes from the cache
+            stop = sub.max_index() + 1  # causal: nothing after the last probe position matters
+            ids = batch.input_ids[rows, start:stop].clone()  # (n, S)
+            ids[torch.arange(rows.shape[0], device=ids.device), P + ts - start] = mask_token_id
+            hidden = suffix_hidden(
+                model, caches, slot[rows], start, batch.attention_mask[rows, :stop], input_ids=ids
+            )  # (n, S, H), position start + j at column j
+            shifted = ProbeSpec(sub.kind, sub.row_ptr, sub.index - start, sub.target)
+            if bool((shifted.index < 0).any()):  # a probe before its own perturbation: a bug, not input
+                raise RuntimeError("OAR-P prefix reuse: a probe position lies before the recomputed suffix")
+            pert = probe_outcome(model, hidden, shifted)
+            div = outcome_divergence(clean.take(slot[rows]), pert, spec.kind[rows], mode="perturbation")
+            out[rows, ts] = div.float()
+    return True

@@ -1,0 +1,220 @@
+"""Scorer-level part of `oar-rl bench`: importance cost on one fixed batch, OAR-P's compute floor, recall.
+
+On a batch of the step's shape (rows = prompts × generations, prompt ``P`` and completion ``C`` random
+tokens, all valid), each case below is timed ``repeats`` times, interleaved (A B C A B C …), after one
+warm-up call of the cheap cases (``train fwd+bwd``, ``forward``, ``oar-g``); the OAR-P cases are not
+warmed up separately (the step-level part has already run them on this shape in this process, and
+one OAR-P call at L = 256 is hundreds of forward passes):
+
+- ``train fwd+bwd``: one training forward + backward of the batch (full logits, log-probs of the
+  completion tokens, parameter gradients) -- what one GRPO loss pass costs.
+- ``forward``: one no-grad body forward of the batch; its tokens/s is the model's forward throughput.
+- ``oar-g``, ``oar-p`` (prefix reuse), ``oar-p-full`` (whole copies recomputed), ``oar-gp``.
+  ``oar-p-full`` costs the same per perturbed position, so ``full_stride`` k > 1 times it on every
+  k-th completion position and scales the time by (all copies / timed copies).
+
+Compute floor of exact OAR-P: the token-forwards it must do -- the clean rows once (Σ_rows L_b, L_b the
+row's last probe position + 1) plus, per scored token t, the suffix it recomputes (L_b − (P + t)) --
+divided by the measured forward throughput. measured/floor says how close the implementation is to
+that floor; ``oar-p-full`` is set against the same floor (it does Σ L_b per token instead).
+
+Recall: share of exact OAR-P's per-row top-20% tokens found in the top-20% of OAR-G and of OAR-GP
+(:func:`oar_rl.importance.hybrid.topk_recall`). On a random-initialised model this describes that
+random network only; the embedded model gives the figure for a trained one.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from oar_rl.importance import gradient_importance, hybrid_importance, perturbation_importance
+from oar_rl.importance.hybrid import topk_recall
+from oar_rl.probes import build_probe_spec, decoder_body, prepare_batch
+
+CASES = ("train fwd+bwd", "forward", "oar-g", "oar-p", "oar-p-full", "oar-gp")
+WARMED = ("train fwd+bwd", "forward", "oar-g")
+
+
+def random_batch(vocab: int, rows: int, prompt_len: int, completion_len: int, seed: int, device) -> list:
+    g = torch.Generator().manual_seed(seed)
+    low = min(4, vocab - 1)
+    p_ids = torch.randint(low, vocab, (rows, prompt_len), generator=g)
+    c_ids = torch.randint(low, vocab, (rows, completion_len), generator=g)
+    ones = torch.ones
+    return [
+        t.to(device)
+        for t in (
+            p_ids,
+            ones(rows, prompt_len, dtype=torch.long),
+            c_ids,
+            ones(rows, completion_len, dtype=torch.long),
+        )
+    ]
+
+
+def oarp_token_forwards(model, batch: list) -> dict[str, int]:
+    """Token-forwards of exact OAR-P (LT-Logits) with prefix reuse (the floor) and with whole copies."""
+    sb = prepare_batch(model, *batch)
+    P = sb.prompt_len
+    spec = build_probe_spec(P, sb.attention_mask, sb.input_ids[:, P:], None, "lt-logits")
+    end = spec.index.cpu() + 1  # (B,) one probe position per row
+    pairs = sb.completion_mask.cpu().nonzero()  # (R, 2)
+    clean = int(end.sum())
+    suffix = int((end[pairs[:, 0]] - (P + pairs[:, 1])).sum())
+    return {"clean": clean, "floor": clean + suffix, "full": clean + int(end[pairs[:, 0]].sum())}
+
+
+def _sync(device) -> None:
+    if torch.device(device).type == "cuda":
+        torch.cuda.synchronize()
+
+
+def run_scorers(
+    model: torch.nn.Module,
+    batch: list,
+    *,
+    repeats: int,
+    noise_std: float,
+    fraction: float,
+    copies: int,
+    full_stride: int = 1,
+    progress: Callable[[str], None] | None = None,
+) -> dict[str, Any]:
+    """Interleaved timings of :data:`CASES` on `batch`, the OAR-P floor and the recall figures."""
+    device = batch[0].device
+    ids, attn = torch.cat([batch[0], batch[2]], 1), torch.cat([batch[1], batch[3]], 1)
+    C = batch[2].shape[1]
+
+    def fwd_bwd():
+        model.zero_grad(set_to_none=True)
+        logits = model(input_ids=ids, attention_mask=attn).logits[:, -C - 1 : -1].float()
+        logp = torch.log_softmax(logits, -1).gather(-1, batch[2][..., None]).squeeze(-1)
+        (logp * batch[3]).sum().backward()
+
+    def forward():
+        with torch.no_grad():
+            decoder_body(model)(input_ids=ids, attention_mask=attn, use_cache=False)
+
+    def oar_g():
+        return gradient_importance(
+            model, *batch, noise_std=noise_std, generator=torch.Generator().manual_seed(0)
+        )
+
+    def oar_p(reuse=True):
+        return perturbation_importance(model, *batch, batch_size=copies, prefix_reuse=reuse)
+
+    # Whole-copy OAR-P costs the same for every perturbed position (each copy runs to its row's last
+    # probe), so with full_stride k it is timed on every k-th position and scaled by the copy count.
+    sample = (torch.arange(C, device=device) % full_stride == 0).expand_as(batch[3]) & batch[3].bool()
+    full_scale = float(batch[3].sum()) / float(sample.sum())
+
+    def oar_p_full():
+        kw = {} if full_stride == 1 else {"positions": sample}
+        return perturbation_importance(model, *batch, batch_size=copies, prefix_reuse=False, **kw)
+
+    def oar_gp():
+        return hybrid_importance(
+            model,
+            *batch,
+            fraction=fraction,
+            gradient_kwargs=dict(noise_std=noise_std, generator=torch.Generator().manual_seed(0)),
+            perturbation_kwargs=dict(batch_size=copies),
+        )
+
+    cases: dict[str, Callable[[], Any]] = {
+        "train fwd+bwd": fwd_bwd,
+        "forward": forward,
+        "oar-g": oar_g,
+        "oar-p": oar_p,
+        "oar-p-full": oar_p_full,
+        "oar-gp": oar_gp,
+    }
+    times: dict[str, list[float]] = {k: [] for k in cases}
+    outputs: dict[str, Any] = {}
+    was_training = model.training
+    model.eval()
+    try:
+        for r in range(repeats + 1):  # round 0 is warm-up (cheap cases only)
+            for name, fn in cases.items():
+                if r == 0 and name not in WARMED:
+                    continue
+                if progress:
+                    progress(f"scorers {name} ({'warm-up' if r == 0 else f'repeat {r}/{repeats}'})")
+                _sync(device)
+                t0 = time.perf_counter()
+                out = fn()
+                _sync(device)
+                if r:
+                    scale = full_scale if name == "oar-p-full" else 1.0
+                    times[name].append((time.perf_counter() - t0) * scale)
+                if isinstance(out, torch.Tensor) and name not in outputs and name != "oar-p-full":
+                    outputs[name] = out.float().cpu()
+        model.zero_grad(set_to_none=True)
+    finally:
+        model.train(was_training)
+    med = {k: statistics.median(v) for k, v in times.items()}
+    tf = oarp_token_forwards(model, batch)
+    throughput = int(ids.numel()) / med["forward"]  # tokens per second, no-grad body forward
+    floor_s = tf["floor"] / throughput
+    mask = batch[3].bool().cpu()
+    return {
+        "rows": int(ids.shape[0]),
+        "prompt_len": int(batch[0].shape[1]),
+        "completion_len": C,
+        "seconds": {k: {"median": med[k], "min": min(v), "max": max(v), "all": v} for k, v in times.items()},
+        "forward_tokens_per_second": throughput,
+        "oar_p_token_forwards": tf,
+        "oar_p_floor_seconds": floor_s,
+        "oar_p_measured_over_floor": med["oar-p"] / floor_s,
+        "oar_p_full_measured_over_floor": med["oar-p-full"] / floor_s,
+        "prefix_speedup": med["oar-p-full"] / med["oar-p"],
+        "oar_g_over_train_fwd_bwd": med["oar-g"] / med["train fwd+bwd"],
+        "oar_gp_fraction": fraction,
+        "oar_p_full_stride": full_stride,
+        "recall_top20_of_oar_p": {
+            "oar-g": topk_recall(outputs["oar-g"], outputs["oar-p"], mask, 0.2),
+            "oar-gp": topk_recall(outputs["oar-gp"], outputs["oar-p"], mask, 0.2),
+        },
+    }
+
+
+def scorer_lines(s: dict[str, Any]) -> list[str]:
+    """Markdown lines for the scorer-level results."""
+    sec = s["seconds"]
+    base = sec["train fwd+bwd"]["median"]
+    lines = [
+        f"Scorers on one batch of {s['rows']} rows × ({s['prompt_len']} + {s['completion_len']}) tokens "
+        "(median [min–max] of the repeats):",
+        "",
+        "| case | seconds | × train fwd+bwd |",
+        "|---|---:|---:|",
+    ]
+    for name, v in sec.items():
+        lines.append(
+            f"| {name} | {v['median']:.3f} [{v['min']:.3f}–{v['max']:.3f}] | {v['median'] / base:.2f} |"
+        )
+    tf = s["oar_p_token_forwards"]
+    rec = s["recall_top20_of_oar_p"]
+    lines += [
+        "",
+        f"- forward throughput: {s['forward_tokens_per_second']:,.0f} tokens/s",
+        f"- exact OAR-P token-forwards: {tf['floor']:,} with prefix reuse (clean {tf['clean']:,}), "
+        f"{tf['full']:,} recomputing whole copies"
+        + (
+            f" (timed on every {s['oar_p_full_stride']}th position, scaled)"
+            if s["oar_p_full_stride"] > 1
+            else ""
+        ),
+        f"- OAR-P compute floor {s['oar_p_floor_seconds']:.3f} s; measured/floor: prefix reuse "
+        f"{s['oar_p_measured_over_floor']:.2f}, whole copies {s['oar_p_full_measured_over_floor']:.2f}; "
+        f"prefix reuse speed-up {s['prefix_speedup']:.2f}×",
+        f"- OAR-G importance / train fwd+bwd: {s['oar_g_over_train_fwd_bwd']:.2f}",
+        f"- recall of exact OAR-P's top-20% tokens: OAR-G {rec['oar-g']:.2f}, "
+        f"OAR-GP (fraction {s['oar_gp_fraction']:g}) {rec['oar-gp']:.2f}",
+    ]
+    return lines

@@ -1,0 +1,198 @@
+"""Model shapes for `oar-rl bench`: the embedded model, and random-initialised Qwen2-shaped models.
+
+A shape is what the benchmark needs to build one fresh policy per credit mode (same seed, same
+weights) plus a tokenizer, a prompt set and a reward:
+
+- ``embedded``: the warm-started default model on the arithmetic task with its exact reward (real
+  completions, lengths vary).
+- ``qwen2-30m``: Qwen2's architecture (GQA, RMSNorm, RoPE, SwiGLU, tied embeddings) at 29.1M
+  parameters: hidden 384, 6 layers, 6 heads / 2 KV heads, MLP 2048, vocabulary 32,768 (the one
+  departure from Qwen2's 151,936, so the LM head does not dwarf a body this small: embeddings are
+  43% of the parameters here, 28% in Qwen2.5-0.5B). float32, for the CPU.
+- ``qwen2-tiny``: the same at 40k parameters, for smoke tests.
+- ``qwen2.5-0.5b`` / ``qwen2.5-1.5b``: Qwen2.5-0.5B / 1.5B configurations (vocabulary 151,936), random
+  weights, bfloat16, SDPA attention; for a GPU.
+
+Random shapes use a synthetic word-level tokenizer ("t0" … "t{V-1}", ids 0-3 special), prompts of
+``prompt_len`` random tokens, completions forced to exactly ``completion_len`` tokens
+(``min_new_tokens``), and a deterministic pseudo-random reward in [0, 1) from a hash of the completion
+text, so every group has a non-zero advantage spread and every row is scored, as in a real run where
+rewards vary.
+"""
+
+from __future__ import annotations
+
+import zlib
+from dataclasses import dataclass, field
+from typing import Any
+
+SHAPES: dict[str, dict[str, Any]] = {
+    "qwen2-30m": dict(
+        hidden_size=384,
+        num_hidden_layers=6,
+        num_attention_heads=6,
+        num_key_value_heads=2,
+        intermediate_size=2048,
+        vocab_size=32768,
+        dtype="float32",
+        attn="sdpa",
+    ),
+    "qwen2-tiny": dict(  # smoke tests only
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        intermediate_size=64,
+        vocab_size=256,
+        dtype="float32",
+        attn="sdpa",
+    ),
+    "qwen2.5-0.5b": dict(
+        hidden_size=896,
+        num_hidden_layers=24,
+        num_attention_heads=14,
+        num_key_value_heads=2,
+        intermediate_size=4864,
+        vocab_size=151936,
+        dtype="bfloat16",
+        attn="sdpa",
+    ),
+    "qwen2.5-1.5b": dict(
+        hidden_size=1536,
+        num_hidden_layers=28,
+        num_attention_heads=12,
+        num_key_value_heads=2,
+        intermediate_size=8960,
+        vocab_size=151936,
+        dtype="bfloat16",
+        attn="sdpa",
+    ),
+}
+SHAPE_NAMES: tuple[str, ...] = ("embedded", *SHAPES)
+SPECIALS = ("<pad>", "<unk>", "<s>", "</s>")
+
+
+@dataclass
+class Shape:
+    """Everything one benchmark run needs besides the credit mode."""
+
+    name: str
+    tokenizer: Any
+    dataset: Any
+    reward: Any
+    make_model: Any  # () -> a fresh policy (same weights every call), or a model directory path
+    description: str
+    generation_kwargs: dict[str, Any] = field(default_factory=dict)
+    dtype: str = "float32"
+    num_parameters: int = 0
+
+
+def synthetic_tokenizer(vocab_size: int):
+    """A word-level fast tokenizer over "t0" … "t{V-1}" with <pad>, <unk>, <s>, </s> at ids 0-3."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    vocab = {tok: i for i, tok in enumerate(SPECIALS)}
+    vocab.update({f"t{i}": i for i in range(len(SPECIALS), vocab_size)})
+    backend = Tokenizer(models.WordLevel(vocab, unk_token="<unk>"))
+    backend.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    return PreTrainedTokenizerFast(
+        tokenizer_object=backend, pad_token="<pad>", unk_token="<unk>", bos_token="<s>", eos_token="</s>"
+    )
+
+
+def hash_reward(completions: list[Any], **kwargs: Any) -> list[float]:
+    """Deterministic pseudo-random reward in [0, 1) from the completion text (bench only)."""
+    from oar_rl.rewards import completion_text
+
+    return [zlib.crc32(completion_text(c).encode()) / 2**32 for c in completions]
+
+
+def qwen2_config(name: str, vocab_size: int | None = None):
+    from transformers import Qwen2Config
+
+    spec = dict(SHAPES[name])
+    dtype, attn = spec.pop("dtype"), spec.pop("attn")
+    if vocab_size is not None:
+        spec["vocab_size"] = vocab_size
+    cfg = Qwen2Config(
+        **spec,
+        max_position_embeddings=32768,
+        rope_theta=1_000_000.0,
+        tie_word_embeddings=True,
+        pad_token_id=0,
+        bos_token_id=2,
+        eos_token_id=3,
+        use_sliding_window=False,
+    )
+    cfg._attn_implementation = attn
+    return cfg, dtype
+
+
+def build_shape(
+    name: str, *, prompt_len: int, completion_len: int, rows: int, seed: int, model_dir: str | None
+):
+    """The :class:`Shape` `name` with `rows` prompts available."""
+    import torch
+
+    if name == "embedded":
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        from oar_rl.data.arithmetic import load
+        from oar_rl.demo import arithmetic_reward
+        from oar_rl.io import resolve_model
+
+        path = resolve_model(model_dir or "default")
+        tok = AutoTokenizer.from_pretrained(path)
+        n = sum(p.numel() for p in AutoModelForCausalLM.from_pretrained(path).parameters())
+        return Shape(
+            name=name,
+            tokenizer=tok,
+            dataset=load("train").select(range(rows)),
+            reward=arithmetic_reward,
+            make_model=lambda: path,
+            description=f"embedded default model ({n / 1e6:.2f}M parameters, arithmetic task)",
+            num_parameters=n,
+        )
+    if name not in SHAPES:
+        raise ValueError(f"--shape {name!r} is not known; valid: {', '.join(SHAPE_NAMES)}")
+    from datasets import Dataset
+    from transformers import Qwen2ForCausalLM
+
+    cfg, dtype = qwen2_config(name)
+    tok = synthetic_tokenizer(cfg.vocab_size)
+    g = torch.Generator().manual_seed(seed)
+    ids = torch.randint(len(SPECIALS), cfg.vocab_size, (rows, prompt_len), generator=g)
+    prompts = [" ".join(f"t{i}" for i in row) for row in ids.tolist()]
+
+    def make_model():
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed)
+            model = Qwen2ForCausalLM(cfg)
+        return model.to(getattr(torch, dtype))
+
+    n_params = _count_params(cfg)
+    return Shape(
+        name=name,
+        tokenizer=tok,
+        dataset=Dataset.from_dict({"prompt": prompts}),
+        reward=hash_reward,
+        make_model=make_model,
+        description=(
+            f"random Qwen2-shaped {name} ({n_params / 1e6:.1f}M parameters: hidden {cfg.hidden_size}, "
+            f"{cfg.num_hidden_layers} layers, {cfg.num_attention_heads}/{cfg.num_key_value_heads} heads, "
+            f"V={cfg.vocab_size}), {dtype}, {cfg._attn_implementation}"
+        ),
+        generation_kwargs={"min_new_tokens": completion_len},
+        dtype=dtype,
+        num_parameters=n_params,
+    )
+
+
+def _count_params(cfg) -> int:
+    """Parameters of a tied Qwen2 of config `cfg` (without building it)."""
+    H, I, L = cfg.hidden_size, cfg.intermediate_size, cfg.num_hidden_layers
+    kv = cfg.num_key_value_heads * (H // cfg.num_attention_heads)
+    attn = H * H + H + 2 * (H * kv + kv) + H * H  # q (bias), k, v (bias), o
+    mlp = 3 * H * I
+    return cfg.vocab_size * H + L * (attn + mlp + 2 * H) + H

@@ -1,0 +1,151 @@
+"""`oar-rl eval`'s configuration: `EvalConfig` (one field per CLI flag) and the parser built from it.
+
+Split out of :mod:`oar_rl.evaluation` (which re-exports both); the sampling, files and pass@k live there.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+Backend = Literal["transformers", "vllm"]
+BACKENDS: tuple[str, ...] = ("transformers", "vllm")
+
+
+def _csv(kind):
+    def parse(text: str) -> list:
+        items = [t.strip() for t in str(text).split(",") if t.strip()]
+        if not items:
+            raise argparse.ArgumentTypeError(f"expected a comma-separated list, got {text!r}")
+        try:
+            return [kind(t) for t in items]
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(f"bad list {text!r}: {exc}") from exc
+
+    return parse
+
+
+@dataclass
+class EvalConfig:
+    """Everything `oar-rl eval` needs; the CLI flags are these fields (``--max-new-tokens`` etc.)."""
+
+    model: str = field(
+        metadata={
+            "help": "Model directory (save_pretrained), Hub id, or 'default' for the embedded default model "
+            "(built and cached on first use, see oar_rl.tiny)."
+        }
+    )
+    out: str = field(metadata={"help": "Output directory (resumable; see the module docs)."})
+    benchmarks: list[str] = field(
+        default_factory=lambda: ["aime25", "aime24", "amc23", "math500", "gsm8k"],
+        metadata={
+            "help": "Comma-separated benchmarks (gsm8k, math500, aime24, aime25, amc23, dapo-math, "
+            "arithmetic) or local .jsonl/.json/.parquet files; NAME:SPLIT picks a split "
+            "(default: the test split; 'eval' for arithmetic).",
+            "type": _csv(str),
+        },
+    )
+    n: int = field(default=32, metadata={"help": "Samples per problem."})
+    k: list[int] = field(
+        default_factory=lambda: [1, 32],
+        metadata={"help": "Comma-separated k values (each <= n).", "type": _csv(int)},
+    )
+    temperature: float = field(default=0.6, metadata={"help": "Sampling temperature (0: greedy)."})
+    top_p: float = field(default=0.95, metadata={"help": "Nucleus sampling top-p in (0, 1]."})
+    top_k: int = field(default=0, metadata={"help": "Top-k sampling (0: off)."})
+    max_new_tokens: int = field(default=1024, metadata={"help": "Longest completion, in tokens."})
+    batch_size: int = field(
+        default=64, metadata={"help": "Sequences per generate call (problems x samples)."}
+    )
+    limit: int | None = field(default=None, metadata={"help": "Only the first N problems of each benchmark."})
+    template: str = field(
+        default="answer-tag",
+        metadata={"help": "Prompt template.", "choices": ("answer-tag", "boxed", "none")},
+    )
+    backend: str = field(default="transformers", metadata={"help": "Sampling backend.", "choices": BACKENDS})
+    seed: int = field(default=0, metadata={"help": "Base random seed."})
+    dtype: str = field(
+        default="auto",
+        metadata={"help": "Model dtype.", "choices": ("auto", "float32", "bfloat16", "float16")},
+    )
+    device: str = field(
+        default="auto", metadata={"help": "Device for the transformers backend (auto: cuda if any)."}
+    )
+    verify_timeout: float = field(default=10.0, metadata={"help": "Seconds per completion for math-verify."})
+    verify_workers: int = field(default=2, metadata={"help": "math-verify worker processes."})
+    chat: bool = field(
+        default=False,
+        metadata={
+            "help": "Wrap each prompt as a user message with the tokenizer's chat template (instruct models)."
+        },
+    )
+    truncate_prompts: bool = field(
+        default=False,
+        metadata={
+            "help": "Left-truncate prompts that do not fit the model's positions together with "
+            "--max-new-tokens (default: refuse before sampling, naming them)."
+        },
+    )
+
+    def validate(self) -> None:
+        """Raise ValueError on any bad value (everything that can be checked without loading anything)."""
+        if self.n < 1:
+            raise ValueError(f"--n must be >= 1, got {self.n}")
+        if not self.k:
+            raise ValueError("--k must list at least one k")
+        bad = [k for k in self.k if k < 1 or k > self.n]
+        if bad:
+            raise ValueError(f"every k must be in [1, n={self.n}], got {bad}")
+        if self.temperature < 0:
+            raise ValueError(f"--temperature must be >= 0, got {self.temperature}")
+        if not 0 < self.top_p <= 1:
+            raise ValueError(f"--top-p must be in (0, 1], got {self.top_p}")
+        if self.top_k < 0:
+            raise ValueError(f"--top-k must be >= 0, got {self.top_k}")
+        if self.max_new_tokens < 1:
+            raise ValueError(f"--max-new-tokens must be >= 1, got {self.max_new_tokens}")
+        if self.batch_size < 1:
+            raise ValueError(f"--batch-size must be >= 1, got {self.batch_size}")
+        if self.limit is not None and self.limit < 1:
+            raise ValueError(f"--limit must be >= 1, got {self.limit}")
+        if self.backend not in BACKENDS:
+            raise ValueError(f"unknown backend {self.backend!r}; valid backends: {', '.join(BACKENDS)}")
+        if not self.benchmarks:
+            raise ValueError("--benchmarks is empty")
+        if self.verify_timeout <= 0 or self.verify_workers < 1:
+            raise ValueError("--verify-timeout must be > 0 and --verify-workers >= 1")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The `oar-rl eval` parser, generated from `EvalConfig`'s fields."""
+    from oar_rl.argparsing import flag_names, new_parser
+
+    parser = new_parser(
+        "oar-rl eval",
+        "Sample n completions per problem and report unbiased pass@k (results.json, results.md).",
+    )
+    for f in dataclasses.fields(EvalConfig):
+        flags = flag_names(f.name)  # --max-new-tokens and --max_new_tokens, as TRL takes them
+        kwargs: dict[str, Any] = {"help": f.metadata.get("help", ""), "dest": f.name}
+        if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
+            kwargs["required"] = True
+        else:
+            default = f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
+            kwargs["default"] = default
+            kwargs["help"] += (
+                f" (default: {','.join(map(str, default)) if isinstance(default, list) else default})"
+            )
+        if "type" in f.metadata:
+            kwargs["type"] = f.metadata["type"]
+        elif f.type in ("int", "int | None"):
+            kwargs["type"] = int
+        elif f.type == "bool":
+            kwargs["action"] = "store_true"
+        elif f.type == "float":
+            kwargs["type"] = float
+        if "choices" in f.metadata:
+            kwargs["choices"] = f.metadata["choices"]
+        parser.add_argument(*flags, **kwargs)
+    return parser

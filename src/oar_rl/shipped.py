@@ -1,0 +1,153 @@
+"""Warm starts shipped with the package: the word-problem task's weights, verified on load.
+
+A recipe built on two machines of the same kind gave different warm starts (floating point; issue 8), so
+the word-problem warm start is built once and its weights ship in the package
+(`oar_rl/models/wordproblems/`, 0.8 MB). `load_task_model("wordproblems")` loads those files after
+checking them against `WORDPROBLEMS_RECIPE` and the sha256 manifest written at build time; it never
+rebuilds silently. `python -m oar_rl.shipped build --task wordproblems` rebuilds them from the recipe
+(`oar_rl.tiny.build_model`; commit the result).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+
+from transformers import PreTrainedTokenizerFast, Qwen2ForCausalLM
+
+from oar_rl.data.wordproblems import WordProblemConfig
+from oar_rl.tiny import (
+    _RECIPE_FILE,
+    DEFAULT_RECIPE,
+    ModelSpec,
+    Recipe,
+    SFTSpec,
+    _load,
+    _umask,
+    build_model,
+    load_default_model,
+)
+
+# ----------------------------------------------------------------------------------------------------
+# The shipped build ran with one torch thread on the 2-core CPU machine.
+#
+# Measured for WORDPROBLEMS_RECIPE (187k parameters; 1000 SFT steps of 32 solutions, 27 min on the
+# 2-core CPU shared with ~12 other jobs): validation accuracy (60 problems, mid-build) was 3%/3% sampled/
+# greedy at step 200, 2%/22% at 400, 12%/38% at 600, 38%/52% at 800, 50%/85% at 1000. Held-out "eval"
+# split, 200 problems: 56.0% sampled at T=1 (4 samples each, 95% CI 51.9-60.1%), 89.0% greedy
+# (84.7-93.3%). Smaller recipes tried first: 2 layers x 64 for 400 steps gave 3%/12% (not shipped).
+# ----------------------------------------------------------------------------------------------------
+
+WORDPROBLEMS_RECIPE = Recipe(
+    task=WordProblemConfig(),
+    model=ModelSpec(
+        hidden_size=64,
+        num_layers=3,
+        num_heads=4,
+        num_kv_heads=2,
+        intermediate_size=192,
+        max_position_embeddings=320,
+    ),
+    sft=SFTSpec(steps=1000, batch_size=32, learning_rate=3e-3, warmup_steps=30, num_problems=8_000),
+)
+TASK_RECIPES: dict[str, Recipe] = {"arithmetic": DEFAULT_RECIPE, "wordproblems": WORDPROBLEMS_RECIPE}
+SHIPPED_DIR = Path(__file__).parent / "models"
+_MANIFEST = "oar_rl_manifest.json"
+
+
+def shipped_path(task: str) -> Path:
+    return SHIPPED_DIR / task
+
+
+def _file_digests(path: Path) -> dict[str, str]:
+    return {
+        f.name: hashlib.sha256(f.read_bytes()).hexdigest()
+        for f in sorted(path.iterdir())
+        if f.is_file() and f.name != _MANIFEST
+    }
+
+
+def verify_shipped(task: str = "wordproblems") -> Path:
+    """The shipped directory of `task`, after checking its recipe and every file's sha256; else raise."""
+    if task not in TASK_RECIPES:
+        raise ValueError(f"unknown task {task!r}; valid: {', '.join(TASK_RECIPES)}")
+    path = shipped_path(task)
+    rebuild = f"rebuild with `python -m oar_rl.shipped build --task {task}`"
+    try:
+        manifest = json.loads((path / _MANIFEST).read_text())
+    except (OSError, ValueError) as e:
+        raise FileNotFoundError(f"no valid shipped warm start for {task!r} at {path} ({e}); {rebuild}") from e
+    recipe = TASK_RECIPES[task]
+    if manifest.get("recipe_hash") != recipe.hash() or manifest.get("recipe") != recipe.to_dict():
+        raise ValueError(
+            f"the shipped warm start at {path} was built from recipe {manifest.get('recipe_hash')}, but the "
+            f"code's recipe for {task!r} is {recipe.hash()}; {rebuild}"
+        )
+    digests = _file_digests(path)
+    if digests != manifest.get("files"):
+        raise ValueError(f"the files at {path} do not match their manifest (corrupt or edited); {rebuild}")
+    return path
+
+
+def load_task_model(task: str = "wordproblems") -> tuple[Qwen2ForCausalLM, PreTrainedTokenizerFast, Path]:
+    """The shipped warm start of `task` (model in eval mode, tokenizer, directory), verified first.
+
+    'arithmetic' has no shipped weights: it goes through the cache (`load_default_model`).
+    """
+    if task == "arithmetic":
+        return load_default_model(DEFAULT_RECIPE)
+    path = verify_shipped(task)
+    model, tok = _load(path)
+    return model, tok, path
+
+
+def write_shipped(task: str, out: Path | None = None, *, progress: bool = True, callback=None) -> Path:
+    """Build `task`'s recipe from scratch and write it (weights, tokenizer, recipe, manifest) atomically."""
+    if task not in TASK_RECIPES:
+        raise ValueError(f"unknown task {task!r}; valid: {', '.join(TASK_RECIPES)}")
+    recipe = TASK_RECIPES[task]
+    out = Path(out) if out is not None else shipped_path(task)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    model, tok = build_model(recipe, progress=progress, callback=callback)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{task}.", dir=out.parent))
+    try:
+        model.save_pretrained(tmp)
+        tok.save_pretrained(tmp)
+        (tmp / _RECIPE_FILE).write_text(json.dumps(recipe.to_dict(), indent=2, sort_keys=True))
+        manifest = {"task": task, "recipe_hash": recipe.hash(), "recipe": recipe.to_dict()}
+        for f in tmp.iterdir():
+            f.chmod(0o644)  # package data: readable by everyone (save_pretrained may write 0o600)
+        manifest["files"] = _file_digests(tmp)
+        (tmp / _MANIFEST).write_text(json.dumps(manifest, indent=2, sort_keys=True))
+        tmp.chmod(0o777 & ~_umask())
+        if out.exists():
+            shutil.rmtree(out)
+        os.rename(tmp, out)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m oar_rl.shipped build --task wordproblems [--out DIR]`: (re)build a shipped warm start."""
+    import argparse
+
+    p = argparse.ArgumentParser(prog="python -m oar_rl.shipped", description=main.__doc__)
+    sub = p.add_subparsers(dest="cmd", required=True)
+    b = sub.add_parser("build", help="build a task's warm start from its recipe")
+    b.add_argument("--task", choices=[t for t in TASK_RECIPES if t != "arithmetic"], default="wordproblems")
+    b.add_argument("--out", default=None, help="output directory (default: the package's models/<task>)")
+    args = p.parse_args(argv)
+    path = write_shipped(args.task, Path(args.out) if args.out else None)
+    print(f"wrote {path} (recipe {TASK_RECIPES[args.task].hash()})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,352 @@
+"""`oar-rl study`: the command line and the study's top-level flow.
+
+Flow: load the task's warm start; fix the learning rate (the `--tune-lr` sweep, an earlier sweep in the
+same `--out`, `--lr`, or the task's default, in that order, said in study.json); refuse a protocol that
+differs from the one the stored runs were made under; measure the warm start; train every missing
+(variant, seed) run, seed-major, writing each run's file as it finishes; run the recall analysis; then
+aggregate everything into study.json, the plots and report.html.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import shutil
+import sys
+import tempfile
+import time
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from oar_rl.io import ensure_writable_dir
+from oar_rl.study.config import ABLATIONS, PRESETS, STUDY_FORMAT, StudySettings, all_methods, protocol_hash
+from oar_rl.study.runner import (
+    Progress,
+    RunStore,
+    StudyError,
+    _check_same,
+    _read_json,
+    _write_json,
+    phase,
+    resolve_learning_rate,
+    train_and_evaluate,
+    tune_learning_rate,
+)
+from oar_rl.study.tasks import get_task, task_names
+
+
+def _parse(argv: list[str]) -> argparse.Namespace:
+    p = argparse.ArgumentParser(
+        prog="oar-rl study",
+        description="Compare credit-assignment methods under one fixed protocol (same warm start, prompts, "
+        "budget and hyperparameters; learning rate chosen once for GRPO on a validation split), over "
+        "several seeds, with confidence intervals, accuracy-vs-step curves, credit metrics, recall@K% "
+        "and optional tau/probe ablations. Resumable: rerun the same command to continue.",
+    )
+    p.add_argument("--out", default="study_out", help="output directory (default: study_out)")
+    p.add_argument(
+        "--task", default="arithmetic", help=f"task (default arithmetic); valid: {', '.join(task_names())}"
+    )
+    p.add_argument(
+        "--quick",
+        action="store_true",
+        help="the small version `make demo` runs: grpo,oar-g,oar-p x 2 seeds, 16 steps of 8x8 "
+        "completions, 150 test problems, the task's default learning rate (no sweep)",
+    )
+    p.add_argument("--tiny", action="store_true", help=argparse.SUPPRESS)  # tests
+    p.add_argument("--methods", help=f"comma-separated (default: all); valid: {','.join(all_methods())}")
+    p.add_argument("--seeds", type=int, help="seeds per method (default 5; --quick 2)")
+    p.add_argument(
+        "--ablations", default="", help=f"comma-separated run groups to add; valid: {','.join(ABLATIONS)}"
+    )
+    p.add_argument("--steps", type=int, help="optimizer steps per run (protocol; default 40)")
+    p.add_argument(
+        "--tune-lr",
+        action="store_true",
+        help="choose the learning rate by a GRPO sweep on the validation split first",
+    )
+    p.add_argument(
+        "--lr-grid", help="comma-separated learning rates of the sweep (default 1e-5,2e-5,5e-5,1e-4,2e-4)"
+    )
+    p.add_argument("--lr", type=float, help="use this learning rate without a sweep (recorded as untuned)")
+    p.add_argument("--recall", type=int, help="correct warm-start trajectories for recall@K%% (0: skip)")
+    p.add_argument("--cache-dir", help="warm-start model cache (default: $OAR_RL_CACHE/models)")
+    p.add_argument("--fresh", action="store_true", help="discard the results in --out first")
+    p.add_argument(
+        "--threads",
+        type=int,
+        default=1,
+        help="torch CPU threads (default 1: the models are tiny, and on a shared 2-core machine two threads "
+        "spin against each other; 0 = torch's own choice)",
+    )
+    return p.parse_args(argv)
+
+
+def _csv(value: str | None) -> tuple[str, ...] | None:
+    if value is None:
+        return None
+    return tuple(v.strip() for v in value.split(",") if v.strip())
+
+
+def settings_from_args(a: argparse.Namespace) -> StudySettings:
+    if a.quick and a.tiny:
+        raise ValueError("--quick and --tiny are exclusive")
+    if a.tune_lr and a.lr is not None:
+        raise ValueError("--tune-lr and --lr are exclusive: the learning rate is either swept or given")
+    s = PRESETS["tiny" if a.tiny else "quick" if a.quick else "full"]
+    changes: dict[str, Any] = {"task": a.task, "ablations": _csv(a.ablations) or ()}
+    if a.methods is not None:
+        changes["methods"] = _csv(a.methods)
+        if not changes["methods"]:
+            raise ValueError(f"--methods {a.methods!r} names no method; valid: {','.join(all_methods())}")
+    for flag, field in (("seeds", "seeds"), ("steps", "steps"), ("recall", "recall_trajectories")):
+        if getattr(a, flag) is not None:
+            changes[field] = getattr(a, flag)
+    if a.lr_grid is not None:
+        try:
+            changes["lr_grid"] = tuple(float(x) for x in _csv(a.lr_grid) or ())
+        except ValueError as e:
+            raise ValueError(f"--lr-grid {a.lr_grid!r} is not a comma-separated list of numbers") from e
+    if a.lr is not None and not a.lr > 0:
+        raise ValueError(f"--lr {a.lr} must be > 0")
+    return replace(s, **changes)
+
+
+def _machine() -> dict[str, Any]:
+    import torch
+
+    return {
+        "platform": platform.platform(),
+        "cpu_count": os.cpu_count(),
+        "torch_threads": torch.get_num_threads(),
+        "cuda": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
+    }
+
+
+def run_study(
+    settings: StudySettings,
+    out: Path,
+    *,
+    cache_dir: str | None = None,
+    fresh: bool = False,
+    tune_lr: bool = False,
+    lr: float | None = None,
+) -> dict[str, Any]:
+    """Run (or resume) a study end to end; returns the study.json data. StudyError on a protocol clash."""
+    from oar_rl.study.recall import recall_analysis
+    from oar_rl.study.report import aggregate, write_outputs
+
+    t_start = time.perf_counter()
+    task = get_task(settings.task)
+    if settings.warm_start not in task.warm_starts:
+        raise StudyError(
+            f"warm start {settings.warm_start!r} is not valid for task {task.name!r}; "
+            f"valid: {', '.join(task.warm_starts)}"
+        )
+    settings = settings.resolved(task)
+    if fresh:
+        for name in ("runs", "lr"):
+            shutil.rmtree(out / name, ignore_errors=True)
+        for name in ("lr_tuning.json", "warm_start.json", "recall.json", "study.json"):
+            (out / name).unlink(missing_ok=True)
+    if lr is None and not tune_lr:
+        # fail on a changed protocol before loading anything heavy
+        lr_value, lr_source, tuning = resolve_learning_rate(settings, task, out, lr=None)
+        RunStore(
+            out / "runs", replace(settings, learning_rate=lr_value, lr_source=lr_source).protocol()
+        ).check_all()
+    phase(f"task {task.name}: loading warm start {settings.warm_start!r}")
+    ws = task.load_warm_start(settings.warm_start, cache_dir)
+    todo_steps = len(settings.runs()) * settings.steps + (
+        len(settings.lr_grid) * settings.tune_seeds * settings.steps if tune_lr else 0
+    )
+    progress = Progress(todo_steps)
+    try:
+        with tempfile.TemporaryDirectory(prefix="oar-rl-study-") as work:
+            if tune_lr:
+                phase(f"learning-rate sweep for GRPO on the validation split: {list(settings.lr_grid)}")
+                tuning = tune_learning_rate(task, ws, settings, out, progress, Path(work))
+                lr_value = tuning["chosen"]
+                lr_source = "tuned on the validation split (--tune-lr, lr_tuning.json)"
+                progress.write(f"learning rate chosen: {lr_value:g}")
+            else:
+                lr_value, lr_source, tuning = resolve_learning_rate(settings, task, out, lr=lr)
+            settings = replace(settings, learning_rate=lr_value, lr_source=lr_source)
+            if tuning is None:
+                phase(f"learning rate {lr_value:g}: {lr_source}")
+            protocol = settings.protocol()
+            store = RunStore(out / "runs", protocol)
+            stored = store.check_all()
+            test_rows = task.prompts("test", settings.test_problems)
+            ws_rec = _read_json(out / "warm_start.json")
+            if ws_rec is not None:
+                _check_same(out / "warm_start.json", ws_rec, protocol)
+            else:
+                from oar_rl.study.runner import _accuracy
+
+                phase(f"evaluating the warm start on {len(test_rows)} test problems")
+                acc = {
+                    g: _accuracy(task, ws.model, ws.tokenizer, test_rows, settings, greedy=g == "greedy")
+                    for g in ("sampled", "greedy")
+                }
+                ws_rec = {
+                    "protocol": protocol,
+                    "recipe_hash": ws.recipe_hash,
+                    "recipe": ws.recipe,
+                    "accuracy": acc,
+                }
+                _write_json(out / "warm_start.json", ws_rec)
+            labeller = (task.trainer_kwargs() if task.trainer_kwargs else {}).get("token_roles")
+            if labeller is not None and "task_figures" not in ws_rec:
+                from oar_rl.roles import role_statistics
+
+                phase("measuring token roles and policy entropy on the warm start's own samples")
+                ws_rec["task_figures"] = role_statistics(
+                    ws.model, ws.tokenizer, [r["prompt"] for r in test_rows], labeller,
+                    temperature=settings.temperature, max_new_tokens=settings.max_completion_length,
+                    seed=settings.eval_seed,
+                )  # fmt: skip
+                _write_json(out / "warm_start.json", ws_rec)
+            train_rows = task.prompts("train", settings.n_train_prompts)
+            plan = settings.runs()
+            for i, (variant, seed) in enumerate(plan, 1):
+                if store.get(variant.name, seed) is not None:
+                    progress.bar.update(settings.steps)
+                    continue
+                progress.describe(f"[{i}/{len(plan)}] {variant.name} seed {seed}")
+                rec = train_and_evaluate(
+                    task, ws, settings, variant, seed, train_rows, test_rows,
+                    Path(work) / f"run{i}", progress, learning_rate=lr_value,
+                )  # fmt: skip
+                rec["curve"] = {"0": ws_rec["accuracy"]["sampled"], **rec["curve"]}
+                stored[f"{variant.name}/seed{seed}"] = store.put(variant.name, seed, rec)
+                progress.write(
+                    f"[{i}/{len(plan)}] {variant.name} seed {seed}: accuracy "
+                    f"{ws_rec['accuracy']['sampled']:.3f} -> {rec['final']['sampled']:.3f} "
+                    f"(greedy {rec['final']['greedy']:.3f}), "
+                    f"{rec['train_seconds']:.0f} s training"
+                )
+    finally:
+        progress.close()
+    recall: dict[str, Any] | None = None
+    if settings.recall_trajectories:
+        recall_protocol = {**protocol, "recall_format": 1}
+        cached = _read_json(out / "recall.json")
+        if cached is not None and cached.get("protocol_hash") == protocol_hash(recall_protocol):
+            recall = cached["result"]
+        else:
+            phase(f"recall@K%: oracle on {settings.recall_trajectories} correct warm-start trajectories")
+            t0 = time.perf_counter()
+            recall = recall_analysis(
+                task, ws.model, ws.tokenizer, n=settings.recall_trajectories,
+                max_new_tokens=settings.max_completion_length, seed=settings.eval_seed, probe=settings.probe,
+            )  # fmt: skip
+            recall["seconds"] = time.perf_counter() - t0
+            _write_json(
+                out / "recall.json", {"protocol_hash": protocol_hash(recall_protocol), "result": recall}
+            )
+    groups = {g: [v.name for v in vs] for g, vs in settings.variants().items()}
+    in_scope = {f"{v.name}/seed{s}" for v, s in settings.runs()}
+    runs = {k: r for k, r in stored.items() if k in in_scope}
+    run_wall = sum(r["wall_seconds"] for r in runs.values())
+    tuning_wall = (
+        sum(r["wall_seconds"] for r in RunStore(out / "lr", settings.tuning_protocol()).check_all().values())
+        if tuning
+        else 0.0
+    )
+    study = {
+        "format": STUDY_FORMAT,
+        "complete": len(runs) == len(in_scope),
+        "protocol": protocol,
+        "protocol_hash": protocol_hash(protocol),
+        "scope": {
+            "methods": list(settings.method_list),
+            "seeds": settings.seeds,
+            "ablations": list(settings.ablations),
+        },
+        "task": {
+            "name": task.name,
+            "description": task.description,
+            "roles": task.label_roles is not None,
+            # pivot_fraction, entropy_by_role, mean_reasoning_tokens of the warm start's own samples
+            "figures": ws_rec.get("task_figures"),
+        },
+        "learning_rate": {"value": lr_value, "source": lr_source, "tuning": tuning},
+        "warm_start": {k: ws_rec[k] for k in ("recipe_hash", "recipe", "accuracy")},
+        "groups": aggregate(groups, runs, settings.seeds),
+        "recall": recall,
+        "runs": runs,
+        "runs_outside_scope": sorted(set(stored) - in_scope),  # made earlier, kept in runs/, not aggregated
+        "wall": {
+            "this_invocation_seconds": time.perf_counter() - t_start,
+            "runs_seconds_total": run_wall,
+            "lr_sweep_seconds_total": tuning_wall,
+            "recall_seconds": (recall or {}).get("seconds"),
+            "note": "runs/lr sweep totals add up the wall time of every stored run (train + evaluation), "
+            "across invocations; this_invocation excludes earlier invocations",
+            "machine": _machine(),
+        },
+    }
+    write_outputs(study, out)
+    if study["task"]["figures"] is not None:  # what `make demo` reports: summary.json["task"]
+        _write_json(out / "summary.json", {"task": study["task"]["figures"], "study": "study.json"})
+    return study
+
+
+def _summary_lines(study: dict[str, Any]) -> list[str]:
+    lines = []
+    for group, results in study["groups"].items():
+        for name, r in results.items():
+            f = r["final_sampled"]
+            if f["mean"] is None:
+                continue
+            ci = f" [{100 * f['low']:.1f}, {100 * f['high']:.1f}]" if f["low"] is not None else ""
+            d = r.get("diff_to_grpo")
+            diff = ""
+            if d and d["mean"] is not None:
+                dci = f" [{100 * d['low']:+.1f}, {100 * d['high']:+.1f}]" if d["low"] is not None else ""
+                diff = f"   vs GRPO {100 * d['mean']:+.1f}{dci} ({d['wins']}/{len(d['seeds'])} seeds better)"
+            lines.append(f"{group:<6} {name:<20} {100 * f['mean']:5.1f}%{ci}{diff}")
+    return lines
+
+
+def main(argv: list[str] | None = None) -> int:
+    a = _parse(list(sys.argv[1:] if argv is None else argv))
+    try:
+        settings = settings_from_args(a)
+        get_task(settings.task)
+        out = ensure_writable_dir(Path(a.out).expanduser())
+    except ValueError as e:
+        print(f"oar-rl study: {e}", file=sys.stderr)
+        return 2
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()  # one progress bar: the study's (not one per weight load)
+    if a.threads < 0:
+        print(f"oar-rl study: --threads {a.threads} must be >= 0", file=sys.stderr)
+        return 2
+    if a.threads:
+        import torch
+
+        torch.set_num_threads(a.threads)
+    extra = f" + ablations {','.join(settings.ablations)}" if settings.ablations else ""
+    phase(
+        f"{len(settings.runs())} runs ({', '.join(settings.method_list)}{extra} x {settings.seeds} seeds), "
+        f"{settings.steps} steps each; output in {out}"
+    )
+    try:
+        study = run_study(settings, out, cache_dir=a.cache_dir, fresh=a.fresh, tune_lr=a.tune_lr, lr=a.lr)
+    except StudyError as e:
+        print(f"oar-rl study: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        phase(f"interrupted: finished runs are in {out / 'runs'}; rerun the same command to continue")
+        return 130
+    w = study["wall"]
+    phase(f"done in {w['this_invocation_seconds']:.0f} s (all stored runs: {w['runs_seconds_total']:.0f} s)")
+    for line in _summary_lines(study):
+        print(line)
+    print(f"report: {out / 'report.html'}   data: {out / 'study.json'}")
+    return 0 if study["complete"] else 1

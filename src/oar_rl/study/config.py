@@ -1,0 +1,252 @@
+"""The study's configuration: settings, presets, methods, ablation groups and the run plan.
+
+Two parts, kept apart on purpose:
+
+- the *protocol* (task, warm start, budget, every hyperparameter, the evaluation): fixed before any
+  comparison. Every run file records it; a rerun with a different protocol in the same output
+  directory is refused with a diff of what changed (it never mixes results);
+- the *scope* (which methods, how many seeds, which ablation groups): may grow between invocations,
+  finished runs are reused.
+
+Methods are read from the trainer's credit modes (`oar_rl.trainer.CREDITS`), so a credit mode added to
+the library joins the study without an edit here; credit "none" is called "grpo".
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import asdict, dataclass, replace
+from typing import Any
+
+STUDY_FORMAT = 1
+TAUS: tuple[float, ...] = (0.0, 0.4, 0.7, 1.0)
+"""τ ablation (paper Table 3 / Fig. 6): 0 boost-only, 1 suppress-only; run with OAR-G as in the paper."""
+ABLATIONS: dict[str, str] = {
+    "tau": "OAR-G at τ ∈ {0 (boost-only), 0.4, 0.7, 1.0 (suppress-only)} (paper Table 3, Fig. 6)",
+    "probe": "OAR-P with the LT-Logits, AS-Mean and AS-Joint probes (paper Table 4: probes under masking)",
+}
+
+
+def all_methods() -> tuple[str, ...]:
+    """Study method names: the trainer's credit modes, with "none" called "grpo" (listed first)."""
+    from oar_rl.trainer import CREDITS
+
+    return ("grpo", *(c for c in CREDITS if c != "none"))
+
+
+def credit_of(method: str) -> str:
+    return "none" if method == "grpo" else method
+
+
+def probes() -> tuple[str, ...]:
+    from oar_rl.trainer import PROBES
+
+    return tuple(PROBES)
+
+
+@dataclass(frozen=True)
+class Variant:
+    """One trained configuration: a method plus hyperparameter overrides (empty for the main group)."""
+
+    name: str
+    method: str
+    overrides: tuple[tuple[str, Any], ...] = ()
+
+    @property
+    def credit(self) -> str:
+        return credit_of(self.method)
+
+
+@dataclass(frozen=True)
+class StudySettings:
+    """One study. Fields up to `recall_trajectories` are the protocol; the rest is scope."""
+
+    task: str = "arithmetic"
+    warm_start: str = "default"
+    steps: int = 40
+    prompts_per_step: int = 16
+    num_generations: int = 8
+    learning_rate: float | None = None
+    """None until resolved (a --tune-lr choice, --lr, or the task's default; see `lr_source`)."""
+    lr_source: str = ""
+    max_completion_length: int | None = None
+    """None: the task's default."""
+    temperature: float = 1.0
+    probe: str | None = None
+    """None: the task's default probe."""
+    tau: float = 0.4
+    oar_beta: float = 2.0
+    eval_every: int = 10
+    test_problems: int = 300
+    eval_samples: int = 2
+    """Samples per test problem at the training temperature for the accuracy curve and final accuracy."""
+    eval_seed: int = 1234
+    train_prompts: int | None = None
+    """Size of the RL prompt pool; None: 2 × steps × prompts_per_step."""
+    recall_trajectories: int = 40
+    """Correct warm-start trajectories for recall@K% (0: skip the recall analysis)."""
+    # --- scope ---
+    methods: tuple[str, ...] = ()
+    """Empty: every method (`all_methods()`)."""
+    seeds: int = 5
+    ablations: tuple[str, ...] = ()
+    # --- learning-rate sweep (its own protocol: the study's minus the learning rate) ---
+    lr_grid: tuple[float, ...] = (1e-5, 2e-5, 5e-5, 1e-4, 2e-4)
+    tune_seeds: int = 2
+    validation_problems: int = 200
+
+    def __post_init__(self) -> None:
+        valid = all_methods()
+        bad = [m for m in self.methods if m not in valid]
+        if bad:
+            raise ValueError(f"unknown methods {bad}; valid methods: {', '.join(valid)}")
+        if len(set(self.methods)) != len(self.methods):
+            raise ValueError(f"methods {list(self.methods)} contain duplicates")
+        if self.methods and "grpo" not in self.methods:
+            raise ValueError(
+                f"methods {list(self.methods)} must include grpo: every comparison is paired to it"
+            )
+        bad = [a for a in self.ablations if a not in ABLATIONS]
+        if bad:
+            raise ValueError(f"unknown ablations {bad}; valid ablations: {', '.join(ABLATIONS)}")
+        for name in ("seeds", "steps", "prompts_per_step", "eval_every", "test_problems", "eval_samples"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name}={getattr(self, name)} must be >= 1")
+        for name in ("tune_seeds", "validation_problems"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name}={getattr(self, name)} must be >= 1")
+        if self.recall_trajectories < 0:
+            raise ValueError(f"recall_trajectories={self.recall_trajectories} must be >= 0")
+        if self.num_generations < 2:
+            raise ValueError(f"num_generations={self.num_generations} must be >= 2 (GRPO needs a group)")
+        if self.learning_rate is not None and not self.learning_rate > 0:
+            raise ValueError(f"learning_rate={self.learning_rate} must be > 0")
+        if not self.lr_grid or any(not lr > 0 for lr in self.lr_grid):
+            raise ValueError(f"lr_grid={list(self.lr_grid)} must be non-empty and positive")
+        if not 0.0 <= self.tau <= 1.0:
+            raise ValueError(f"tau={self.tau} must be in [0, 1]")
+        if self.probe is not None and self.probe not in probes():
+            raise ValueError(f"probe={self.probe!r}; valid probes: {', '.join(probes())}")
+        if self.train_prompts is not None and self.train_prompts < self.prompts_per_step:
+            raise ValueError(f"train_prompts={self.train_prompts} must be >= prompts_per_step")
+
+    # --- derived -------------------------------------------------------------------------------------
+    @property
+    def method_list(self) -> tuple[str, ...]:
+        return self.methods or all_methods()
+
+    @property
+    def n_train_prompts(self) -> int:
+        return self.train_prompts or 2 * self.steps * self.prompts_per_step
+
+    def resolved(self, task) -> StudySettings:
+        """Task defaults filled in (probe, completion length)."""
+        return replace(
+            self,
+            probe=self.probe or task.probe,
+            max_completion_length=self.max_completion_length or task.max_completion_length,
+        )
+
+    def protocol(self) -> dict[str, Any]:
+        """Everything that determines a run's result, except its method, overrides and seed."""
+        d = asdict(self)
+        for key in ("methods", "seeds", "ablations", "lr_grid", "tune_seeds", "validation_problems"):
+            del d[key]
+        d["study_format"] = STUDY_FORMAT
+        return d
+
+    def tuning_protocol(self) -> dict[str, Any]:
+        """The sweep's protocol: the study's without the learning rate, plus the sweep's own settings."""
+        d = self.protocol()
+        for key in ("learning_rate", "lr_source", "recall_trajectories"):
+            del d[key]
+        d.update(tune_seeds=self.tune_seeds, validation_problems=self.validation_problems)
+        return d
+
+    # --- the run plan --------------------------------------------------------------------------------
+    def variants(self) -> dict[str, list[Variant]]:
+        """Run groups: "main" (every method at the protocol's hyperparameters) and each ablation.
+
+        An ablation value equal to the protocol's own (τ = `tau`, probe = `probe`) is the main group's
+        run itself, shared rather than trained twice.
+        """
+        groups: dict[str, list[Variant]] = {"main": [Variant(m, m) for m in self.method_list]}
+        if "tau" in self.ablations:
+            groups["tau"] = [
+                Variant("oar-g", "oar-g")
+                if t == self.tau
+                else Variant(f"oar-g[tau={t:g}]", "oar-g", (("tau", t),))
+                for t in TAUS
+            ]
+        if "probe" in self.ablations:
+            groups["probe"] = [
+                Variant("oar-p", "oar-p")
+                if p == self.probe
+                else Variant(f"oar-p[probe={p}]", "oar-p", (("probe", p),))
+                for p in probes()
+            ]
+        return groups
+
+    def runs(self) -> list[tuple[Variant, int]]:
+        """Every distinct (variant, seed) to train, seed-major (all variants of seed 0 first)."""
+        seen: dict[str, Variant] = {}
+        for group in self.variants().values():
+            for v in group:
+                seen.setdefault(v.name, v)
+        return [(v, s) for s in range(self.seeds) for v in seen.values()]
+
+    def with_scope(self, **changes: Any) -> StudySettings:
+        return replace(self, **changes)
+
+
+def protocol_hash(protocol: dict[str, Any]) -> str:
+    blob = json.dumps(protocol, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+def protocol_diff(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
+    """Human-readable lines `key: old -> new` for every key that differs (missing shown as <absent>)."""
+    lines = []
+    for key in sorted(set(old) | set(new)):
+        a, b = old.get(key, "<absent>"), new.get(key, "<absent>")
+        if a != b:
+            lines.append(f"  {key}: {a!r} -> {b!r}")
+    return lines
+
+
+PRESETS: dict[str, StudySettings] = {
+    "full": StudySettings(),
+    # `make demo`: the main comparison in miniature; no ablations, no interval worth the name with 2
+    # seeds (the t quantile at 1 degree of freedom is 12.7), but every part of the report is produced.
+    "quick": StudySettings(
+        methods=("grpo", "oar-g", "oar-p"),
+        seeds=2,
+        steps=16,
+        prompts_per_step=8,
+        eval_every=4,
+        test_problems=150,
+        eval_samples=2,
+        recall_trajectories=16,
+        lr_grid=(2e-5, 5e-5, 1e-4),
+        tune_seeds=1,
+        validation_problems=100,
+    ),
+    # Hidden, for the tests: the seconds-to-build warm start, a few seconds per run.
+    "tiny": StudySettings(
+        warm_start="test",
+        methods=("grpo", "oar-g"),
+        seeds=2,
+        steps=2,
+        prompts_per_step=2,
+        num_generations=2,
+        max_completion_length=12,
+        eval_every=1,
+        test_problems=4,
+        eval_samples=1,
+        recall_trajectories=2,
+        lr_grid=(1e-5, 1e-4),
+        tune_seeds=1,
+        validation_problems=4,
+    ),
+}

@@ -1,0 +1,331 @@
+"""The study's results: aggregation over seeds (pure), PNG plots and one self-contained HTML report.
+
+Aggregation (`aggregate`) reads only the run records, so the report can be rebuilt from `runs/` at any
+time. For every variant: final held-out accuracy (mean, 95% t-interval over seeds), its paired
+difference to GRPO per seed with the interval of the differences, the accuracy-vs-step curve with its
+interval, the steps to reach GRPO's final accuracy, and the mean of every `oar/*` metric TRL logged
+(the credit metrics, including any a task's role hook adds). "Steps to reach" is read off the mean
+curve over seeds, at the evaluated steps only (a multiple of `eval_every`, or the last step).
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import json
+import statistics
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from oar_rl.io import savefig_atomic, write_text_atomic
+from oar_rl.study.stats import curve_ci, mean_ci, paired_difference, steps_to_reach
+
+REFERENCE = "grpo"
+
+
+def _curve(run: Mapping[str, Any]) -> dict[int, float]:
+    return {int(k): float(v) for k, v in run["curve"].items()}
+
+
+def _credit_means(history: list[dict[str, Any]]) -> dict[str, float]:
+    sums: dict[str, list[float]] = {}
+    for row in history:
+        for k, v in row.items():
+            if k.startswith("oar/") and isinstance(v, int | float):
+                sums.setdefault(k, []).append(float(v))
+    return {k: statistics.fmean(v) for k, v in sums.items()}
+
+
+def aggregate(
+    groups: Mapping[str, list[str]], runs: Mapping[str, Mapping[str, Any]], seeds: int
+) -> dict[str, Any]:
+    """Per group and variant, the statistics of the module docstring over seeds 0..seeds-1."""
+    by_variant: dict[str, dict[int, Mapping[str, Any]]] = {}
+    for run in runs.values():
+        if run["seed"] < seeds:
+            by_variant.setdefault(run["variant"], {})[run["seed"]] = run
+    ref_runs = by_variant.get(REFERENCE, {})
+    ref_final = {s: r["final"]["sampled"] for s, r in ref_runs.items()}
+    ref_curve = curve_ci([_curve(r) for r in ref_runs.values()])
+    ref_target = ref_curve["mean"][-1] if ref_curve["mean"] else None
+    out: dict[str, Any] = {}
+    for group, names in groups.items():
+        results = {}
+        for name in names:
+            vr = by_variant.get(name, {})
+            finals = {s: r["final"]["sampled"] for s, r in vr.items()}
+            curve = curve_ci([_curve(r) for r in vr.values()])
+            credit: dict[str, list[float]] = {}
+            for r in vr.values():
+                for k, v in _credit_means(r.get("history", [])).items():
+                    credit.setdefault(k, []).append(v)
+            res: dict[str, Any] = {
+                "seeds": sorted(vr),
+                "final_sampled": mean_ci(list(finals.values())),
+                "final_greedy": mean_ci(
+                    [r["final"]["greedy"] for r in vr.values() if r["final"]["greedy"] is not None]
+                ),
+                "curve": curve,
+                "credit_metrics": {k: mean_ci(v) for k, v in sorted(credit.items())},
+                "train_seconds": mean_ci([r["train_seconds"] for r in vr.values()]),
+            }
+            if ref_final and name != REFERENCE:
+                res["diff_to_grpo"] = paired_difference(finals, ref_final)
+            if ref_target is not None and curve["step"]:
+                res["steps_to_grpo_final"] = steps_to_reach(curve["step"], curve["mean"], ref_target)
+            results[name] = res
+        out[group] = results
+    return out
+
+
+# ----------------------------------------------------------------------------------------------------
+# plots
+# ----------------------------------------------------------------------------------------------------
+def _plt():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def plot_accuracy(results: Mapping[str, Any], path: Path, title: str) -> Path | None:
+    """Held-out accuracy vs step, one line per variant, the 95% t-interval shaded."""
+    series = {n: r["curve"] for n, r in results.items() if r["curve"]["step"]}
+    if not series:
+        return None
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(6, 3.8))
+    for name, c in series.items():
+        (line,) = ax.plot(c["step"], c["mean"], marker="o", ms=3, lw=1.6, label=name)
+        if all(v is not None for v in c["low"]):
+            ax.fill_between(c["step"], c["low"], c["high"], color=line.get_color(), alpha=0.15)
+    ax.set_title(title, fontsize=10)
+    ax.set_xlabel("optimizer step")
+    ax.set_ylabel("held-out accuracy (T=1)")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    savefig_atomic(fig, path)
+    plt.close(fig)
+    return path
+
+
+def plot_differences(agg: Mapping[str, Mapping[str, Any]], path: Path) -> Path | None:
+    """Paired difference to GRPO (final accuracy) with its 95% interval, every variant of every group."""
+    rows: list[tuple[str, dict[str, Any]]] = []
+    seen = set()
+    for results in agg.values():
+        for name, r in results.items():
+            if "diff_to_grpo" in r and r["diff_to_grpo"]["mean"] is not None and name not in seen:
+                seen.add(name)
+                rows.append((name, r["diff_to_grpo"]))
+    if not rows:
+        return None
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(6, 0.45 * len(rows) + 1.2))
+    for i, (_name, d) in enumerate(rows):
+        mean = 100 * d["mean"]
+        if d["low"] is not None:
+            err = [[mean - 100 * d["low"]], [100 * d["high"] - mean]]
+            ax.errorbar([mean], [i], xerr=err, fmt="o", capsize=3, color="C0")
+        else:
+            ax.plot([mean], [i], "o", color="C0")
+        ax.plot([100 * x for x in d["diffs"]], [i] * len(d["diffs"]), "x", color="0.5", ms=4)
+    ax.axvline(0, color="0.3", lw=1, ls=":")
+    ax.set_yticks(range(len(rows)), [n for n, _ in rows])
+    ax.invert_yaxis()
+    ax.set_xlabel("final accuracy − GRPO's, same seed (points); bar: 95% t-interval; x: seeds")
+    ax.grid(alpha=0.3, axis="x")
+    savefig_atomic(fig, path)
+    plt.close(fig)
+    return path
+
+
+def plot_recall(recall: Mapping[str, Any], key: str, path: Path, ylabel: str) -> Path | None:
+    section = recall.get(key)
+    if not section:
+        return None
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(6, 3.8))
+    for name, curve in section["recall"].items():
+        ks = sorted(curve, key=float)
+        ax.plot([100 * float(k) for k in ks], [curve[k] for k in ks], marker="o", ms=3, label=name)
+    top = 100 * max(float(k) for k in recall["ks"])
+    ax.plot([0, top], [0, top / 100], color="0.6", ls=":", lw=1, label="chance")
+    ax.set_xlabel("top-K% reasoning tokens by importance")
+    ax.set_ylabel(ylabel)
+    ax.set_ylim(0, 1.02)
+    ax.legend(fontsize=7, ncol=2)
+    savefig_atomic(fig, path)
+    plt.close(fig)
+    return path
+
+
+# ----------------------------------------------------------------------------------------------------
+# HTML
+# ----------------------------------------------------------------------------------------------------
+def _pct(ci: Mapping[str, Any] | None, signed: bool = False) -> str:
+    if not ci or ci.get("mean") is None:
+        return "–"
+    sign = "+" if signed else ""
+    text = f"{100 * ci['mean']:{sign}.1f}"
+    if ci.get("low") is not None:
+        text += f" [{100 * ci['low']:{sign}.1f}, {100 * ci['high']:{sign}.1f}]"
+    return text
+
+
+def _num(ci: Mapping[str, Any] | None) -> str:
+    if not ci or ci.get("mean") is None:
+        return "–"
+    text = f"{ci['mean']:.3f}"
+    return text + (f" ± {ci['half_width']:.3f}" if ci.get("half_width") is not None else "")
+
+
+def _reach(r: Mapping[str, Any]) -> str:
+    if "steps_to_grpo_final" not in r:
+        return "–"
+    reach = r["steps_to_grpo_final"]
+    return "not reached" if reach is None else str(reach)
+
+
+def _table(head: list[str], rows: list[list[str]]) -> str:
+    th = "".join(f"<th>{html.escape(h)}</th>" for h in head)
+    body = "".join("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in r) + "</tr>" for r in rows)
+    return f"<table><tr>{th}</tr>{body}</table>"
+
+
+def _img(path: Path) -> str:
+    data = base64.b64encode(path.read_bytes()).decode("ascii")
+    return f"<img alt='{html.escape(path.name)}' src='data:image/png;base64,{data}'>"
+
+
+def render(study: Mapping[str, Any], plots: Mapping[str, Path]) -> str:
+    from oar_rl.analysis.report import _CSS
+
+    p = study["protocol"]
+    lr = study["learning_rate"]
+    parts = [
+        "<!doctype html><html><head><meta charset='utf-8'><title>oar-rl study</title>",
+        f"<style>{_CSS}</style></head><body><h1>oar-rl study: {html.escape(p['task'])}</h1>",
+    ]
+    if not study.get("complete"):
+        parts.append("<p><b>Partial results</b>: the study was interrupted or is still going.</p>")
+    parts.append(
+        f"<p>Warm start <code>{html.escape(study['warm_start']['recipe_hash'])}</code>; every method trains "
+        f"{p['steps']} steps of {p['prompts_per_step']}×{p['num_generations']} completions from it, "
+        f"seeds 0–{study['scope']['seeds'] - 1}, same prompts per seed and the same hyperparameters "
+        f"(learning rate {lr['value']:g}: {html.escape(lr['source'])}; probe {p['probe']}, τ {p['tau']}, "
+        f"β {p['oar_beta']}). Held-out accuracy: {p['test_problems']} test problems × {p['eval_samples']} "
+        f"sample(s) at T={p['temperature']:g}, every {p['eval_every']} steps. Intervals are 95% Student-t "
+        "over seeds; differences are paired by seed. Accuracies in %.</p>"
+    )
+    ws = study["warm_start"]["accuracy"]
+    parts.append(f"<p>Warm start: {100 * ws['sampled']:.1f}% sampled, {100 * ws['greedy']:.1f}% greedy.</p>")
+    head = [
+        "variant",
+        "seeds",
+        "final (T=1)",
+        "final (greedy)",
+        "Δ vs GRPO (paired)",
+        "wins",
+        "steps to GRPO final",
+    ]
+    for group, results in study["groups"].items():
+        rows = []
+        for name, r in results.items():
+            d = r.get("diff_to_grpo")
+            rows.append(
+                [
+                    name,
+                    str(len(r["seeds"])),
+                    _pct(r["final_sampled"]),
+                    _pct(r["final_greedy"]),
+                    _pct(d, signed=True) if d else "(reference)" if name == REFERENCE else "–",
+                    f"{d['wins']}/{len(d['seeds'])}" if d else "–",
+                    _reach(r),
+                ]
+            )
+        parts.append(f"<h2>{html.escape(group)}</h2>" + _table(head, rows))
+    ref = study["groups"].get("main", {}).get(REFERENCE, {}).get("curve", {})
+    if ref.get("mean") and ref["mean"][-1] <= ref["mean"][0]:
+        parts.append(
+            "<p class='note'><b>GRPO's final accuracy is not above the warm start's</b>, so every method "
+            "'reaches' it at step 0: the steps-to-reach column says nothing in this study.</p>"
+        )
+    keys = sorted({k for res in study["groups"].values() for r in res.values() for k in r["credit_metrics"]})
+    if keys:
+        rows = [
+            [name] + [_num(r["credit_metrics"].get(k)) for k in keys]
+            for res in study["groups"].values()
+            for name, r in res.items()
+        ]
+        parts.append("<h2>Credit metrics (mean over steps, then seeds ± 95% half-width)</h2>")
+        parts.append(_table(["variant", *keys], list({r[0]: r for r in rows}.values())))
+    rec = study.get("recall") or {}
+    for key, label in (("oracle", "counterfactual oracle"), ("ground_truth", "ground-truth pivots")):
+        if rec.get(key):
+            ks = [f"{float(k):g}" for k in rec["ks"]]
+            rows = [[n] + [f"{c[k]:.2f}" for k in ks] for n, c in rec[key]["recall"].items()]
+            parts.append(
+                f"<h2>Recall@K% vs {label}</h2><p class='note'>{rec['trajectories']} correct warm-start "
+                f"trajectories, {rec['reasoning_tokens']} reasoning tokens, pivot fraction "
+                f"{rec[key]['pivot_fraction']:.2f}.</p>"
+            )
+            parts.append(_table(["signal", *(f"top {100 * float(k):g}%" for k in ks)], rows))
+    if rec.get("skipped"):
+        parts.append(f"<p class='note'>Recall analysis skipped: {html.escape(rec['skipped'])}.</p>")
+    parts.append("<h2>Plots</h2><div class='plots'>" + "".join(_img(v) for v in plots.values()) + "</div>")
+    if lr.get("tuning"):
+        t = lr["tuning"]
+        parts.append("<h2>Learning-rate choice</h2><p>" + html.escape(t["rule"]) + "</p>")
+        rows = [
+            [k, " ".join(f"{100 * a:.1f}" for a in r["accuracy"]), f"{100 * r['mean']:.1f}"]
+            for k, r in t["results"].items()
+        ]
+        parts.append(_table(["learning rate", "validation accuracy per seed", "mean"], rows))
+    runs = [
+        [k, f"{100 * r['final']['sampled']:.1f}", f"{r['train_seconds']:.0f} s"]
+        for k, r in sorted(study["runs"].items())
+    ]
+    parts.append("<h2>Every run</h2>" + _table(["run", "final (T=1)", "train time"], runs))
+    if study.get("runs_outside_scope"):
+        others = ", ".join(study["runs_outside_scope"])
+        parts.append(
+            f"<p class='note'>Also in runs/ (outside this invocation's scope): {html.escape(others)}</p>"
+        )
+    parts.append(f"<h2>Study record</h2><pre>{html.escape(json.dumps(study['wall'], indent=1))}\n")
+    parts.append(html.escape(json.dumps(p, indent=1, sort_keys=True)) + "</pre></body></html>")
+    return "\n".join(parts)
+
+
+def write_outputs(study: dict[str, Any], out: Path) -> dict[str, Path]:
+    """study.json, the PNG plots and report.html (all atomic); returns {plot name: path}."""
+    from oar_rl.analysis.plots import plot_curves
+
+    plots: dict[str, Path] = {}
+    for group, results in study["groups"].items():
+        path = plot_accuracy(results, out / f"accuracy_{group}.png", f"Held-out accuracy vs step ({group})")
+        if path:
+            plots[f"accuracy_{group}"] = path
+    diff = plot_differences(study["groups"], out / "diff_to_grpo.png")
+    if diff:
+        plots["diff_to_grpo"] = diff
+    for key, label in (
+        ("oracle", "recall of oracle pivots"),
+        ("ground_truth", "recall of ground-truth pivots"),
+    ):
+        path = plot_recall(study.get("recall") or {}, key, out / f"recall_{key}.png", label)
+        if path:
+            plots[f"recall_{key}"] = path
+    histories: dict[str, list] = {}
+    for r in study["runs"].values():
+        if r["variant"] in study["groups"]["main"]:
+            histories.setdefault(r["variant"], []).append(r["history"])
+    smooth = 5 if study["protocol"]["steps"] >= 20 else 1
+    for key, path in plot_curves(histories, out, smooth=smooth).items():
+        plots[key] = Path(path)
+    write_text_atomic(out / "study.json", json.dumps(study, indent=1, sort_keys=True))
+    write_text_atomic(out / "report.html", render(study, plots))
+    return plots

@@ -1,0 +1,297 @@
+"""Running a study: the run store (resumable), the learning-rate sweep, and the training loop.
+
+Files in the output directory:
+
+- `runs/<variant>.seed<k>.json`: one finished run each, written atomically when the run ends. A rerun
+  skips every run whose file exists; each file records the full protocol, and a file whose protocol
+  differs from the current one stops the study with a diff (results of two protocols never mix).
+- `lr/lr<value>.seed<k>.json`: the runs of the learning-rate sweep, same rules (the sweep's protocol is
+  the study's minus the learning rate); `lr_tuning.json`: the choice and how it was made.
+- `warm_start.json`: the warm start's held-out accuracy (step 0 of every curve).
+
+The learning rate is chosen once, for GRPO, on the validation split (never the test split), by the
+mean final validation accuracy over `tune_seeds` seeds (seeds 1000, 1001, ... so they share nothing
+with the study's seeds 0, 1, ...); ties go to the smaller rate. The choice is then part of the
+protocol: changing it later is refused like any other protocol change.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from oar_rl.io import write_text_atomic
+from oar_rl.study.config import StudySettings, Variant, protocol_diff, protocol_hash
+from oar_rl.study.tasks import StudyTask, WarmStart
+
+TUNE_SEED_BASE = 1000
+
+
+class StudyError(ValueError):
+    """A study that cannot go on as asked (changed protocol, conflicting options): a message for the user."""
+
+
+def phase(msg: str) -> None:
+    print(f"[oar-rl study {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+
+
+def _read_json(path: Path) -> dict[str, Any] | None:
+    try:
+        return json.loads(path.read_text())
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError) as e:
+        raise StudyError(f"{path} is unreadable ({e}); delete it to redo that part") from e
+
+
+def _write_json(path: Path, data: dict[str, Any]) -> None:
+    write_text_atomic(path, json.dumps(data, indent=1, sort_keys=True))
+
+
+def _check_same(path: Path, record: dict[str, Any], protocol: dict[str, Any]) -> None:
+    old = record.get("protocol", {})
+    if protocol_hash(old) != protocol_hash(protocol):
+        diff = "\n".join(protocol_diff(old, protocol))
+        raise StudyError(
+            f"{path} was made under a different configuration:\n{diff}\n"
+            "The protocol is fixed once results exist. Use a new --out, or --fresh to discard these results."
+        )
+
+
+class RunStore:
+    """One JSON file per finished run under `root`, each stamped with its protocol."""
+
+    def __init__(self, root: Path, protocol: dict[str, Any]) -> None:
+        self.root = root
+        self.protocol = protocol
+        self.hash = protocol_hash(protocol)
+
+    @staticmethod
+    def filename(name: str, seed: int) -> str:
+        return re.sub(r"[^A-Za-z0-9._-]+", "_", name) + f".seed{seed}.json"
+
+    def check_all(self) -> dict[str, dict[str, Any]]:
+        """Every stored run by key; StudyError naming the differences if one has another protocol."""
+        out = {}
+        for path in sorted(self.root.glob("*.json")) if self.root.is_dir() else []:
+            rec = _read_json(path)
+            assert rec is not None
+            _check_same(path, rec, self.protocol)
+            out[rec["key"]] = rec
+        return out
+
+    def get(self, name: str, seed: int) -> dict[str, Any] | None:
+        path = self.root / self.filename(name, seed)
+        rec = _read_json(path)
+        if rec is not None:
+            _check_same(path, rec, self.protocol)
+        return rec
+
+    def put(self, name: str, seed: int, record: dict[str, Any]) -> dict[str, Any]:
+        """Write the run's file atomically; returns the record as stored (with key and protocol)."""
+        record = {
+            **record,
+            "key": f"{name}/seed{seed}",
+            "protocol": self.protocol,
+            "protocol_hash": self.hash,
+        }
+        _write_json(self.root / self.filename(name, seed), record)
+        return record
+
+
+class Progress:
+    """One tqdm bar over every optimizer step the invocation still has to run."""
+
+    def __init__(self, total: int) -> None:
+        from tqdm.auto import tqdm
+
+        self.bar = tqdm(total=total, unit="step", desc="study", dynamic_ncols=True, mininterval=1.0)
+
+    def tick(self) -> None:
+        self.bar.update(1)
+
+    def describe(self, text: str) -> None:
+        self.bar.set_description_str(text)
+
+    def write(self, text: str) -> None:
+        self.bar.write(text, file=sys.stderr)
+
+    def close(self) -> None:
+        self.bar.close()
+
+
+def _accuracy(task: StudyTask, model, tokenizer, rows, settings: StudySettings, *, greedy: bool) -> float:
+    from oar_rl.study.training import heldout_accuracy
+
+    return heldout_accuracy(
+        model,
+        tokenizer,
+        rows,
+        task.check,
+        temperature=0.0 if greedy else settings.temperature,
+        samples=1 if greedy else settings.eval_samples,
+        seed=settings.eval_seed,
+        max_new_tokens=settings.max_completion_length,
+    )
+
+
+def train_and_evaluate(
+    task: StudyTask,
+    ws: WarmStart,
+    settings: StudySettings,
+    variant: Variant,
+    seed: int,
+    train_rows: list[dict[str, Any]],
+    eval_rows: list[dict[str, Any]],
+    workdir: Path,
+    progress: Progress | None,
+    *,
+    learning_rate: float,
+    curve: bool = True,
+) -> dict[str, Any]:
+    """Train one run and measure held-out accuracy (a curve every `eval_every` steps, or only at the end)."""
+    import shutil
+
+    from datasets import Dataset
+
+    from oar_rl.study.training import HeldOutEval, StepProgress, train_policy
+
+    def evaluate(model) -> float:
+        return _accuracy(task, model, ws.tokenizer, eval_rows, settings, greedy=False)
+
+    every = settings.eval_every if curve else settings.steps
+    heldout = HeldOutEval(evaluate, every, settings.steps)
+    callbacks: list[Any] = [heldout]
+    if progress is not None:
+        callbacks.append(StepProgress(progress.tick))
+    overrides = dict(variant.overrides)
+    kw = {"probe": settings.probe, "tau": settings.tau, "oar_beta": settings.oar_beta}
+    kw.update(overrides)
+    if task.answer_pattern is not None:
+        kw["answer_pattern"] = task.answer_pattern
+    t0 = time.perf_counter()
+    model, history, seconds = train_policy(
+        ws.path,
+        Dataset.from_list(train_rows),
+        task.reward,
+        credit=variant.credit,
+        seed=seed,
+        steps=settings.steps,
+        prompts_per_step=settings.prompts_per_step,
+        num_generations=settings.num_generations,
+        learning_rate=learning_rate,
+        max_completion_length=settings.max_completion_length,
+        temperature=settings.temperature,
+        workdir=workdir,
+        callbacks=callbacks,
+        trainer_kwargs=task.trainer_kwargs() if task.trainer_kwargs else None,
+        show_progress=False,
+        **kw,
+    )
+    greedy = _accuracy(task, model, ws.tokenizer, eval_rows, settings, greedy=True) if curve else None
+    shutil.rmtree(workdir, ignore_errors=True)
+    final_step = max(heldout.curve) if heldout.curve else None
+    return {
+        "variant": variant.name,
+        "method": variant.method,
+        "credit": variant.credit,
+        "overrides": overrides,
+        "seed": seed,
+        "learning_rate": learning_rate,
+        "curve": {str(k): v for k, v in sorted(heldout.curve.items())},
+        "final": {
+            "sampled": heldout.curve[final_step] if final_step is not None else None,
+            "greedy": greedy,
+            "step": final_step,
+        },
+        "train_seconds": seconds - heldout.seconds,
+        "eval_seconds": heldout.seconds,
+        "wall_seconds": time.perf_counter() - t0,
+        "history": history,
+    }
+
+
+def tune_learning_rate(
+    task: StudyTask, ws: WarmStart, settings: StudySettings, out: Path, progress: Progress, work: Path
+) -> dict[str, Any]:
+    """The GRPO learning-rate sweep on the validation split (resumable); returns the lr_tuning record."""
+    import statistics
+
+    protocol = settings.tuning_protocol()
+    store = RunStore(out / "lr", protocol)
+    store.check_all()
+    rows_train = task.prompts("train", settings.n_train_prompts)
+    rows_val = task.prompts("validation", settings.validation_problems)
+    seeds = [TUNE_SEED_BASE + i for i in range(settings.tune_seeds)]
+    results: dict[str, Any] = {}
+    for lr in settings.lr_grid:
+        accs = []
+        for seed in seeds:
+            name = f"grpo-lr{lr:g}"
+            rec = store.get(name, seed)
+            if rec is None:
+                progress.describe(f"lr sweep {lr:g} seed {seed}")
+                rec = train_and_evaluate(
+                    task,
+                    ws,
+                    settings,
+                    Variant(name, "grpo"),
+                    seed,
+                    rows_train,
+                    rows_val,
+                    work / name / str(seed),
+                    progress,
+                    learning_rate=lr,
+                    curve=False,
+                )
+                store.put(name, seed, rec)
+                progress.write(f"lr {lr:g} seed {seed}: validation accuracy {rec['final']['sampled']:.3f}")
+            else:
+                progress.bar.update(settings.steps)
+            accs.append(rec["final"]["sampled"])
+        results[f"{lr:g}"] = {
+            "learning_rate": lr,
+            "seeds": seeds,
+            "accuracy": accs,
+            "mean": statistics.fmean(accs),
+        }
+    best = max(results.values(), key=lambda r: (r["mean"], -r["learning_rate"]))
+    record = {
+        "protocol": protocol,
+        "protocol_hash": protocol_hash(protocol),
+        "chosen": best["learning_rate"],
+        "rule": (
+            f"GRPO trained {settings.steps} steps from the warm start at each learning rate of the grid, "
+            f"seeds {seeds} (disjoint from the study's), Adam, constant schedule; chosen: the highest mean "
+            f"accuracy on {settings.validation_problems} validation problems ({settings.eval_samples} "
+            f"sample(s) each at T={settings.temperature:g}; the validation split is disjoint from the "
+            "test split), ties to the smaller rate. Then frozen for every method."
+        ),
+        "grid": list(settings.lr_grid),
+        "results": results,
+    }
+    _write_json(out / "lr_tuning.json", record)
+    return record
+
+
+def resolve_learning_rate(
+    settings: StudySettings, task: StudyTask, out: Path, *, lr: float | None
+) -> tuple[float, str, dict[str, Any] | None]:
+    """(learning rate, how it was chosen, lr_tuning record or None) when no sweep runs in this call."""
+    tuning = _read_json(out / "lr_tuning.json")
+    if tuning is not None:
+        _check_same(out / "lr_tuning.json", tuning, settings.tuning_protocol())
+        if lr is not None and lr != tuning["chosen"]:
+            raise StudyError(
+                f"--lr {lr:g} conflicts with the learning rate {tuning['chosen']:g} chosen by --tune-lr in "
+                f"{out}; the learning rate is frozen once chosen (use a new --out to study another)"
+            )
+        return float(tuning["chosen"]), "tuned on the validation split (--tune-lr, lr_tuning.json)", tuning
+    if lr is not None:
+        return lr, "given on the command line (--lr), not tuned by this study", None
+    note = task.learning_rate_note or "the task's default"
+    return task.learning_rate, f"task default, not tuned by this study ({note})", None

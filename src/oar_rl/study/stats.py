@@ -1,0 +1,156 @@
+"""The study's statistics, pure Python: t-intervals over seeds, paired differences, curves, thresholds.
+
+Every interval is a two-sided Student-t interval for the mean over seeds (seeds are the independent
+replicates; the problems of the test set are shared by every run, so their sampling noise is common to
+all methods and cancels in the paired differences). With one seed there is no interval: `low`/`high`
+are None, never a made-up width.
+
+The t quantile is computed here (regularised incomplete beta by Lentz's continued fraction, inverted
+by bisection) so the project needs no SciPy; tests check it against published table values.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+
+def _betacf(a: float, b: float, x: float) -> float:
+    """Continued fraction of the incomplete beta function (modified Lentz; Numerical Recipes §6.4)."""
+    tiny, eps = 1e-300, 1e-15
+    qab, qap, qam = a + b, a + 1.0, a - 1.0
+    c, d = 1.0, 1.0 - qab * x / qap
+    d = 1.0 / (d if abs(d) > tiny else tiny)
+    h = d
+    for m in range(1, 10_000):
+        m2 = 2 * m
+        aa = m * (b - m) * x / ((qam + m2) * (a + m2))
+        d = 1.0 + aa * d
+        d = 1.0 / (d if abs(d) > tiny else tiny)
+        c = 1.0 + aa / c
+        c = c if abs(c) > tiny else tiny
+        h *= d * c
+        aa = -(a + m) * (qab + m) * x / ((a + m2) * (qap + m2))
+        d = 1.0 + aa * d
+        d = 1.0 / (d if abs(d) > tiny else tiny)
+        c = 1.0 + aa / c
+        c = c if abs(c) > tiny else tiny
+        step = d * c
+        h *= step
+        if abs(step - 1.0) < eps:
+            return h
+    raise ArithmeticError(f"incomplete beta continued fraction did not converge (a={a}, b={b}, x={x})")
+
+
+def betainc(a: float, b: float, x: float) -> float:
+    """Regularised incomplete beta I_x(a, b) for a, b > 0 and x in [0, 1]."""
+    if not 0.0 <= x <= 1.0:
+        raise ValueError(f"x={x} must be in [0, 1]")
+    if x in (0.0, 1.0):
+        return x
+    log_front = math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b) + a * math.log(x) + b * math.log1p(-x)
+    if x < (a + 1.0) / (a + b + 2.0):
+        return math.exp(log_front) * _betacf(a, b, x) / a
+    return 1.0 - math.exp(log_front) * _betacf(b, a, 1.0 - x) / b
+
+
+def t_cdf(t: float, df: float) -> float:
+    """CDF of Student's t with `df` degrees of freedom."""
+    if df <= 0:
+        raise ValueError(f"df={df} must be > 0")
+    tail = 0.5 * betainc(df / 2.0, 0.5, df / (df + t * t))
+    return 1.0 - tail if t >= 0 else tail
+
+
+def t_quantile(p: float, df: float) -> float:
+    """Inverse CDF of Student's t (bisection to ~1e-12 relative), p in (0, 1)."""
+    if not 0.0 < p < 1.0:
+        raise ValueError(f"p={p} must be in (0, 1)")
+    if p < 0.5:
+        return -t_quantile(1.0 - p, df)
+    if p == 0.5:
+        return 0.0
+    lo, hi = 0.0, 1.0
+    while t_cdf(hi, df) < p:
+        hi *= 2.0
+    for _ in range(200):
+        mid = 0.5 * (lo + hi)
+        if t_cdf(mid, df) < p:
+            lo = mid
+        else:
+            hi = mid
+        if hi - lo <= 1e-12 * max(1.0, hi):
+            break
+    return 0.5 * (lo + hi)
+
+
+def mean_ci(values: Sequence[float], level: float = 0.95) -> dict[str, Any]:
+    """Mean and two-sided Student-t interval over `values` (one per seed).
+
+    Returns {"n", "mean", "sd", "low", "high", "half_width"}; with n == 1 the sd, bounds and half width
+    are None (no interval from one replicate); with n == 0 the mean is None too.
+    """
+    if not 0.0 < level < 1.0:
+        raise ValueError(f"level={level} must be in (0, 1)")
+    vals = [float(v) for v in values]
+    bad = [v for v in vals if not math.isfinite(v)]
+    if bad:
+        raise ValueError(f"values must be finite, got {bad[:3]}")
+    n = len(vals)
+    out: dict[str, Any] = {"n": n, "mean": None, "sd": None, "low": None, "high": None, "half_width": None}
+    if n == 0:
+        return out
+    mean = statistics.fmean(vals)
+    out["mean"] = mean
+    if n == 1:
+        return out
+    sd = statistics.stdev(vals)
+    half = t_quantile(0.5 + level / 2.0, n - 1) * sd / math.sqrt(n)
+    out.update(sd=sd, low=mean - half, high=mean + half, half_width=half)
+    return out
+
+
+def paired_difference(
+    treatment: Mapping[int, float], reference: Mapping[int, float], level: float = 0.95
+) -> dict[str, Any]:
+    """Per-seed differences treatment − reference over the seeds both have, with their t-interval.
+
+    Pairing by seed removes what the seed shares between the two runs (the prompt order, the warm
+    start, the test problems). Returns `mean_ci` of the differences plus {"seeds", "diffs"} and
+    "wins" (seeds where the treatment is strictly better).
+    """
+    seeds = sorted(set(treatment) & set(reference))
+    diffs = [float(treatment[s]) - float(reference[s]) for s in seeds]
+    out = mean_ci(diffs, level)
+    out.update(seeds=seeds, diffs=diffs, wins=sum(d > 0 for d in diffs))
+    return out
+
+
+def curve_ci(curves: Sequence[Mapping[int, float]], level: float = 0.95) -> dict[str, list]:
+    """Mean and t-interval over seeds at every step that all `curves` (step -> value) share.
+
+    Returns {"step", "mean", "low", "high"}; bounds are None where there is a single curve.
+    """
+    if not curves:
+        return {"step": [], "mean": [], "low": [], "high": []}
+    shared = sorted(set.intersection(*(set(c) for c in curves)))
+    out: dict[str, list] = {"step": [], "mean": [], "low": [], "high": []}
+    for s in shared:
+        ci = mean_ci([c[s] for c in curves], level)
+        out["step"].append(s)
+        out["mean"].append(ci["mean"])
+        out["low"].append(ci["low"])
+        out["high"].append(ci["high"])
+    return out
+
+
+def steps_to_reach(steps: Sequence[int], values: Sequence[float], target: float) -> int | None:
+    """The first step whose value is >= target (steps in increasing order); None if none reaches it."""
+    if len(steps) != len(values):
+        raise ValueError(f"steps and values differ in length: {len(steps)} vs {len(values)}")
+    for s, v in zip(steps, values, strict=True):
+        if v >= target:
+            return int(s)
+    return None

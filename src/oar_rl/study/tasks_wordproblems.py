@@ -1,0 +1,80 @@
+"""The word-problem task (`oar_rl.data.wordproblems`) as a `StudyTask`: ground-truth pivots, shipped weights.
+
+Splits: `train` is the word-problem train stream; `test` the held-out `eval` split (at most
+`_TEST_MAX` problems); `validation` the word-problem `validation` stream minus any prompt that occurs
+in the first `_TEST_MAX` test problems (both streams already exclude train prompts). The warm start is
+the one shipped in the package (`oar_rl.shipped`), verified against its recipe and manifest on load.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from oar_rl.data.arithmetic import check
+from oar_rl.study.tasks import SPLITS, StudyTask, WarmStart
+from oar_rl.tasks import exact_reward
+
+_TEST_MAX = 1000
+
+
+def _prompts(split: str, n: int) -> list[dict[str, Any]]:
+    from oar_rl.data.wordproblems import split_problems
+
+    if split not in SPLITS:
+        raise ValueError(f"unknown split {split!r}; valid splits: {', '.join(SPLITS)}")
+    if n < 0:
+        raise ValueError(f"n={n} must be >= 0")
+    if split == "train":
+        problems = split_problems("train", n)
+    elif split == "test":
+        if n > _TEST_MAX:
+            raise ValueError(f"at most {_TEST_MAX} test problems, got {n}")
+        problems = split_problems("eval", n)
+    else:
+        test_prompts = {p.prompt for p in split_problems("eval", _TEST_MAX)}
+        problems = [p for p in split_problems("validation", n + 64) if p.prompt not in test_prompts][:n]
+        if len(problems) < n:  # pragma: no cover - collisions are rare
+            raise RuntimeError(f"could not draw {n} validation problems disjoint from the test split")
+    return [{"prompt": p.prompt, "answer": str(p.answer)} for p in problems]
+
+
+def _warm_start(variant: str, cache_dir: str | None) -> WarmStart:
+    from oar_rl.shipped import WORDPROBLEMS_RECIPE, load_task_model
+
+    if variant != "default":
+        raise ValueError(f"warm start {variant!r} is not valid for 'wordproblems'; valid: default")
+    model, tok, path = load_task_model("wordproblems")
+    return WarmStart(model, tok, Path(path), WORDPROBLEMS_RECIPE.hash(), WORDPROBLEMS_RECIPE.to_dict())
+
+
+def _label_roles(prompt: str, completion_ids: Sequence[int], tokenizer: Any) -> list[str] | None:
+    from oar_rl.data.wordproblems import label_roles
+    from oar_rl.roles import completion_token_roles
+
+    return completion_token_roles(completion_ids, tokenizer, label_roles)
+
+
+def _trainer_kwargs() -> dict[str, Any]:
+    from oar_rl.data.wordproblems import label_roles
+
+    return {"token_roles": label_roles}
+
+
+WORDPROBLEMS = StudyTask(
+    name="wordproblems",
+    description="synthetic word problems with distractors and ground-truth pivot/filler roles, word-level "
+    "tiny Qwen2 shipped with the package (oar_rl.data.wordproblems)",
+    prompts=_prompts,
+    reward=exact_reward,
+    check=check,
+    load_warm_start=_warm_start,
+    warm_starts=("default",),
+    label_roles=_label_roles,
+    trainer_kwargs=_trainer_kwargs,
+    max_completion_length=160,
+    probe="as-mean",
+    learning_rate=5e-5,
+    learning_rate_note="the demo's arithmetic value, untuned for this task: choose it with --tune-lr",
+)

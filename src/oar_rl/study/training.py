@@ -1,0 +1,190 @@
+"""One RL run from a saved warm start with `OARTrainer`, and held-out accuracy during and after it.
+
+`train_policy` is the training function of both `oar-rl demo` and `oar-rl study`: it loads the warm
+start from its directory, builds an `OARConfig` from the shared hyperparameters plus the credit mode
+(and any per-run overrides such as τ or the probe), and trains. Every method of one seed sees the same
+prompts in the same order: TRL's sampler is seeded by `seed`, which does not depend on the method.
+
+`HeldOutEval` is a `TrainerCallback` that measures held-out accuracy every `every` optimizer steps. It
+samples under a forked RNG (CPU, and the model's CUDA device if any), so evaluating does not change the
+training run's random stream: a run's training is the same whether or how often it is evaluated.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from transformers import TrainerCallback
+
+
+def clean_history(history: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """TRL's log history reduced to its per-step numeric entries (JSON-friendly)."""
+    keep = []
+    for h in history:
+        row = {k: v for k, v in h.items() if isinstance(v, int | float) and not isinstance(v, bool)}
+        if "step" in row:
+            keep.append(row)
+    return keep
+
+
+def heldout_accuracy(
+    model,
+    tokenizer,
+    rows: Sequence[dict[str, Any]],
+    check: Callable[[str, str], bool],
+    *,
+    temperature: float,
+    samples: int,
+    seed: int,
+    max_new_tokens: int,
+    progress: bool = False,
+) -> float:
+    """Mean correctness over `samples` completions per row (greedy when temperature == 0).
+
+    Sampling is seeded and runs under forked RNGs, so the caller's random streams are untouched.
+    """
+    import torch
+
+    from oar_rl.tiny import generate_completions
+
+    if samples < 1:
+        raise ValueError(f"samples={samples} must be >= 1")
+    if not rows:
+        raise ValueError("held-out accuracy needs at least one problem")
+    prompts = [r["prompt"] for r in rows for _ in range(samples)]
+    gold = [str(r["answer"]) for r in rows for _ in range(samples)]
+    device = next(model.parameters()).device
+    cuda = [device] if device.type == "cuda" else []
+    with torch.random.fork_rng(devices=cuda):
+        comps = generate_completions(
+            model,
+            tokenizer,
+            prompts,
+            temperature=temperature,
+            max_new_tokens=max_new_tokens,
+            seed=seed,
+            progress=progress,
+        )
+    return sum(bool(check(c, g)) for c, g in zip(comps, gold, strict=True)) / len(comps)
+
+
+class HeldOutEval(TrainerCallback):
+    """Held-out accuracy every `every` optimizer steps and at the last step: `self.curve` {step: acc}."""
+
+    def __init__(self, evaluate: Callable[[Any], float], every: int, max_steps: int) -> None:
+        if every < 1:
+            raise ValueError(f"eval every={every} must be >= 1")
+        self.evaluate = evaluate
+        self.every = every
+        self.max_steps = max_steps
+        self.curve: dict[int, float] = {}
+        self.seconds = 0.0
+
+    def on_step_end(self, args, state, control, model=None, **kwargs):
+        step = int(state.global_step)
+        if model is not None and (step % self.every == 0 or step == self.max_steps):
+            t0 = time.perf_counter()
+            self.curve[step] = float(self.evaluate(model))
+            self.seconds += time.perf_counter() - t0
+        return control
+
+
+class StepProgress(TrainerCallback):
+    """Calls `tick()` after every optimizer step (drives the study's outer progress bar)."""
+
+    def __init__(self, tick: Callable[[], None]) -> None:
+        self.tick = tick
+
+    def on_step_end(self, args, state, control, **kwargs):
+        self.tick()
+        return control
+
+
+def train_policy(
+    model_path: str | Path,
+    dataset,
+    reward_funcs,
+    *,
+    credit: str,
+    seed: int,
+    steps: int,
+    prompts_per_step: int,
+    num_generations: int,
+    learning_rate: float,
+    max_completion_length: int,
+    temperature: float,
+    workdir: str | Path,
+    callbacks: Sequence[TrainerCallback] = (),
+    trainer_kwargs: dict[str, Any] | None = None,
+    show_progress: bool = True,
+    desc: str = "train",
+    report_to: str | list[str] = "none",
+    run_name: str | None = None,
+    log_dir: str | Path | None = None,
+    verbose: bool = False,
+    **config_overrides: Any,
+) -> tuple[Any, list[dict[str, Any]], float]:
+    """Train one run from the warm start in `model_path`; returns (trained model in eval mode, cleaned
+    log history, training seconds). `config_overrides` go to `OARConfig` (probe, tau, oar_beta, ...).
+
+    Output goes through `oar_rl.console.attach` (a per-run bar `desc`, or TRL's log dicts with
+    `verbose`; `log_dir/logs.jsonl` and TensorBoard with `log_dir`). With `show_progress=False` the
+    caller draws its own progress: no per-run bar and no printed log dicts."""
+    import torch
+    from transformers import AutoModelForCausalLM, PreTrainedTokenizerFast
+
+    from oar_rl.console import attach, no_load_bars
+    from oar_rl.trainer import OARConfig, OARTrainer
+
+    batch = prompts_per_step * num_generations
+    config = OARConfig(
+        output_dir=str(workdir),
+        credit=credit,
+        per_device_train_batch_size=batch,
+        gradient_accumulation_steps=1,
+        num_generations=num_generations,
+        max_completion_length=max_completion_length,
+        temperature=temperature,
+        max_steps=steps,
+        learning_rate=learning_rate,
+        lr_scheduler_type="constant",
+        warmup_steps=0,
+        logging_steps=1,
+        save_strategy="no",
+        report_to=report_to,
+        run_name=run_name,
+        seed=seed,
+        data_seed=seed,
+        use_cpu=not torch.cuda.is_available(),
+        bf16=False,
+        activation_checkpointing=False,  # the new name: `gradient_checkpointing` warns it is deprecated
+        disable_tqdm=False,
+        **config_overrides,
+    )
+    with no_load_bars():  # the warm start's load already showed one
+        model = AutoModelForCausalLM.from_pretrained(model_path, attn_implementation="eager")
+    tokenizer = PreTrainedTokenizerFast.from_pretrained(model_path)
+    trainer = OARTrainer(
+        model=model,
+        args=config,
+        train_dataset=dataset,
+        reward_funcs=reward_funcs,
+        processing_class=tokenizer,
+        callbacks=list(callbacks),
+        **(trainer_kwargs or {}),
+    )
+    attach(trainer, desc=desc, log_dir=log_dir, verbose=verbose or not show_progress)
+    if not show_progress:  # the caller's bar only: drop TRL's bar and its printed log dicts
+        from transformers.trainer_callback import PrinterCallback, ProgressCallback
+
+        for cls in (ProgressCallback, PrinterCallback):
+            trainer.remove_callback(cls)
+    t0 = time.perf_counter()
+    trainer.train()
+    seconds = time.perf_counter() - t0
+    model = trainer.model
+    model.eval()
+    return model, clean_history(trainer.state.log_history), seconds

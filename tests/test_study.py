@@ -1,0 +1,274 @@
+"""`oar-rl study`: statistics against hand-computed values; the run plan; resume, protocol refusal and the
+learning-rate sweep on instant fake runs (the real end-to-end run is in test_study_e2e.py)."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+from oar_rl.study import cli as study_cli
+from oar_rl.study import config, runner, stats, tasks
+from oar_rl.study import report as study_report
+from oar_rl.study.report import aggregate
+
+# --------------------------------------------------------------------------------------------------
+# statistics
+# --------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("df", "table"),  # two-sided 95% critical values of Student's t (any statistics table)
+    [(1, 12.7062047), (2, 4.3026527), (4, 2.7764451), (9, 2.2621572), (30, 2.0422725)],
+)
+def test_t_quantile_matches_tables(df, table):
+    assert stats.t_quantile(0.975, df) == pytest.approx(table, abs=1e-6)
+    assert stats.t_quantile(0.025, df) == pytest.approx(-table, abs=1e-6)
+    assert stats.t_cdf(table, df) == pytest.approx(0.975, abs=1e-7)  # table rounded to 1e-7
+
+
+def test_mean_ci_hand_computed():
+    # values 0.1..0.5: mean 0.3; squared deviations .04+.01+0+.01+.04 = .10, sd = sqrt(.10/4) = 0.158114;
+    # se = sd/sqrt(5) = 0.0707107; half width = t(0.975, 4) * se = 2.7764451 * 0.0707107 = 0.196324.
+    ci = stats.mean_ci([0.1, 0.2, 0.3, 0.4, 0.5])
+    assert ci["n"] == 5 and ci["mean"] == pytest.approx(0.3)
+    assert ci["sd"] == pytest.approx(math.sqrt(0.025))
+    assert ci["half_width"] == pytest.approx(0.196324, abs=1e-6)
+    assert (ci["low"], ci["high"]) == (pytest.approx(0.103676, abs=1e-6), pytest.approx(0.496324, abs=1e-6))
+    one = stats.mean_ci([0.7])
+    assert one["mean"] == 0.7 and one["low"] is None and one["half_width"] is None
+    assert stats.mean_ci([])["mean"] is None
+    with pytest.raises(ValueError, match="finite"):
+        stats.mean_ci([0.1, float("nan")])
+
+
+def test_paired_difference_hand_computed():
+    # seeds 0,1,2 shared (seed 3 only in the treatment): diffs .05, .02, .08 -> mean .05, sd = sqrt(
+    # (0 + .0009 + .0009)/2) = .03; half = t(0.975, 2) * .03 / sqrt(3) = 4.3026527 * .0173205 = 0.0745242.
+    treat = {0: 0.55, 1: 0.42, 2: 0.68, 3: 0.9}
+    ref = {0: 0.50, 1: 0.40, 2: 0.60}
+    d = stats.paired_difference(treat, ref)
+    assert d["seeds"] == [0, 1, 2] and d["diffs"] == pytest.approx([0.05, 0.02, 0.08])
+    assert d["mean"] == pytest.approx(0.05) and d["sd"] == pytest.approx(0.03)
+    assert d["half_width"] == pytest.approx(0.0745242, abs=1e-6)
+    assert d["wins"] == 3
+    # Pairing matters: the unpaired spread of the treatment alone is far wider than that of the diffs.
+    assert stats.mean_ci([0.55, 0.42, 0.68])["half_width"] > 3 * d["half_width"]
+
+
+def test_curve_ci_and_steps_to_reach():
+    c = stats.curve_ci([{0: 0.2, 5: 0.3, 10: 0.5}, {0: 0.2, 5: 0.5, 7: 0.9}])
+    assert c["step"] == [0, 5]  # only the shared steps
+    assert c["mean"] == pytest.approx([0.2, 0.4])
+    # step 5: values .3, .5 -> sd .141421, half = 12.7062047 * .141421 / sqrt(2) = 1.270620
+    assert c["high"][1] - 0.4 == pytest.approx(1.270620, abs=1e-5)
+    assert stats.steps_to_reach([0, 5, 10], [0.2, 0.45, 0.5], 0.45) == 5
+    assert stats.steps_to_reach([0, 5, 10], [0.2, 0.3, 0.4], 0.45) is None
+
+
+# --------------------------------------------------------------------------------------------------
+# configuration and plan
+# --------------------------------------------------------------------------------------------------
+
+
+def test_methods_follow_the_trainer_and_ablations_share_main_runs(monkeypatch):
+    from oar_rl import trainer
+
+    monkeypatch.setattr(trainer, "CREDITS", (*trainer.CREDITS, "new-mode"))
+    assert config.all_methods()[0] == "grpo" and "new-mode" in config.all_methods()
+    s = config.StudySettings(
+        seeds=2, ablations=("tau", "probe"), probe="as-mean", methods=("grpo", "oar-g", "oar-p")
+    )
+    groups = s.variants()
+    assert [v.name for v in groups["tau"]] == ["oar-g[tau=0]", "oar-g", "oar-g[tau=0.7]", "oar-g[tau=1]"]
+    assert [v.name for v in groups["probe"]] == ["oar-p[probe=lt-logits]", "oar-p", "oar-p[probe=as-joint]"]
+    assert dict(groups["tau"][0].overrides) == {"tau": 0.0}
+    runs = s.runs()
+    assert len(runs) == 2 * (3 + 3 + 2)  # the τ=0.4 and AS-Mean variants are the main runs, not retrained
+    assert [seed for _, seed in runs[:8]] == [0] * 8  # seed-major
+
+
+def test_bad_settings_name_the_valid_values():
+    with pytest.raises(ValueError, match="valid methods: grpo"):
+        config.StudySettings(methods=("ppo",))
+    with pytest.raises(ValueError, match="must include grpo"):
+        config.StudySettings(methods=("oar-g",))
+    with pytest.raises(ValueError, match="valid ablations: tau, probe"):
+        config.StudySettings(ablations=("beta",))
+    with pytest.raises(ValueError, match="valid tasks: arithmetic"):
+        tasks.get_task("nope")
+    assert study_cli.main(["--out", "/tmp/unused", "--tune-lr", "--lr", "1e-4"]) == 2
+
+
+def test_arithmetic_splits_are_disjoint():
+    task = tasks.get_task("arithmetic")
+    test = task.prompts("test", 300)
+    val = task.prompts("validation", 200)
+    assert len(test) == 300 and len(val) == 200
+    assert not {r["prompt"] for r in test} & {r["prompt"] for r in val}
+    assert task.prompts("test", 10) == test[:10]
+
+
+# --------------------------------------------------------------------------------------------------
+# resume, refusal, lr sweep: fake task and instant fake runs
+# --------------------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def fake_study(monkeypatch, tmp_path):
+    """A registered fake task; training and evaluation replaced by instant fakes that record calls."""
+    calls: list[tuple[str, int, float]] = []
+    state = {"interrupt_at": None}
+
+    def load(variant, cache_dir):
+        return tasks.WarmStart(object(), object(), tmp_path / "ws", "fakehash", {"fake": True})
+
+    task = tasks.StudyTask(
+        name="fake",
+        description="fake",
+        prompts=lambda split, n: [{"prompt": f"{split}{i}", "answer": "1"} for i in range(n)],
+        reward=lambda completions, answer, **kw: [0.0] * len(completions),
+        check=lambda text, answer: True,
+        load_warm_start=load,
+    )
+    tasks.get_task("arithmetic")  # registers the built-ins first
+    monkeypatch.setitem(tasks._REGISTRY, "fake", task)
+
+    def fake_train(
+        task,
+        ws,
+        settings,
+        variant,
+        seed,
+        train_rows,
+        eval_rows,
+        workdir,
+        progress,
+        *,
+        learning_rate,
+        curve=True,
+    ):
+        if state["interrupt_at"] is not None and len(calls) == state["interrupt_at"]:
+            raise KeyboardInterrupt
+        calls.append((variant.name, seed, learning_rate))
+        bonus = {"grpo": 0.0, "oar-g": 0.05, "oar-p": 0.02}.get(variant.method, 0.0) + 0.01 * seed
+        final = 0.3 + bonus - abs(math.log10(learning_rate) + 4.0) * 0.1  # best at lr 1e-4
+        steps = (
+            range(settings.eval_every, settings.steps + 1, settings.eval_every) if curve else [settings.steps]
+        )
+        history = [{"step": s, "reward": 0.1, "oar/ess_ratio": 0.8} for s in range(1, settings.steps + 1)]
+        return {
+            "variant": variant.name, "method": variant.method, "credit": variant.credit,
+            "overrides": dict(variant.overrides), "seed": seed, "learning_rate": learning_rate,
+            "curve": {str(s): final * s / settings.steps for s in steps},
+            "final": {"sampled": final, "greedy": final, "step": settings.steps},
+            "train_seconds": 1.0, "eval_seconds": 0.1, "wall_seconds": 1.1, "history": history,
+        }  # fmt: skip
+
+    monkeypatch.setattr(study_cli, "train_and_evaluate", fake_train)
+    monkeypatch.setattr(runner, "train_and_evaluate", fake_train)
+    monkeypatch.setattr(runner, "_accuracy", lambda *a, greedy, **k: 0.25 if not greedy else 0.5)
+    # PNGs are drawn for real in test_study_e2e.py; here they would only cost seconds per invocation.
+    from oar_rl.analysis import plots
+
+    for name in ("plot_accuracy", "plot_differences", "plot_recall"):
+        monkeypatch.setattr(study_report, name, lambda *a, **k: None)
+    monkeypatch.setattr(plots, "plot_curves", lambda *a, **k: {})
+    return calls, state
+
+
+def _args(out: Path, *extra: str) -> list[str]:
+    base = ["--task", "fake", "--out", str(out), "--methods", "grpo,oar-g", "--seeds", "2", "--steps", "4"]
+    return [*base, "--recall", "0", *extra]
+
+
+def test_interrupt_resume_extend_and_refuse_a_changed_protocol(tmp_path, fake_study, capsys):
+    calls, state = fake_study
+    out = tmp_path / "out"
+    state["interrupt_at"] = 3
+    assert study_cli.main(_args(out)) == 130
+    assert sorted(p.name for p in (out / "runs").iterdir()) == [
+        "grpo.seed0.json",
+        "grpo.seed1.json",
+        "oar-g.seed0.json",
+    ]
+    state["interrupt_at"] = None
+    assert study_cli.main(_args(out)) == 0
+    assert calls[3:] == [("oar-g", 1, 5e-5)]  # only the missing run
+    study = json.loads((out / "study.json").read_text())
+    assert study["complete"] and sorted(study["runs"]) == [
+        "grpo/seed0",
+        "grpo/seed1",
+        "oar-g/seed0",
+        "oar-g/seed1",
+    ]
+    diff = study["groups"]["main"]["oar-g"]["diff_to_grpo"]
+    assert diff["diffs"] == pytest.approx([0.05, 0.05]) and diff["wins"] == 2
+    assert study["groups"]["main"]["oar-g"]["credit_metrics"]["oar/ess_ratio"]["mean"] == pytest.approx(0.8)
+    assert "task default" in study["learning_rate"]["source"]
+    assert study["wall"]["this_invocation_seconds"] > 0 and (out / "report.html").exists()
+
+    # A rerun trains nothing; a third seed and the τ ablation train only what is new.
+    assert study_cli.main(_args(out)) == 0 and len(calls) == 4
+    assert study_cli.main([*_args(out), "--seeds", "1"]) == 0 and len(calls) == 4  # a smaller scope
+    narrowed = json.loads((out / "study.json").read_text())
+    assert sorted(narrowed["runs"]) == ["grpo/seed0", "oar-g/seed0"]
+    assert narrowed["runs_outside_scope"] == ["grpo/seed1", "oar-g/seed1"]  # reported, not hidden
+    assert study_cli.main([*_args(out), "--seeds", "3", "--ablations", "tau"]) == 0
+    new = calls[4:]
+    assert ("grpo", 2, 5e-5) in new and ("oar-g[tau=0]", 0, 5e-5) in new and ("oar-g", 0, 5e-5) not in new
+    assert len(new) == 2 + 3 * 3  # seed 2 of grpo/oar-g, plus τ ∈ {0, 0.7, 1} for 3 seeds
+
+    # A changed protocol is refused with a diff, and nothing runs.
+    capsys.readouterr()
+    n = len(calls)
+    assert study_cli.main([*_args(out), "--steps", "6"]) == 2
+    err = capsys.readouterr().err
+    assert "different configuration" in err and "steps: 4 -> 6" in err and "--fresh" in err
+    assert study_cli.main([*_args(out), "--lr", "1e-4"]) == 2
+    assert "learning_rate: 5e-05 -> 0.0001" in capsys.readouterr().err
+    assert len(calls) == n
+    assert study_cli.main([*_args(out), "--steps", "6", "--fresh"]) == 0  # --fresh starts clean
+
+
+def test_tune_lr_chooses_on_validation_then_freezes(tmp_path, fake_study, capsys):
+    calls, _ = fake_study
+    out = tmp_path / "out"
+    assert study_cli.main([*_args(out), "--tune-lr", "--lr-grid", "1e-5,1e-4,1e-3"]) == 0
+    sweep = [c for c in calls if c[0].startswith("grpo-lr")]
+    assert {c[2] for c in sweep} == {1e-5, 1e-4, 1e-3} and {c[1] for c in sweep} == {1000, 1001}
+    study = json.loads((out / "study.json").read_text())
+    lr = study["learning_rate"]
+    assert lr["value"] == 1e-4 and "tuned on the validation split" in lr["source"]
+    assert lr["tuning"]["chosen"] == 1e-4 and "validation" in lr["tuning"]["rule"]
+    assert {c[2] for c in calls if not c[0].startswith("grpo-lr")} == {1e-4}  # every method at the choice
+    # Later invocations reuse the frozen choice; a different --lr is refused.
+    n = len(calls)
+    assert study_cli.main(_args(out)) == 0 and len(calls) == n
+    assert json.loads((out / "study.json").read_text())["learning_rate"]["value"] == 1e-4
+    assert study_cli.main([*_args(out), "--lr", "5e-5"]) == 2
+    assert "frozen" in capsys.readouterr().err
+
+
+def test_aggregate_steps_to_reach_grpo_final():
+    def run(variant, seed, curve):
+        return {
+            "variant": variant, "seed": seed, "curve": {str(k): v for k, v in curve.items()},
+            "final": {"sampled": curve[max(curve)], "greedy": None}, "train_seconds": 1.0, "history": [],
+        }  # fmt: skip
+
+    runs = {
+        "a": run("grpo", 0, {0: 0.2, 5: 0.3, 10: 0.4}),
+        "b": run("grpo", 1, {0: 0.2, 5: 0.3, 10: 0.5}),
+        "c": run("oar-g", 0, {0: 0.2, 5: 0.5, 10: 0.6}),
+        "d": run("oar-g", 1, {0: 0.2, 5: 0.4, 10: 0.5}),
+        "e": run("random", 0, {0: 0.2, 5: 0.2, 10: 0.3}),
+        "f": run("random", 5, {0: 0.2, 5: 0.2, 10: 0.9}),  # seed outside the scope: ignored
+    }
+    agg = aggregate({"main": ["grpo", "oar-g", "random"]}, runs, seeds=2)["main"]
+    assert agg["grpo"]["steps_to_grpo_final"] == 10  # GRPO's final mean 0.45 first reached at its end
+    assert agg["oar-g"]["steps_to_grpo_final"] == 5  # mean curve 0.45 at step 5
+    assert agg["random"]["steps_to_grpo_final"] is None and agg["random"]["seeds"] == [0]
+    assert agg["oar-g"]["diff_to_grpo"]["diffs"] == pytest.approx([0.2, 0.0])
