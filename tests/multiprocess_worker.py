@@ -64,13 +64,13 @@ DUMMY_PASSES = [0]
 _dummy_pass = distributed.dummy_pass
 
 
-def counting_dummy_pass(model: torch.nn.Module, kind: str) -> None:
+def counting_dummy_pass(model: torch.nn.Module, kind: int) -> None:
     DUMMY_PASSES[0] += 1
     _dummy_pass(model, kind)
 
 
 def main(out_dir: str, credits: list[str]) -> None:
-    distributed.dummy_pass = counting_dummy_pass  # ScoringSync.run looks it up at call time
+    distributed.dummy_pass = counting_dummy_pass  # ScoringSync looks it up at call time
     recipe = yaml.safe_load((ROOT / "configs" / "tiny-cpu.yaml").read_text())
     tokenizer = build_char_tokenizer()
     # prompts of one length and completions of one length: every rank pads to the same widths as the
