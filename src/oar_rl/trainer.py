@@ -470,10 +470,12 @@ class OARTrainer(GRPOTrainer):
                     signal[rows] = entropies.float().to(mask.device)
             elif rows.numel():
                 importance, scored_mask = self._model_importance(model, sub, rows, generators, fallback)
-        if args.credit in ("grail", "entropy"):
+        if args.credit == "grail":  # no raw importance signal to report (pivot recall is not logged)
+            return TokenCredit(token_adv, weights, fallback, active)
+        if args.credit == "entropy":
             return TokenCredit(token_adv, weights, fallback, active, signal)
         if importance is None:  # no row to score on this rank (it ran padding passes only)
-            return TokenCredit(token_adv, weights, fallback, active)
+            return TokenCredit(token_adv, weights, fallback, active, signal)
         adv_rows, w_rows = token_advantages(
             seq_adv[rows],
             importance.float().to(mask.device),
