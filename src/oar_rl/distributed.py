@@ -41,14 +41,12 @@ from __future__ import annotations
 import contextlib
 import zlib
 from collections.abc import Callable, Iterator, Sequence
-from typing import Any, TypeVar
+from typing import Any
 
 import torch
 from torch import Tensor, nn
 
 from oar_rl.probes import base_model, body_hidden, decoder_body, eval_mode, head_logits, model_device
-
-T = TypeVar("T")
 
 # pass codes announced before each transformer-body forward (higher wins the all-reduce max)
 IDLE, FORWARD, BACKWARD = 0, 1, 2
