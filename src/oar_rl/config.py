@@ -1,0 +1,248 @@
+"""`OARConfig(GRPOConfig)`: oar-rl's credit-assignment fields, their validation, and the mode names.
+
+Split out of :mod:`oar_rl.trainer` (which re-exports everything here); the credit modes and where they
+depart from the paper are described there.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from trl import GRPOConfig
+
+from oar_rl.importance.grail import check_grail_options
+from oar_rl.probes import compile_answer_pattern
+
+Credit = Literal["none", "random", "entropy", "oar-g", "oar-p", "grail", "oar-gp"]
+Probe = Literal["lt-logits", "as-mean", "as-joint"]
+Threshold = Literal["quantile", "value"]
+GrailRollouts = Literal["wrong", "correct", "all"]  # credit="grail"
+
+CREDITS: tuple[str, ...] = ("none", "random", "entropy", "oar-g", "oar-p", "grail", "oar-gp")
+PROBES: tuple[str, ...] = ("lt-logits", "as-mean", "as-joint")
+THRESHOLDS: tuple[str, ...] = ("quantile", "value")
+MODEL_CREDITS: tuple[str, ...] = ("entropy", "oar-g", "oar-p", "grail", "oar-gp")  # need policy forwards
+ANSWER_SPAN_PROBES: tuple[str, ...] = ("as-mean", "as-joint")
+BOOST_EPS = 1e-6  # a weight counts as boosted when > 1 + BOOST_EPS (uniform weights can round to 1 + ulp)
+
+
+@dataclass
+class OARConfig(GRPOConfig):
+    """`GRPOConfig` plus oar-rl's credit-assignment fields.
+
+    Defaults follow the paper §4.1: G = 8 generations, temperature 1.0, learning rate 1e-6, KL coefficient
+    `beta` = 0, clip-higher with `epsilon` = 0.2 and `epsilon_high` = 0.28 (the last one is the only
+    TRL default changed here), τ = 0.4, β = 2.0. The boosting coefficient of Eq. 16 is `oar_beta`, because
+    `beta` is already TRL's KL coefficient.
+    """
+
+    credit: Credit = field(
+        default="oar-g",
+        metadata={
+            "help": "Token-level credit assignment. 'none': plain GRPO (sequence advantage on every token); "
+            "'random': U(0,1) weights rescaled to sum to T (paper §4.2 baseline); 'entropy': Eq. 6 entropy "
+            "shaping (Cheng et al. 2025); 'oar-g': gradient importance (Eq. 9-13); 'oar-p': perturbation "
+            "importance (Eq. 7-8); 'grail': GRAIL, gradient-activation saliency of the answer span (Pala, "
+            "Toh & Poria 2026; needs answer spans, see answer_pattern and the grail_* fields).",
+        },
+    )
+    probe: Probe = field(
+        default="lt-logits",
+        metadata={
+            "help": "Outcome probe for OAR importance (paper §6.2). 'lt-logits': next-token distribution "
+            "after the completion; 'as-mean': mean logits over the answer span; 'as-joint': mean "
+            "log-likelihood of the answer span. Answer-span probes score only tokens before the span; "
+            "rows without a span fall back to 'lt-logits' (logged as oar/probe_fallback_frac).",
+        },
+    )
+    answer_pattern: str | None = field(
+        default=None,
+        metadata={
+            "help": "Answer span for the answer-span probes: None for `<answer>(.*?)</answer>`, 'boxed' for "
+            "the last balanced `\\boxed{...}`, 'rewarded' for the answer the accuracy reward scores, or a "
+            "regex with exactly one capturing group (the span); the last match counts. See "
+            "oar_rl.answer_span.answer_span_mask."
+        },
+    )
+    tau: float = field(
+        default=0.4,
+        metadata={
+            "help": "Bi-level threshold τ of Eq. 16, in [0, 1]: the quantile level of the cut (threshold="
+            "'quantile', τ=0.4 boosts the top 60%% of tokens) or the cut itself (threshold='value')."
+        },
+    )
+    oar_beta: float = field(
+        default=2.0,
+        metadata={
+            "help": "Boosting coefficient β >= 0 of Eq. 16 (named oar_beta because `beta` is TRL's KL "
+            "coefficient, which the paper keeps at 0)."
+        },
+    )
+    threshold: Threshold = field(
+        default="quantile",
+        metadata={
+            "help": "How τ defines the cut of Eq. 16: 'quantile' (per-row quantile of normalised importance, "
+            "as in the authors' code) or 'value' (the cut is τ on the normalised scale).",
+        },
+    )
+    floor: float = field(
+        default=0.0,
+        metadata={
+            "help": "Minimum weight of suppressed tokens before renormalisation, in [0, 1] (0 = the paper's "
+            "Eq. 16; the authors' released code uses 0.1)."
+        },
+    )
+    noise_std: float = field(
+        default=1e-3,
+        metadata={"help": "Standard deviation σ > 0 of the embedding noise of OAR-G (Eq. 10)."},
+    )
+    oar_noise_draws: int = field(
+        default=1,
+        metadata={
+            "help": "OAR-G noise draws K >= 1, run in one batched pass; the score is the mean of "
+            "|<g_t, e_t>| over draws (see oar_rl.importance.gradient and the README's K table)."
+        },
+    )
+    oar_noise_scale: str = field(
+        default="absolute",
+        metadata={
+            "help": "'absolute': σ = noise_std (the paper); 'rms': σ = noise_std times the RMS of the row's "
+            "completion embeddings (use with noise_std ~0.05 for bf16/fp16 models, see the README)."
+        },
+    )
+    mask_token_id: int | None = field(
+        default=None,
+        metadata={
+            "help": "Token id that replaces a completion token in OAR-P's perturbed copies (Eq. 7). "
+            "None: the model config's pad token id."
+        },
+    )
+    perturbation_batch_size: int = field(
+        default=64,
+        metadata={
+            "help": "Perturbed sequences per forward pass in OAR-P (>= 1); lower it if memory is short."
+        },
+    )
+    # --- oar-gp (hybrid) ---
+    oar_gp_fraction: float = field(
+        default=0.25,
+        metadata={
+            "help": "credit='oar-gp': share of each row's scored tokens, in (0, 1], that OAR-P rescores "
+            "after OAR-G ranks them all (at least one per row); 1.0 is exact OAR-P."
+        },
+    )
+    # --- end oar-gp ---
+    perturbation_prefix_reuse: bool = field(
+        default=True,
+        metadata={
+            "help": "OAR-P: run each clean sequence once with its key/value cache and recompute a perturbed "
+            "copy only from the perturbed token on (same scores, fewer token-forwards); False recomputes "
+            "whole copies (the paper's batching)."
+        },
+    )
+    entropy_alpha: float = field(
+        default=0.4,
+        metadata={"help": "α >= 0 of the entropy baseline, Eq. 6 (Cheng et al. 2025 default)."},
+    )
+    entropy_kappa: float = field(
+        default=2.0,
+        metadata={"help": "κ > 0 of the entropy baseline, Eq. 6: the bonus is capped at |A|/κ."},
+    )
+    safe_rewards: bool = field(
+        default=True,
+        metadata={
+            "help": "Wrap plain reward functions with oar_rl.rewards.safe_reward: a completion whose reward "
+            "raises is logged and scored None (skipped by TRL) instead of killing the run; a reward that "
+            "fails on every completion of 3 consecutive batches still stops the run. False: TRL's behaviour."
+        },
+    )
+    # --- GRAIL (credit="grail"; oar_rl.importance.grail) ---
+    grail_mu: float = field(
+        default=1.0,
+        metadata={"help": "GRAIL μ_w: the weight of a token of average log-saliency (paper: 1.0)."},
+    )
+    grail_sigma: float = field(
+        default=0.5, metadata={"help": "GRAIL σ_w >= 0: weight change per standard deviation (paper: 0.5)."}
+    )
+    grail_min: float = field(
+        default=0.5, metadata={"help": "GRAIL w_min >= 0: lower weight clamp (paper: 0.5)."}
+    )
+    grail_max: float = field(
+        default=5.0, metadata={"help": "GRAIL w_max >= w_min: upper weight clamp (paper: 5.0)."}
+    )
+    grail_rollouts: GrailRollouts = field(
+        default="wrong",
+        metadata={
+            "help": "Rollouts GRAIL reweights: 'wrong' (sequence advantage < 0, the paper's default), "
+            "'correct' (advantage > 0) or 'all'. The others keep weight 1."
+        },
+    )
+    # --- end GRAIL ---
+    probe_warmup_steps: int = field(
+        default=0,
+        metadata={
+            "help": "Optimizer steps (>= 0) during which answer-span probes are replaced by 'lt-logits' "
+            "(paper §6.2: early policies do not yet produce the answer format)."
+        },
+    )
+    # TRL default changed to the paper's clip-higher value (DAPO).
+    epsilon_high: float | None = field(
+        default=0.28,
+        metadata={
+            "help": "Upper clipping bound ε_high (clip-higher, DAPO). oar-rl's default is the paper's 0.28; "
+            "None means the same as `epsilon`."
+        },
+    )
+
+    def __post_init__(self) -> None:
+        _check_choice("credit", self.credit, CREDITS)
+        _check_choice("probe", self.probe, PROBES)
+        _check_choice("threshold", self.threshold, THRESHOLDS)
+        _check_range("tau", self.tau, 0.0, 1.0)
+        _check_range("floor", self.floor, 0.0, 1.0)
+        if not float(self.oar_beta) >= 0.0:
+            raise ValueError(f"oar_beta must be >= 0 (0 = no boosting), got {self.oar_beta}")
+        if not float(self.noise_std) > 0.0:
+            raise ValueError(f"noise_std must be > 0, got {self.noise_std}")
+        if isinstance(self.oar_noise_draws, bool) or int(self.oar_noise_draws) < 1:
+            raise ValueError(f"oar_noise_draws must be an int >= 1, got {self.oar_noise_draws!r}")
+        _check_choice("oar_noise_scale", self.oar_noise_scale, ("absolute", "rms"))
+        if int(self.perturbation_batch_size) < 1:
+            raise ValueError(f"perturbation_batch_size must be >= 1, got {self.perturbation_batch_size}")
+        if not 0.0 < float(self.oar_gp_fraction) <= 1.0:  # oar-gp
+            raise ValueError(f"oar_gp_fraction must be in (0, 1], got {self.oar_gp_fraction}")
+        if not float(self.entropy_alpha) >= 0.0:
+            raise ValueError(f"entropy_alpha must be >= 0, got {self.entropy_alpha}")
+        if not float(self.entropy_kappa) > 0.0:
+            raise ValueError(f"entropy_kappa must be > 0, got {self.entropy_kappa}")
+        check_grail_options(  # credit="grail"
+            self.grail_mu,
+            self.grail_sigma,
+            self.grail_min,
+            self.grail_max,
+            self.grail_rollouts,
+            names=("grail_mu", "grail_sigma", "grail_min", "grail_max", "grail_rollouts"),
+        )
+        if int(self.probe_warmup_steps) < 0:
+            raise ValueError(f"probe_warmup_steps must be >= 0, got {self.probe_warmup_steps}")
+        if self.answer_pattern is not None:
+            try:
+                compile_answer_pattern(self.answer_pattern)  # the probes' own check, run early
+            except ValueError as err:
+                raise ValueError(f"answer_pattern: {err}") from err
+        if self.mask_token_id is not None and int(self.mask_token_id) < 0:
+            raise ValueError(
+                f"mask_token_id must be a token id >= 0 or None (the pad id), got {self.mask_token_id}"
+            )
+        super().__post_init__()
+
+
+def _check_choice(name: str, value: Any, valid: tuple[str, ...]) -> None:
+    if value not in valid:
+        raise ValueError(f"{name}={value!r} is not valid; choose one of {', '.join(valid)}")
+
+
+def _check_range(name: str, value: float, low: float, high: float) -> None:
+    if not (low <= float(value) <= high):
+        raise ValueError(f"{name} must be in [{low:g}, {high:g}], got {value}")
