@@ -35,13 +35,16 @@ Where this departs from the paper or from TRL, and why:
   "we initially apply LT-LOGITS as a warm-up").
 - Multi-turn tool outputs (`tool_mask`) are not trained by TRL; they get weight 0 here and the
   remaining tokens share the row's token count.
-- Random draws (random credit, OAR-G noise) come from a dedicated CPU generator seeded from
-  (`seed`, rank, optimizer step), never from the global RNG: the credit mode does not change TRL's
-  sampling or shuffling stream, and a resumed run redraws the same noise.
+- Random draws (random credit, OAR-G noise) come from dedicated CPU generators, one per row, seeded
+  from (`seed`, optimizer step, batch within the step, global row index), never from the global RNG:
+  the credit mode does not change TRL's sampling or shuffling stream, a resumed run redraws the same
+  noise, and an N-process run draws the same noise as a one-process run (`oar_rl.distributed`).
 - Distributed: the model is unwrapped as TRL does for generation (`unwrap_model_for_generation`,
-  gathering ZeRO-3 parameters). Ranks score different numbers of rows, so a backend whose forward pass
-  is itself collective — FSDP, or ZeRO-3 with `ds3_gather_for_generation=False` — could deadlock; those
-  combinations are rejected for the model-based credit modes (`entropy`, `oar-g`, `oar-p`).
+  gathering ZeRO-3 parameters). Ranks score different numbers of rows; under FSDP (1 and 2), whose
+  forwards are collective, the ranks' scoring passes run in lockstep, padded with dummy passes
+  (`oar_rl.distributed.ScoringSync`), for every credit mode. ZeRO-3 with
+  `ds3_gather_for_generation=False` is still rejected for the model-based credit modes: its LM head is
+  sharded and called a rank-dependent number of times.
 - Vision-language inputs are not supported by the scorers (they take token ids only).
 """
 
@@ -49,7 +52,6 @@ from __future__ import annotations
 
 import contextlib
 import time
-import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -71,17 +73,19 @@ from oar_rl.config import (  # noqa: F401  -- re-exported: oar_rl.trainer.OARCon
     Probe,
     Threshold,
 )
+from oar_rl.distributed import ScoringSync, row_generators, row_uniform, scoring_params
 from oar_rl.importance import (
     entropy_importance,
     gradient_importance,
     hybrid_importance,
     perturbation_importance,
-    random_importance,
 )
 from oar_rl.importance.grail import grail_credit  # credit="grail"
 from oar_rl.metrics import ess_ratio, top_advantage_mass
 from oar_rl.probes import answer_span_mask, scored_positions
 from oar_rl.reshape import entropy_shaped_advantages, rescale_sum, token_advantages
+
+NOISY_CREDITS: tuple[str, ...] = ("oar-g", "oar-gp")  # draw OAR-G noise (row-keyed generators)
 
 
 def _safe_rewards(funcs: Any) -> Any:
@@ -137,19 +141,13 @@ class OARTrainer(GRPOTrainer):
         super().__init__(*args, **kwargs)
         if not isinstance(self.args, OARConfig):
             raise ValueError(f"OARTrainer needs an OARConfig as `args`, got {type(self.args).__name__}")
-        if self.args.credit in MODEL_CREDITS:
-            if self._dist.is_fsdp:
-                raise ValueError(
-                    f"credit={self.args.credit!r} is not supported under FSDP: the importance forward passes "
-                    "differ in number across ranks and FSDP's are collective. Use DDP or DeepSpeed ZeRO-2/3 "
-                    "(configs/accelerate/), or credit='none'/'random'."
-                )
-            if self._dist.is_zero3 and not self.args.ds3_gather_for_generation:
-                raise ValueError(
-                    f"credit={self.args.credit!r} under DeepSpeed ZeRO-3 needs "
-                    "ds3_gather_for_generation=True (the importance passes run on gathered parameters; "
-                    "sharded forwards are collective)."
-                )
+        zero3_sharded = self._dist.is_zero3 and not self.args.ds3_gather_for_generation
+        if self.args.credit in MODEL_CREDITS and zero3_sharded:
+            raise ValueError(
+                f"credit={self.args.credit!r} under DeepSpeed ZeRO-3 needs "
+                "ds3_gather_for_generation=True (the importance passes run on gathered parameters; "
+                "sharded forwards are collective)."
+            )
         self._oar_rng_key: tuple[int, int] = (-1, 0)  # (optimizer step, generation batches at that step)
 
     # ------------------------------------------------------------------------------------------------
@@ -191,7 +189,7 @@ class OARTrainer(GRPOTrainer):
 
         if args.credit == "random":
             if rows.numel():
-                raw = random_importance(mask[rows], generator=self._credit_generator())  # (R, C)
+                raw = row_uniform(mask[rows], self._credit_generators(rows, seq_adv.shape[0]))  # (R, C)
                 w = rescale_sum(raw.to(mask.device), mask[rows])  # (R, C), rows sum to T_i
                 weights[rows] = w
                 token_adv[rows] = seq_adv[rows, None] * w
@@ -204,9 +202,15 @@ class OARTrainer(GRPOTrainer):
             args.per_device_train_batch_size if self.model.training else args.per_device_eval_batch_size
         )
         sub_mask = mask[rows]  # (R, C)
-        # --- GRAIL (credit="grail"): its own weights, no Eq. 14-17; every rank enters the context ---
-        if args.credit == "grail":
-            with self._policy_for_scoring() as model:
+        # Every rank enters the unwrap context (ZeRO-3 gathers collectively), even with no row to score,
+        # and keeps its scoring passes in lockstep with the other ranks (FSDP forwards are collective).
+        sync = self._scoring_sync()
+        importance, scored_mask = None, None
+        # drawn on every rank for every batch (also with no row): the batch counter keys the noise
+        generators = self._credit_generators(rows, seq_adv.shape[0]) if args.credit in NOISY_CREDITS else []
+        with self._policy_for_scoring() as model, sync.joined(model):
+            # --- GRAIL (credit="grail"): its own weights, no Eq. 14-17 ---
+            if args.credit == "grail":
                 if rows.numel():
                     answer_mask = answer_span_mask(
                         sub["completion_ids"],
@@ -229,11 +233,8 @@ class OARTrainer(GRPOTrainer):
                         temperature=args.temperature,
                         batch_size=batch_size,
                     )  # (R, C), (R, C)
-            return TokenCredit(token_adv, weights, fallback, active)
-        # --- end GRAIL ---
-        # Every rank enters the unwrap context (ZeRO-3 gathers collectively), even with no row to score.
-        with self._policy_for_scoring() as model:
-            if args.credit == "entropy":
+            # --- end GRAIL ---
+            elif args.credit == "entropy":
                 if rows.numel():
                     entropies = entropy_importance(
                         model, *sub.values(), batch_size=batch_size, temperature=args.temperature
@@ -248,59 +249,14 @@ class OARTrainer(GRPOTrainer):
                     token_adv[rows] = shaped
                     weights[rows] = shaped / seq_adv[rows, None]  # A_t / A_i >= 0: the bonus keeps the sign
                     signal[rows] = entropies.float().to(mask.device)
-                return TokenCredit(token_adv, weights, fallback, active, signal)
-
-            if not rows.numel():
-                return TokenCredit(token_adv, weights, fallback, active, signal)
-            probe, answer_mask, scored_mask = self._probe_inputs(
-                sub["completion_ids"], sub["completion_mask"]
-            )
-            if answer_mask is not None:
-                fallback[rows] = ~answer_mask.any(dim=1)
-            if args.credit == "oar-g":
-                importance = gradient_importance(
-                    model,
-                    *sub.values(),
-                    probe=probe,
-                    answer_mask=answer_mask,
-                    noise_std=args.noise_std,
-                    noise_scale=args.oar_noise_scale,
-                    num_draws=int(args.oar_noise_draws),
-                    generator=self._credit_generator(),
-                    batch_size=batch_size,
-                )  # (R, C)
-            elif args.credit == "oar-p":
-                importance = perturbation_importance(
-                    model,
-                    *sub.values(),
-                    probe=probe,
-                    answer_mask=answer_mask,
-                    mask_token_id=args.mask_token_id,
-                    batch_size=args.perturbation_batch_size,
-                    prefix_reuse=args.perturbation_prefix_reuse,
-                )  # (R, C)
-            elif args.credit == "oar-gp":  # hybrid: OAR-G screens, OAR-P rescores the top fraction
-                importance = hybrid_importance(
-                    model,
-                    *sub.values(),
-                    probe=probe,
-                    answer_mask=answer_mask,
-                    fraction=args.oar_gp_fraction,
-                    gradient_kwargs=dict(
-                        noise_std=args.noise_std,
-                        noise_scale=args.oar_noise_scale,
-                        num_draws=int(args.oar_noise_draws),
-                        generator=self._credit_generator(),
-                        batch_size=batch_size,
-                    ),
-                    perturbation_kwargs=dict(
-                        mask_token_id=args.mask_token_id,
-                        batch_size=args.perturbation_batch_size,
-                        prefix_reuse=args.perturbation_prefix_reuse,
-                    ),
-                )  # (R, C)
-            else:  # pragma: no cover - OARConfig validates the choice
-                raise ValueError(f"credit={args.credit!r} is not valid; choose one of {', '.join(CREDITS)}")
+            elif rows.numel():
+                importance, scored_mask = self._model_importance(model, sub, rows, generators, fallback)
+        if args.credit == "grail":  # no raw importance signal to report (pivot recall is not logged)
+            return TokenCredit(token_adv, weights, fallback, active)
+        if args.credit == "entropy":
+            return TokenCredit(token_adv, weights, fallback, active, signal)
+        if importance is None:  # no row to score on this rank (it ran padding passes only)
+            return TokenCredit(token_adv, weights, fallback, active, signal)
         adv_rows, w_rows = token_advantages(
             seq_adv[rows],
             importance.float().to(mask.device),
@@ -316,6 +272,59 @@ class OARTrainer(GRPOTrainer):
         signal[rows] = importance.float().to(mask.device)
         return TokenCredit(token_adv, weights, fallback, active, signal)
 
+    def _scoring_sync(self) -> ScoringSync:
+        """Lockstep scoring passes across ranks when forwards are collective (oar_rl.distributed)."""
+        before = None
+        if self._dist.fsdp_version == 2:
+            before = self.model_wrapped.unshard  # a no-op while the root is gathered
+        return ScoringSync(self.accelerator, collective=self._dist.is_fsdp, before=before)
+
+    def _model_importance(
+        self,
+        model: torch.nn.Module,
+        sub: dict[str, torch.Tensor],
+        rows: torch.Tensor,
+        generators: list[torch.Generator],
+        fallback: torch.Tensor,
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """(R, C) importance of the rows `rows` (OAR-G, OAR-P or OAR-GP) and the scored-token mask."""
+        args = self.args
+        batch_size = (
+            args.per_device_train_batch_size if self.model.training else args.per_device_eval_batch_size
+        )
+        probe, answer_mask, scored_mask = self._probe_inputs(sub["completion_ids"], sub["completion_mask"])
+        if answer_mask is not None:
+            fallback[rows] = ~answer_mask.any(dim=1)
+        gradient_kwargs = dict(
+            noise_std=args.noise_std,
+            noise_scale=args.oar_noise_scale,
+            num_draws=int(args.oar_noise_draws),
+            generator=generators,
+            batch_size=batch_size,
+        )
+        perturbation_kwargs = dict(
+            mask_token_id=args.mask_token_id,
+            batch_size=args.perturbation_batch_size,
+            prefix_reuse=args.perturbation_prefix_reuse,
+        )
+        common = dict(probe=probe, answer_mask=answer_mask)
+        if args.credit == "oar-g":
+            importance = gradient_importance(model, *sub.values(), **common, **gradient_kwargs)
+        elif args.credit == "oar-p":
+            importance = perturbation_importance(model, *sub.values(), **common, **perturbation_kwargs)
+        elif args.credit == "oar-gp":  # hybrid: OAR-G screens, OAR-P rescores the top fraction
+            importance = hybrid_importance(
+                model,
+                *sub.values(),
+                **common,
+                fraction=args.oar_gp_fraction,
+                gradient_kwargs=gradient_kwargs,
+                perturbation_kwargs=perturbation_kwargs,
+            )
+        else:  # pragma: no cover - OARConfig validates the choice
+            raise ValueError(f"credit={args.credit!r} is not valid; choose one of {', '.join(CREDITS)}")
+        return importance, scored_mask  # (R, C), (R, C) or None
+
     def _probe_inputs(
         self, completion_ids: torch.Tensor, completion_mask: torch.Tensor
     ) -> tuple[str, torch.Tensor | None, torch.Tensor | None]:
@@ -330,13 +339,17 @@ class OARTrainer(GRPOTrainer):
 
     @contextlib.contextmanager
     def _policy_for_scoring(self) -> Iterator[torch.nn.Module]:
-        """The policy as it generated the batch, unwrapped (ZeRO-3 gathered), in eval mode, no ckpting."""
-        with unwrap_model_for_generation(
-            self.model_wrapped,
-            self.accelerator,
-            gather_deepspeed3_params=self.args.ds3_gather_for_generation,
-            gradient_checkpointing_kwargs=self.args.gradient_checkpointing_kwargs,
-        ) as model:
+        """The policy as it generated the batch, unwrapped (ZeRO-3 gathered, FSDP root unsharded), in eval
+        mode, no checkpointing."""
+        with (
+            unwrap_model_for_generation(
+                self.model_wrapped,
+                self.accelerator,
+                gather_deepspeed3_params=self.args.ds3_gather_for_generation,
+                gradient_checkpointing_kwargs=self.args.gradient_checkpointing_kwargs,
+            ) as model,
+            scoring_params(self.model_wrapped, model, self._dist.fsdp_version),
+        ):
             was_training = model.training
             model.eval()
             try:
@@ -344,14 +357,15 @@ class OARTrainer(GRPOTrainer):
             finally:
                 model.train(was_training)
 
-    def _credit_generator(self) -> torch.Generator:
-        """A CPU generator seeded from (seed, rank, optimizer step, batch within the step)."""
+    def _credit_generators(self, rows: torch.Tensor, local_batch: int) -> list[torch.Generator]:
+        """One CPU generator per row in `rows`, seeded from (seed, optimizer step, batch within the step,
+        global row index = rank · local batch + local index; TRL gives every rank an equal slice)."""
         step = int(self.state.global_step)
         last_step, count = self._oar_rng_key
         count = count + 1 if step == last_step else 0
         self._oar_rng_key = (step, count)
-        key = f"{self.args.seed}/{self.accelerator.process_index}/{step}/{count}".encode()
-        return torch.Generator().manual_seed(zlib.crc32(key))
+        offset = self.accelerator.process_index * local_batch
+        return row_generators(self.args.seed, step, count, [offset + int(r) for r in rows.tolist()])
 
     def _log_credit(self, mode: str, credit: TokenCredit, mask: torch.Tensor, seconds: float) -> None:
         """Gather per-rank sums (equal-size tensors) and log global means over rows with A_i != 0."""

@@ -8,7 +8,11 @@ with respect to the embeddings only; I_t = |⟨g_t, e_t⟩| with e_t the *clean*
 Implementation notes:
 - Noise is drawn per row, on the CPU in float32, from a generator seeded by one 63-bit seed per row
   (:func:`row_noise`); the per-row seeds come from ``generator``. So a seeded generator gives the same
-  scores on any device and for any ``batch_size``, and memory stays O(batch_size · C · H).
+  scores on any device and for any ``batch_size``, and memory stays O(batch_size · C · H). With a
+  sequence of B generators (one per row, :func:`oar_rl.distributed.row_generators`), row i's seed comes
+  from its own generator and its noise is drawn for the row's own length T_i (last valid token + 1),
+  not the batch's padded width: it depends on the row alone, so a row gets the same noise on any rank
+  and world size.
 - The gradient never touches parameters: ``torch.autograd.grad(J, noisy)`` only, never
   ``.backward()``; the noisy embeddings are a fresh float32 leaf that requires grad, so this works with
   frozen (PEFT) or trainable parameters, and with gradient checkpointing (the model runs in eval mode,
@@ -52,6 +56,7 @@ from __future__ import annotations
 
 import math
 import warnings
+from collections.abc import Sequence
 from typing import Literal
 
 import torch
@@ -86,8 +91,24 @@ def row_noise(seed: int, num_draws: int, C: int, H: int) -> Tensor:
     return torch.randn((num_draws, C, H), generator=g, dtype=torch.float32)
 
 
-def row_seeds(generator: torch.Generator | None, B: int) -> list[int]:
-    """One 63-bit seed per row, drawn from `generator` (None: the global CPU RNG)."""
+def _row_eps(seed: int, K: int, C: int, H: int, valid: Tensor | None) -> Tensor:
+    """(K, C, H) noise of one row: drawn for width C, or (given the row's mask) for its own length T."""
+    if valid is None:
+        return row_noise(seed, K, C, H)
+    idx = valid.nonzero()
+    T = int(idx.max()) + 1 if idx.numel() else 0
+    eps = torch.zeros(K, C, H, dtype=torch.float32)
+    eps[:, :T] = row_noise(seed, K, T, H)
+    return eps
+
+
+def row_seeds(generator: torch.Generator | Sequence[torch.Generator] | None, B: int) -> list[int]:
+    """One 63-bit seed per row, drawn from `generator` (None: the global CPU RNG), or from each row's own
+    generator when `generator` is a sequence of B of them."""
+    if isinstance(generator, (list, tuple)):
+        if len(generator) != B:
+            raise ValueError(f"got {len(generator)} generators for {B} rows; pass one per row")
+        return [int(torch.randint(0, 2**63 - 1, (1,), generator=g, dtype=torch.long)) for g in generator]
     return torch.randint(0, 2**63 - 1, (B,), generator=generator, dtype=torch.long).tolist()
 
 
@@ -104,10 +125,11 @@ def _check_options(noise_std, noise_scale, num_draws, batch_size, generator) -> 
         isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1
     ):
         raise ValueError(f"batch_size must be a positive int or None, got {batch_size!r}")
-    if generator is not None and generator.device.type != "cpu":
-        raise ValueError(
-            f"generator must be a CPU torch.Generator (noise is drawn on the CPU), got {generator.device}"
-        )
+    for gen in generator if isinstance(generator, (list, tuple)) else [generator]:
+        if gen is not None and (not isinstance(gen, torch.Generator) or gen.device.type != "cpu"):
+            raise ValueError(
+                f"generator must be a CPU torch.Generator (noise is drawn on the CPU), got {gen!r}"
+            )
 
 
 def gradient_importance(
@@ -122,7 +144,7 @@ def gradient_importance(
     noise_std: float = 1e-3,
     noise_scale: NoiseScale = "absolute",
     num_draws: int = 1,
-    generator: torch.Generator | None = None,
+    generator: torch.Generator | Sequence[torch.Generator] | None = None,
     batch_size: int | None = None,
     progress: bool = False,
     prefix_reuse: bool = True,
@@ -142,7 +164,8 @@ def gradient_importance(
             of the row's clean completion embeddings).
         num_draws: K independent noise draws per row, run in the same batched pass (each row repeated
             K times); the score is the mean of the K values of |⟨g_t, e_t⟩|.
-        generator: a CPU ``torch.Generator`` for the per-row noise seeds (None: the global CPU RNG).
+        generator: a CPU ``torch.Generator`` for the per-row noise seeds (None: the global CPU RNG), or
+            a sequence of B of them, one per row (noise independent of batching and padding).
         batch_size: sequences per forward/backward, where each row counts K (so memory does not grow
             with K); at least one row per chunk. None: all rows at once. Does not change the result.
         progress: show a tqdm bar over the row chunks.
@@ -175,6 +198,8 @@ def gradient_importance(
     H = embed.weight.shape[1]
     K = num_draws
     seeds = row_seeds(generator, B)  # drawn for all rows first: results do not depend on batch_size
+    # per-row generators: draw each row's noise for its own length, so padding cannot change it
+    own = isinstance(generator, (list, tuple))
     out = torch.zeros(B, C, dtype=torch.float32, device=device)
     if B == 0 or C == 0 or noise_std == 0 or not bool(scored.any()):
         return out
@@ -208,7 +233,10 @@ def gradient_importance(
             emb, attn = emb.repeat_interleave(K, dim=0), attn.repeat_interleave(K, dim=0)  # (nK, L, .)
             valid = batch.completion_mask[rep, : L - P].cpu()  # (nK, L - P)
             eps = torch.cat(
-                [row_noise(seeds[int(r)], K, C, H)[:, : L - P] for r in rows.tolist()]
+                [
+                    _row_eps(seeds[int(r)], K, C, H, batch.completion_mask[r] if own else None)[:, : L - P]
+                    for r in rows.tolist()
+                ]
             )  # (nK, ., H)
             eps = eps * valid[..., None]
             if noise_scale == "rms":

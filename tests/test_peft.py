@@ -1,0 +1,111 @@
+"""LoRA (PEFT) with OAR-G and OAR-P, with and without gradient checkpointing: two CPU steps each.
+
+Checked: only the adapter weights change; the importance the trainer computes is that of the adapted
+policy (recomputed after the step, it equals the adapted model's scores and differs from the base
+model's, i.e. with the adapter disabled); no `.grad` is left by the scoring passes.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import torch
+from datasets import Dataset
+
+from oar_rl import trainer as trainer_mod
+from oar_rl.tiny import build_char_tokenizer, tiny_qwen2
+from oar_rl.trainer import OARConfig, OARTrainer
+
+peft = pytest.importorskip("peft")
+
+PROMPTS = ["1+1=", "2+3=", "4+4=", "9-2=", "7*3=", "8+5=", "6-1=", "3*3="]
+
+
+def digit_reward(completions: list[str], **kwargs: Any) -> list[float]:
+    return [sum(ch.isdigit() for ch in c) / max(1, len(c)) for c in completions]
+
+
+@pytest.mark.parametrize("gradient_checkpointing", [False, True], ids=["plain", "ckpt"])
+@pytest.mark.parametrize("credit", ["oar-g", "oar-p"])
+def test_lora_two_steps_train_only_the_adapter_on_adapted_importance(
+    tmp_path, monkeypatch, credit, gradient_checkpointing
+):
+    tokenizer = build_char_tokenizer()
+    args = OARConfig(
+        output_dir=str(tmp_path / "out"),
+        credit=credit,
+        learning_rate=0.05,
+        per_device_train_batch_size=4,
+        num_generations=4,
+        max_completion_length=8,
+        max_steps=2,
+        use_cpu=True,
+        bf16=False,
+        report_to=[],
+        logging_steps=1,
+        seed=0,
+        gradient_checkpointing=gradient_checkpointing,
+        save_strategy="no",
+        disable_tqdm=True,
+    )
+    lora = peft.LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"], task_type="CAUSAL_LM")
+    trainer = OARTrainer(
+        model=tiny_qwen2(len(tokenizer), seed=0),
+        reward_funcs=digit_reward,
+        args=args,
+        train_dataset=Dataset.from_dict({"prompt": PROMPTS}),
+        processing_class=tokenizer,
+        peft_config=lora,
+    )
+    assert isinstance(trainer.model, peft.PeftModel)
+    before = {n: p.detach().clone() for n, p in trainer.model.named_parameters()}
+
+    name = {"oar-g": "gradient_importance", "oar-p": "perturbation_importance"}[credit]
+    scorer = getattr(trainer_mod, name)
+    calls: list[dict[str, Any]] = []
+
+    def spy(model, *batch, **kwargs):
+        gens = kwargs.get("generator")
+        states = [g.get_state() for g in gens] if gens else None
+        out = scorer(model, *batch, **kwargs)
+        grads = [p.grad for p in model.parameters() if p.grad is not None]
+        calls.append(
+            {"model": model, "batch": batch, "kwargs": kwargs, "states": states, "out": out, "grads": grads}
+        )
+        return out
+
+    def rescore(rec, **extra):
+        kw = dict(rec["kwargs"], **extra)
+        if rec["states"] is not None:
+            kw["generator"] = [torch.Generator().set_state(s) for s in rec["states"]]
+        return scorer(rec["model"], *rec["batch"], **kw)
+
+    assign = trainer._assign_credit
+
+    def assign_then_rescore(output, mask):
+        # after the trainer's scoring (its pass count is checked) and before the optimizer step
+        credit_out = assign(output, mask)
+        rec = calls[-1]
+        rec["adapted"] = rescore(rec)
+        with rec["model"].disable_adapter():
+            rec["base"] = rescore(rec)
+        return credit_out
+
+    monkeypatch.setattr(trainer_mod, name, spy)
+    monkeypatch.setattr(trainer, "_assign_credit", assign_then_rescore)
+    trainer.train()
+
+    assert len(calls) == 2  # one scoring per generation batch
+    for rec in calls:
+        assert isinstance(rec["model"], peft.PeftModel)
+        torch.testing.assert_close(rec["out"], rec["adapted"])  # deterministic given the generators
+        assert rec["grads"] == []  # the input-gradient pass leaves no parameter gradient
+    # after step 1 the adapter is no longer zero: the scores used are the adapted policy's, not the base's
+    assert not torch.allclose(calls[1]["out"], calls[1]["base"])
+
+    changed = {n for n, p in trainer.model.named_parameters() if not torch.equal(p.detach(), before[n])}
+    assert changed, "no parameter changed"
+    assert all("lora_" in n for n in changed), sorted(changed)
+    assert any("lora_B" in n for n in changed)
+    assert trainer.model.training  # scoring restored the training mode
