@@ -250,7 +250,7 @@ def _make_trainer(method: str, shape, args: argparse.Namespace, workdir: str):
         seed=args.seed,
         use_cpu=not cuda,
         bf16=cuda and shape.dtype == "bfloat16",
-        gradient_checkpointing=False,
+        activation_checkpointing=False,  # the new name: `gradient_checkpointing` warns it is deprecated
         disable_tqdm=True,
         **cfg,
     )
