@@ -21,11 +21,9 @@ import contextlib
 import ctypes
 import gc
 import json
-import os
 import re
 import statistics
 import sys
-import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -39,6 +37,7 @@ from oar_rl.importance import (
     perturbation_importance,
     random_importance,
 )
+from oar_rl.io import write_text_atomic
 from oar_rl.tiny import tiny_qwen2
 
 _STATUS = Path("/proc/self/status")
@@ -84,16 +83,9 @@ def measure(fn: Callable[[], object], repeats: int) -> tuple[float, float | None
     return statistics.median(times), _peak_growth(fn)
 
 
-def _write_json_atomic(path: Path, payload: dict) -> None:
+def _write_json(path: Path, payload: dict) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w") as f:
-            json.dump(payload, f, indent=2)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    write_text_atomic(path, json.dumps(payload, indent=2))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -180,9 +172,7 @@ def main(argv: list[str] | None = None) -> int:
             mem = f"{r['peak_mib']:>11.1f}{r['peak_mib'] / base['peak_mib']:>9.2f}"
         print(f"{name:<24}{r['seconds']:>10.4f}{t_ratio:>9.2f}{mem}")
     if args.json:
-        _write_json_atomic(
-            args.json, {"config": {k: str(v) for k, v in vars(args).items()}, "results": results}
-        )
+        _write_json(args.json, {"config": {k: str(v) for k, v in vars(args).items()}, "results": results})
     return 0
 
 

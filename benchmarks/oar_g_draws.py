@@ -21,10 +21,8 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -33,6 +31,7 @@ import torch
 from oar_rl.analysis.attribute import batch_layout, sample_trajectories
 from oar_rl.data.arithmetic import load
 from oar_rl.importance import gradient_importance, perturbation_importance
+from oar_rl.io import write_text_atomic
 from oar_rl.probes import answer_span_mask, scored_positions
 from oar_rl.tiny import load_default_model
 
@@ -57,16 +56,9 @@ def top_recall(ref: torch.Tensor, got: torch.Tensor, frac: float = 0.2) -> float
     return len(top_ref & top_got) / k
 
 
-def _write_json_atomic(path: Path, payload: dict) -> None:
+def _write_json(path: Path, payload: dict) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w") as f:
-            json.dump(payload, f, indent=2)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    write_text_atomic(path, json.dumps(payload, indent=2))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -135,7 +127,7 @@ def main(argv: list[str] | None = None) -> int:
             f"{r['recall_oar_p_top20']:.2f} | {r['cost_ratio']:.2f} |"
         )
     if args.json:
-        _write_json_atomic(args.json, {"settings": {k: str(v) for k, v in vars(args).items()}, "rows": rows})
+        _write_json(args.json, {"settings": {k: str(v) for k, v in vars(args).items()}, "rows": rows})
     return 0
 
 
