@@ -24,6 +24,7 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
+from float64 import float64_copy
 from oar_rl.distributed import (
     BACKWARD,
     FORWARD,
@@ -265,7 +266,7 @@ def test_dummy_pass_leaves_no_grad_and_uses_one_body_forward():
 
 
 def test_row_keyed_noise_does_not_depend_on_batching_or_padding():
-    model = tiny_qwen2(VOCAB, seed=0)
+    model = float64_copy(tiny_qwen2(VOCAB, seed=0))  # float64: batching may change only the rounding
     pid, pm, cid, cm = _batch(0, 3, 0)
     whole = gradient_importance(
         model, pid, pm, cid, cm, batch_size=3, generator=row_generators(0, 1, 0, [7, 8, 9])
@@ -276,7 +277,7 @@ def test_row_keyed_noise_does_not_depend_on_batching_or_padding():
     alone = gradient_importance(
         model, pid[1:2], pm[1:2], cid_pad, cm_pad, generator=row_generators(0, 1, 0, [8])
     )
-    torch.testing.assert_close(alone[:, :C], whole[1:2], rtol=1e-5, atol=1e-7)
+    torch.testing.assert_close(alone[:, :C], whole[1:2], rtol=1e-6, atol=0.0)
     assert not alone[:, C:].any()
     u = row_uniform(cm, row_generators(0, 1, 0, [7, 8, 9]))
     u1 = row_uniform(cm[1:2], row_generators(0, 1, 0, [8]))

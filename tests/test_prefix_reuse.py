@@ -8,6 +8,7 @@ import warnings
 import pytest
 import torch
 
+from float64 import float64_copy
 from oar_rl.importance import perturbation_importance
 from oar_rl.importance.prefix import clean_pass
 from oar_rl.probes import (
@@ -29,9 +30,7 @@ def _model(arch: str):
     common = dict(vocab_size=V, pad_token_id=0, bos_token_id=2, eos_token_id=3)
     small = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4)
     if arch == "qwen2":
-        model = tiny_qwen2(V, seed=0, hidden_size=32, num_heads=4, num_kv_heads=2)
-        model.set_attn_implementation("sdpa")  # eager attention turns left-padded float64 rows into NaN
-        return model.double()
+        return float64_copy(tiny_qwen2(V, seed=0, hidden_size=32, num_heads=4, num_kv_heads=2)).eval()
     torch.manual_seed(0)
     if arch == "llama":
         cfg = tf.LlamaConfig(**common, **small, num_key_value_heads=2, max_position_embeddings=128)
@@ -56,7 +55,7 @@ def _model(arch: str):
         return tf.Gemma2ForCausalLM(cfg).eval()  # float32: eager Gemma2 in float64 gives NaN rows
     else:  # pragma: no cover
         raise AssertionError(arch)
-    return model.double().eval()
+    return float64_copy(model).eval()  # every step in float64: chunkings differ only by ~1e-16
 
 
 def _batch(seed: int = 0):
@@ -127,7 +126,9 @@ def test_prefix_reuse_float32_close():
     batch, _ = _batch(1)
     full = perturbation_importance(model, *batch, prefix_reuse=False, mask_token_id=1)
     reuse = perturbation_importance(model, *batch, prefix_reuse=True, batch_size=5, mask_token_id=1)
-    torch.testing.assert_close(reuse, full, rtol=1e-3, atol=1e-6)
+    # float32: the two paths round differently; KLs of near-equal distributions carry ~1e-7 absolute
+    # rounding, so the tolerance is set at the scores' own scale (max 0.024 here)
+    torch.testing.assert_close(reuse, full, rtol=1e-3, atol=1e-4 * float(full.max()))
 
 
 def test_sliding_window_model_falls_back_with_a_warning():
