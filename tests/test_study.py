@@ -56,6 +56,25 @@ def test_paired_difference_hand_computed():
     assert d["wins"] == 3
     # Pairing matters: the unpaired spread of the treatment alone is far wider than that of the diffs.
     assert stats.mean_ci([0.55, 0.42, 0.68])["half_width"] > 3 * d["half_width"]
+    # MDE at 80% power, df 2: (t(.975, 2) + t(.8, 2)) * .03 / sqrt(3) = (4.3026527 + 1.0606602) * .0173205
+    assert d["mde80"] == pytest.approx((4.3026527 + 1.0606602) * 0.03 / 3**0.5, abs=1e-6)
+
+
+def test_minimum_detectable_effect_table_and_power():
+    # df 9 (10 seeds): t(.975) 2.2621572, t(.8) 0.8834039 (tables)
+    assert stats.minimum_detectable_effect(0.02, 10) == pytest.approx(3.1455611 * 0.02 / 10**0.5, abs=1e-6)
+    # its meaning, by simulation: a true effect of one MDE is detected (|t| > t crit) about 80% of the time
+    import random
+
+    rng, n, sd = random.Random(0), 10, 1.0
+    mde, crit = stats.minimum_detectable_effect(sd, n), stats.t_quantile(0.975, n - 1)
+    hits = 0
+    for _ in range(4000):
+        ci = stats.mean_ci([rng.gauss(mde, sd) for _ in range(n)])
+        hits += abs(ci["mean"]) / (ci["sd"] / n**0.5) > crit
+    assert 0.74 < hits / 4000 < 0.86  # the t-based formula is a close approximation of the noncentral t
+    with pytest.raises(ValueError, match="n=1"):
+        stats.minimum_detectable_effect(0.1, 1)
 
 
 def test_curve_ci_and_steps_to_reach():
@@ -120,7 +139,7 @@ def test_arithmetic_splits_are_disjoint():
 def fake_study(monkeypatch, tmp_path):
     """A registered fake task; training and evaluation replaced by instant fakes that record calls."""
     calls: list[tuple[str, int, float]] = []
-    state = {"interrupt_at": None}
+    state = {"interrupt_at": None, "best_lr": {}}
 
     def load(variant, cache_dir):
         return tasks.WarmStart(object(), object(), tmp_path / "ws", "fakehash", {"fake": True})
@@ -154,7 +173,8 @@ def fake_study(monkeypatch, tmp_path):
             raise KeyboardInterrupt
         calls.append((variant.name, seed, learning_rate))
         bonus = {"grpo": 0.0, "oar-g": 0.05, "oar-p": 0.02}.get(variant.method, 0.0) + 0.01 * seed
-        final = 0.3 + bonus - abs(math.log10(learning_rate) + 4.0) * 0.1  # best at lr 1e-4
+        best = math.log10(state["best_lr"].get(variant.method, 1e-4))
+        final = 0.3 + bonus - abs(math.log10(learning_rate) - best) * 0.1  # best at lr 1e-4 (or best_lr)
         steps = (
             range(settings.eval_every, settings.steps + 1, settings.eval_every) if curve else [settings.steps]
         )
@@ -243,13 +263,56 @@ def test_tune_lr_chooses_on_validation_then_freezes(tmp_path, fake_study, capsys
     lr = study["learning_rate"]
     assert lr["value"] == 1e-4 and "tuned on the validation split" in lr["source"]
     assert lr["tuning"]["chosen"] == 1e-4 and "validation" in lr["tuning"]["rule"]
-    assert {c[2] for c in calls if not c[0].startswith("grpo-lr")} == {1e-4}  # every method at the choice
+    # every method is swept with the same grid and seeds, and trains at its own choice
+    assert {(c[0], c[2]) for c in calls if c[0].startswith("oar-g-lr")} == {
+        ("oar-g-lr1e-05", 1e-5), ("oar-g-lr0.0001", 1e-4), ("oar-g-lr0.001", 1e-3)
+    }  # fmt: skip
+    assert (
+        lr["tuning"]["chosen_per_method"] == {"grpo": 1e-4, "oar-g": 1e-4} and lr["tuning"]["at_edge"] == []
+    )
+    assert {c[2] for c in calls if "-lr" not in c[0]} == {1e-4}
+    assert "grpo_lr" not in study["groups"]  # every method's own choice is GRPO's: no second group
     # Later invocations reuse the frozen choice; a different --lr is refused.
     n = len(calls)
     assert study_cli.main(_args(out)) == 0 and len(calls) == n
     assert json.loads((out / "study.json").read_text())["learning_rate"]["value"] == 1e-4
     assert study_cli.main([*_args(out), "--lr", "5e-5"]) == 2
     assert "frozen" in capsys.readouterr().err
+    # a method the sweep did not cover is refused, not silently trained at GRPO's rate
+    assert study_cli.main([*_args(out), "--methods", "grpo,oar-g,oar-p"]) == 2
+    assert "no learning rate was chosen for oar-p" in capsys.readouterr().err
+
+
+def test_per_method_learning_rates_and_grpo_lr_group(tmp_path, fake_study):
+    """A method whose own best rate differs from GRPO's trains at it in "main", and at GRPO's in "grpo_lr"."""
+    calls, state = fake_study
+    state["best_lr"] = {"oar-g": 1e-3}
+    out = tmp_path / "out"
+    assert (
+        study_cli.main([*_args(out), "--tune-lr", "--lr-grid", "1e-5,1e-4,1e-3", "--seeds", "2,oar-g=1"]) == 0
+    )
+    study = json.loads((out / "study.json").read_text())
+    assert study["learning_rate"]["per_method"] == {"grpo": 1e-4, "oar-g": 1e-3}
+    assert study["learning_rate"]["tuning"]["at_edge"] == ["oar-g"]  # 1e-3 is the grid's top: said
+    trained = {(c[0], c[1], c[2]) for c in calls if "-lr" not in c[0]}
+    assert trained == {("grpo", 0, 1e-4), ("grpo", 1, 1e-4), ("oar-g", 0, 1e-3), ("oar-g[lr=grpo]", 0, 1e-4)}
+    assert sorted(study["groups"]) == ["grpo_lr", "main"]
+    assert sorted(study["groups"]["grpo_lr"]) == ["grpo", "oar-g[lr=grpo]"]
+    assert study["groups"]["main"]["oar-g"]["seeds"] == [0]  # --seeds 2,oar-g=1
+
+
+def test_two_processes_share_one_study(tmp_path, fake_study):
+    """Claim files split the runs: a run claimed by a live process is left to it; a dead one's is taken."""
+    import os
+
+    calls, _ = fake_study
+    out = tmp_path / "out"
+    claims = out / ".claims" / "runs"
+    claims.mkdir(parents=True)
+    (claims / "grpo.seed1.json.claim").write_text(json.dumps({"pid": 2**22 + 7, "host": os.uname().nodename}))
+    assert study_cli.main(_args(out)) == 0  # the dead process's claim is taken over
+    assert sorted(c[:2] for c in calls) == [("grpo", 0), ("grpo", 1), ("oar-g", 0), ("oar-g", 1)]
+    assert not any(claims.iterdir())
 
 
 def test_aggregate_steps_to_reach_grpo_final():
@@ -265,9 +328,8 @@ def test_aggregate_steps_to_reach_grpo_final():
         "c": run("oar-g", 0, {0: 0.2, 5: 0.5, 10: 0.6}),
         "d": run("oar-g", 1, {0: 0.2, 5: 0.4, 10: 0.5}),
         "e": run("random", 0, {0: 0.2, 5: 0.2, 10: 0.3}),
-        "f": run("random", 5, {0: 0.2, 5: 0.2, 10: 0.9}),  # seed outside the scope: ignored
     }
-    agg = aggregate({"main": ["grpo", "oar-g", "random"]}, runs, seeds=2)["main"]
+    agg = aggregate({"main": ["grpo", "oar-g", "random"]}, runs)["main"]
     assert agg["grpo"]["steps_to_grpo_final"] == 10  # GRPO's final mean 0.45 first reached at its end
     assert agg["oar-g"]["steps_to_grpo_final"] == 5  # mean curve 0.45 at step 5
     assert agg["random"]["steps_to_grpo_final"] is None and agg["random"]["seeds"] == [0]

@@ -52,7 +52,12 @@ def test_tiny_study_end_to_end_then_resume(tmp_path, parity_task, monkeypatch, c
     args = ["--tiny", "--task", "parity", "--out", str(out), "--cache-dir", str(tmp_path / "cache")]
     assert study_cli.main(args) == 0
     study = json.loads((out / "study.json").read_text())
-    assert study["complete"] and study["scope"] == {"methods": ["grpo", "oar-g"], "seeds": 2, "ablations": []}
+    assert study["complete"] and study["scope"] == {
+        "methods": ["grpo", "oar-g"],
+        "seeds": 2,
+        "method_seeds": {},
+        "ablations": [],
+    }
     assert sorted(study["runs"]) == ["grpo/seed0", "grpo/seed1", "oar-g/seed0", "oar-g/seed1"]
     for run in study["runs"].values():
         assert list(run["curve"]) == ["0", "1", "2"] and 0.0 <= run["final"]["sampled"] <= 1.0

@@ -29,8 +29,11 @@ from oar_rl.study.runner import (
     _check_same,
     _read_json,
     _write_json,
+    curve_separate,
+    method_lrs,
     phase,
     resolve_learning_rate,
+    run_claimed,
     train_and_evaluate,
     tune_learning_rate,
 )
@@ -57,7 +60,11 @@ def _parse(argv: list[str]) -> argparse.Namespace:
     )
     p.add_argument("--tiny", action="store_true", help=argparse.SUPPRESS)  # tests
     p.add_argument("--methods", help=f"comma-separated (default: all); valid: {','.join(all_methods())}")
-    p.add_argument("--seeds", type=int, help="seeds per method (default 5; --quick 2)")
+    p.add_argument(
+        "--seeds",
+        help="seeds per method (default 5; --quick 2), optionally with per-method counts: "
+        "'10,grail=5,oar-gp=5'",
+    )
     p.add_argument(
         "--ablations", default="", help=f"comma-separated run groups to add; valid: {','.join(ABLATIONS)}"
     )
@@ -90,6 +97,26 @@ def _csv(value: str | None) -> tuple[str, ...] | None:
     return tuple(v.strip() for v in value.split(",") if v.strip())
 
 
+def _parse_seeds(value: str) -> tuple[int, tuple[tuple[str, int], ...]]:
+    """'10' or '10,grail=5,oar-gp=5' -> (10, (("grail", 5), ("oar-gp", 5)))."""
+    default, per = None, []
+    for part in _csv(value) or ():
+        name, eq, count = part.partition("=")
+        try:
+            n = int(count if eq else name)
+        except ValueError:
+            raise ValueError(f"--seeds {value!r}: {part!r} is not N or METHOD=N") from None
+        if eq:
+            per.append((name.strip(), n))
+        elif default is None:
+            default = n
+        else:
+            raise ValueError(f"--seeds {value!r} gives the default count twice")
+    if default is None:
+        raise ValueError(f"--seeds {value!r} needs a default count first, e.g. '10,grail=5'")
+    return default, tuple(per)
+
+
 def settings_from_args(a: argparse.Namespace) -> StudySettings:
     if a.quick and a.tiny:
         raise ValueError("--quick and --tiny are exclusive")
@@ -101,7 +128,9 @@ def settings_from_args(a: argparse.Namespace) -> StudySettings:
         changes["methods"] = _csv(a.methods)
         if not changes["methods"]:
             raise ValueError(f"--methods {a.methods!r} names no method; valid: {','.join(all_methods())}")
-    for flag, field in (("seeds", "seeds"), ("steps", "steps"), ("recall", "recall_trajectories")):
+    if a.seeds is not None:
+        changes["seeds"], changes["method_seeds"] = _parse_seeds(a.seeds)
+    for flag, field in (("steps", "steps"), ("recall", "recall_trajectories")):
         if getattr(a, flag) is not None:
             changes[field] = getattr(a, flag)
     if a.lr_grid is not None:
@@ -152,8 +181,9 @@ def run_study(
         for name in ("lr_tuning.json", "warm_start.json", "recall.json", "study.json"):
             (out / name).unlink(missing_ok=True)
     if lr is None and not tune_lr:
-        # fail on a changed protocol before loading anything heavy
+        # fail on a changed protocol, or a method with no learning rate chosen, before loading anything heavy
         lr_value, lr_source, tuning = resolve_learning_rate(settings, task, out, lr=None)
+        method_lrs(settings, tuning)
         RunStore(
             out / "runs", replace(settings, learning_rate=lr_value, lr_source=lr_source).protocol()
         ).check_all()
@@ -173,7 +203,9 @@ def run_study(
                 progress.write(f"learning rate chosen: {lr_value:g}")
             else:
                 lr_value, lr_source, tuning = resolve_learning_rate(settings, task, out, lr=lr)
-            settings = replace(settings, learning_rate=lr_value, lr_source=lr_source)
+            settings = replace(
+                settings, learning_rate=lr_value, lr_source=lr_source, method_lrs=method_lrs(settings, tuning)
+            )
             if tuning is None:
                 phase(f"learning rate {lr_value:g}: {lr_source}")
             protocol = settings.protocol()
@@ -191,6 +223,10 @@ def run_study(
                     g: _accuracy(task, ws.model, ws.tokenizer, test_rows, settings, greedy=g == "greedy")
                     for g in ("sampled", "greedy")
                 }
+                if curve_separate(settings):  # step 0 of the curves, on the curve's own sample
+                    n, k = settings.n_curve
+                    acc["curve"] = _accuracy(task, ws.model, ws.tokenizer, test_rows[:n], settings,
+                                             greedy=False, samples=k)  # fmt: skip
                 ws_rec = {
                     "protocol": protocol,
                     "recipe_hash": ws.recipe_hash,
@@ -211,23 +247,27 @@ def run_study(
                 _write_json(out / "warm_start.json", ws_rec)
             train_rows = task.prompts("train", settings.n_train_prompts)
             plan = settings.runs()
-            for i, (variant, seed) in enumerate(plan, 1):
-                if store.get(variant.name, seed) is not None:
-                    progress.bar.update(settings.steps)
-                    continue
+            step0 = ws_rec["accuracy"].get("curve", ws_rec["accuracy"]["sampled"])
+
+            def train(item: tuple[int, Any, int]) -> dict[str, Any]:
+                i, variant, seed = item
                 progress.describe(f"[{i}/{len(plan)}] {variant.name} seed {seed}")
                 rec = train_and_evaluate(
                     task, ws, settings, variant, seed, train_rows, test_rows,
-                    Path(work) / f"run{i}", progress, learning_rate=lr_value,
+                    Path(work) / f"run{i}", progress,
+                    learning_rate=dict(variant.overrides).get("learning_rate", lr_value),
                 )  # fmt: skip
-                rec["curve"] = {"0": ws_rec["accuracy"]["sampled"], **rec["curve"]}
-                stored[f"{variant.name}/seed{seed}"] = store.put(variant.name, seed, rec)
+                rec["curve"] = {"0": step0, **rec["curve"]}
                 progress.write(
                     f"[{i}/{len(plan)}] {variant.name} seed {seed}: accuracy "
                     f"{ws_rec['accuracy']['sampled']:.3f} -> {rec['final']['sampled']:.3f} "
                     f"(greedy {rec['final']['greedy']:.3f}), "
                     f"{rec['train_seconds']:.0f} s training"
                 )
+                return rec
+
+            items = [(v.name, seed, (i, v, seed)) for i, (v, seed) in enumerate(plan, 1)]
+            stored.update(run_claimed(store, items, train, progress, settings.steps))
     finally:
         progress.close()
     recall: dict[str, Any] | None = None
@@ -264,6 +304,7 @@ def run_study(
         "scope": {
             "methods": list(settings.method_list),
             "seeds": settings.seeds,
+            "method_seeds": dict(settings.method_seeds),
             "ablations": list(settings.ablations),
         },
         "task": {
@@ -273,9 +314,14 @@ def run_study(
             # pivot_fraction, entropy_by_role, mean_reasoning_tokens of the warm start's own samples
             "figures": ws_rec.get("task_figures"),
         },
-        "learning_rate": {"value": lr_value, "source": lr_source, "tuning": tuning},
+        "learning_rate": {
+            "value": lr_value,
+            "source": lr_source,
+            "per_method": {m: settings.lr_for(m) for m in settings.method_list},
+            "tuning": tuning,
+        },
         "warm_start": {k: ws_rec[k] for k in ("recipe_hash", "recipe", "accuracy")},
-        "groups": aggregate(groups, runs, settings.seeds),
+        "groups": aggregate(groups, runs),
         "recall": recall,
         "runs": runs,
         "runs_outside_scope": sorted(set(stored) - in_scope),  # made earlier, kept in runs/, not aggregated

@@ -80,7 +80,12 @@ class StudySettings:
     eval_every: int = 10
     test_problems: int = 300
     eval_samples: int = 2
-    """Samples per test problem at the training temperature for the accuracy curve and final accuracy."""
+    """Samples per test problem at the training temperature for the final accuracy (and the lr sweep's
+    validation accuracy)."""
+    curve_problems: int | None = None
+    """Test problems (the first ones) for the accuracy curve every `eval_every` steps; None: all of them."""
+    curve_samples: int | None = None
+    """Samples per problem for the curve; None: `eval_samples`."""
     eval_seed: int = 1234
     train_prompts: int | None = None
     """Size of the RL prompt pool; None: 2 × steps × prompts_per_step."""
@@ -90,6 +95,11 @@ class StudySettings:
     methods: tuple[str, ...] = ()
     """Empty: every method (`all_methods()`)."""
     seeds: int = 5
+    method_seeds: tuple[tuple[str, int], ...] = ()
+    """(method, seeds) pairs that override `seeds` for those methods (e.g. fewer for the costly ones)."""
+    method_lrs: tuple[tuple[str, float], ...] = ()
+    """(method, learning rate) chosen per method by the sweep (`--tune-lr`); a method not listed trains
+    at `learning_rate` (GRPO's). Filled in by the study from lr_tuning.json, never by hand."""
     ablations: tuple[str, ...] = ()
     # --- learning-rate sweep (its own protocol: the study's minus the learning rate) ---
     lr_grid: tuple[float, ...] = (1e-5, 2e-5, 5e-5, 1e-4, 2e-4)
@@ -116,6 +126,22 @@ class StudySettings:
         for name in ("tune_seeds", "validation_problems"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name}={getattr(self, name)} must be >= 1")
+        for name in ("curve_problems", "curve_samples"):
+            if getattr(self, name) is not None and getattr(self, name) < 1:
+                raise ValueError(f"{name}={getattr(self, name)} must be >= 1 (or None)")
+        if self.curve_problems is not None and self.curve_problems > self.test_problems:
+            raise ValueError(
+                f"curve_problems={self.curve_problems} must be <= test_problems={self.test_problems} "
+                "(the curve uses the first test problems)"
+            )
+        for m, n in self.method_seeds:
+            if m not in valid:
+                raise ValueError(f"unknown method {m!r} in method_seeds; valid methods: {', '.join(valid)}")
+            if n < 1:
+                raise ValueError(f"seeds for {m}: {n} must be >= 1")
+        for m, lr in self.method_lrs:
+            if m not in valid or not lr > 0:
+                raise ValueError(f"method_lrs entry ({m!r}, {lr}) needs a valid method and a positive rate")
         if self.recall_trajectories < 0:
             raise ValueError(f"recall_trajectories={self.recall_trajectories} must be >= 0")
         if self.num_generations < 2:
@@ -136,6 +162,23 @@ class StudySettings:
     def method_list(self) -> tuple[str, ...]:
         return self.methods or all_methods()
 
+    def seeds_for(self, method: str) -> int:
+        """Seeds of `method`: its `method_seeds` entry, else `seeds`."""
+        return dict(self.method_seeds).get(method, self.seeds)
+
+    @property
+    def max_seeds(self) -> int:
+        return max([self.seeds_for(m) for m in self.method_list], default=self.seeds)
+
+    def lr_for(self, method: str) -> float | None:
+        """The learning rate `method` trains at in the main group: its own sweep choice, else GRPO's."""
+        return dict(self.method_lrs).get(method, self.learning_rate)
+
+    @property
+    def n_curve(self) -> tuple[int, int]:
+        """(problems, samples per problem) of the accuracy curve."""
+        return (self.curve_problems or self.test_problems, self.curve_samples or self.eval_samples)
+
     @property
     def n_train_prompts(self) -> int:
         return self.train_prompts or 2 * self.steps * self.prompts_per_step
@@ -151,16 +194,20 @@ class StudySettings:
     def protocol(self) -> dict[str, Any]:
         """Everything that determines a run's result, except its method, overrides and seed."""
         d = asdict(self)
-        for key in ("methods", "seeds", "ablations", "lr_grid", "tune_seeds", "validation_problems"):
+        for key in ("methods", "seeds", "method_seeds", "method_lrs", "ablations", "lr_grid", "tune_seeds",
+                    "validation_problems"):  # fmt: skip
             del d[key]
+        for key in ("curve_problems", "curve_samples"):  # absent when unset: earlier studies' protocols hold
+            if d[key] is None:
+                del d[key]
         d["study_format"] = STUDY_FORMAT
         return d
 
     def tuning_protocol(self) -> dict[str, Any]:
         """The sweep's protocol: the study's without the learning rate, plus the sweep's own settings."""
         d = self.protocol()
-        for key in ("learning_rate", "lr_source", "recall_trajectories"):
-            del d[key]
+        for key in ("learning_rate", "lr_source", "recall_trajectories", "curve_problems", "curve_samples"):
+            d.pop(key, None)
         d.update(tune_seeds=self.tune_seeds, validation_problems=self.validation_problems)
         return d
 
@@ -171,30 +218,45 @@ class StudySettings:
         An ablation value equal to the protocol's own (τ = `tau`, probe = `probe`) is the main group's
         run itself, shared rather than trained twice.
         """
-        groups: dict[str, list[Variant]] = {"main": [Variant(m, m) for m in self.method_list]}
+        groups: dict[str, list[Variant]] = {"main": [self._main_variant(m) for m in self.method_list]}
+        own = [m for m in self.method_list if self.lr_for(m) != self.learning_rate]
+        if own:  # every method also at GRPO's learning rate (shared with "main" where the rates agree)
+            groups["grpo_lr"] = [
+                Variant(f"{m}[lr=grpo]", m, (("learning_rate", self.learning_rate),))
+                if m in own
+                else self._main_variant(m)
+                for m in self.method_list
+            ]
         if "tau" in self.ablations:
             groups["tau"] = [
-                Variant("oar-g", "oar-g")
-                if t == self.tau
-                else Variant(f"oar-g[tau={t:g}]", "oar-g", (("tau", t),))
+                self._main_variant("oar-g") if t == self.tau else self._main_variant("oar-g", tau=t)
                 for t in TAUS
             ]
         if "probe" in self.ablations:
             groups["probe"] = [
-                Variant("oar-p", "oar-p")
-                if p == self.probe
-                else Variant(f"oar-p[probe={p}]", "oar-p", (("probe", p),))
+                self._main_variant("oar-p") if p == self.probe else self._main_variant("oar-p", probe=p)
                 for p in probes()
             ]
         return groups
 
+    def _main_variant(self, method: str, **override: Any) -> Variant:
+        """`method` at its own learning rate, with one optional ablation override (tau= or probe=)."""
+        lr = self.lr_for(method)
+        lr_part: tuple[tuple[str, Any], ...] = (("learning_rate", lr),) if lr != self.learning_rate else ()
+        if not override:
+            return Variant(method, method, lr_part)
+        ((key, value),) = override.items()
+        return Variant(f"{method}[{key}={value:g}]" if key == "tau" else f"{method}[{key}={value}]", method,
+                       ((key, value), *lr_part))  # fmt: skip
+
     def runs(self) -> list[tuple[Variant, int]]:
-        """Every distinct (variant, seed) to train, seed-major (all variants of seed 0 first)."""
+        """Every distinct (variant, seed) to train, seed-major (all variants of seed 0 first); a variant
+        gets its method's seeds (`seeds_for`)."""
         seen: dict[str, Variant] = {}
         for group in self.variants().values():
             for v in group:
                 seen.setdefault(v.name, v)
-        return [(v, s) for s in range(self.seeds) for v in seen.values()]
+        return [(v, s) for s in range(self.max_seeds) for v in seen.values() if s < self.seeds_for(v.method)]
 
     def with_scope(self, **changes: Any) -> StudySettings:
         return replace(self, **changes)

@@ -37,14 +37,12 @@ def _credit_means(history: list[dict[str, Any]]) -> dict[str, float]:
     return {k: statistics.fmean(v) for k, v in sums.items()}
 
 
-def aggregate(
-    groups: Mapping[str, list[str]], runs: Mapping[str, Mapping[str, Any]], seeds: int
-) -> dict[str, Any]:
-    """Per group and variant, the statistics of the module docstring over seeds 0..seeds-1."""
+def aggregate(groups: Mapping[str, list[str]], runs: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
+    """Per group and variant, the statistics of the module docstring over the seeds `runs` holds (the
+    caller passes the runs in scope; differences to GRPO pair the seeds both have)."""
     by_variant: dict[str, dict[int, Mapping[str, Any]]] = {}
     for run in runs.values():
-        if run["seed"] < seeds:
-            by_variant.setdefault(run["variant"], {})[run["seed"]] = run
+        by_variant.setdefault(run["variant"], {})[run["seed"]] = run
     ref_runs = by_variant.get(REFERENCE, {})
     ref_final = {s: r["final"]["sampled"] for s, r in ref_runs.items()}
     ref_curve = curve_ci([_curve(r) for r in ref_runs.values()])
@@ -280,11 +278,22 @@ def render(study: Mapping[str, Any], plots: Mapping[str, Path]) -> str:
     if lr.get("tuning"):
         t = lr["tuning"]
         parts.append("<h2>Learning-rate choice</h2><p>" + html.escape(t["rule"]) + "</p>")
+        per_method = t.get("chosen_per_method")
+        results = t["results"] if per_method else {"grpo": t["results"]}  # a GRPO-only sweep (older format)
+        chosen = per_method or {"grpo": t["chosen"]}
         rows = [
-            [k, " ".join(f"{100 * a:.1f}" for a in r["accuracy"]), f"{100 * r['mean']:.1f}"]
-            for k, r in t["results"].items()
-        ]
-        parts.append(_table(["learning rate", "validation accuracy per seed", "mean"], rows))
+            [m, k, " ".join(f"{100 * a:.1f}" for a in r["accuracy"]), f"{100 * r['mean']:.1f}",
+             "chosen" if r["learning_rate"] == chosen.get(m) else ""]
+            for m, res in results.items()
+            for k, r in res.items()
+        ]  # fmt: skip
+        head = ["method", "learning rate", "validation accuracy per seed", "mean", ""]
+        parts.append(_table(head, rows))
+        if t.get("at_edge"):
+            parts.append(
+                f"<p class='note'><b>At an edge of the grid</b> (optimum not bracketed): "
+                f"{html.escape(', '.join(t['at_edge']))}.</p>"
+            )
     runs = [
         [k, f"{100 * r['final']['sampled']:.1f}", f"{r['train_seconds']:.0f} s"]
         for k, r in sorted(study["runs"].items())

@@ -124,7 +124,103 @@ class Progress:
         self.bar.close()
 
 
-def _accuracy(task: StudyTask, model, tokenizer, rows, settings: StudySettings, *, greedy: bool) -> float:
+CLAIM_POLL_SECONDS = 15.0
+
+
+def _pid_alive(pid: int) -> bool:
+    import os
+
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # pragma: no cover - alive, owned by someone else
+        return True
+    return True
+
+
+def _try_claim(store: RunStore, name: str, seed: int) -> Path | None:
+    """Claim (name, seed) for this process: a claim file created exclusively; a claim left by a dead
+    process on this machine is taken over. Returns the claim's path, or None if another live process
+    holds it."""
+    import os
+    import socket
+
+    claims = store.root.parent / ".claims" / store.root.name
+    claims.mkdir(parents=True, exist_ok=True)
+    path = claims / (store.filename(name, seed) + ".claim")
+    me = {"pid": os.getpid(), "host": socket.gethostname(), "since": time.time()}
+    for _ in range(2):
+        try:
+            fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+        except FileExistsError:
+            try:
+                other = json.loads(path.read_text())
+            except (OSError, ValueError):
+                other = {}
+            if (
+                other.get("host") == me["host"]
+                and isinstance(other.get("pid"), int)
+                and _pid_alive(other["pid"])
+            ):
+                return None
+            if other.get("host") not in (None, me["host"]):
+                return None  # another machine's claim: never taken over from here
+            path.unlink(missing_ok=True)  # its process died: take the run over
+            continue
+        with os.fdopen(fd, "w") as f:
+            json.dump(me, f)
+        return path
+    return None
+
+
+def run_claimed(store: RunStore, items, train, progress: Progress | None, steps: int) -> dict[str, dict]:
+    """Train every (name, seed, payload) of `items` that `store` lacks, several processes sharing the work.
+
+    Each run is claimed before training (a claim file under `.claims/` beside the store), so N processes
+    started on the same output directory split the runs between them; a process that finds nothing left
+    to claim waits for the others' runs. Returns {key: record} for every item; `train(payload)` returns
+    one record.
+    """
+    pending = list(items)
+    done: dict[str, dict] = {}
+    while pending:
+        waiting = []
+        for name, seed, payload in pending:
+            rec = store.get(name, seed)
+            if rec is None:
+                claim = _try_claim(store, name, seed)
+                if claim is None:
+                    waiting.append((name, seed, payload))
+                    continue
+                try:
+                    rec = store.get(name, seed)  # finished between our look and our claim
+                    if rec is None:
+                        rec = store.put(name, seed, train(payload))
+                finally:
+                    claim.unlink(missing_ok=True)
+            elif progress is not None:
+                progress.bar.update(steps)
+            done[f"{name}/seed{seed}"] = rec
+        if waiting and len(waiting) == len(pending):
+            if progress is not None:
+                progress.describe(f"waiting for {len(waiting)} run(s) of other processes")
+            time.sleep(CLAIM_POLL_SECONDS)
+        pending = waiting
+    return done
+
+
+def _accuracy(
+    task: StudyTask,
+    model,
+    tokenizer,
+    rows,
+    settings: StudySettings,
+    *,
+    greedy: bool,
+    samples: int | None = None,
+) -> float:
+    """Held-out accuracy on `rows`: greedy, or `samples` (default `eval_samples`) per row at T."""
     from oar_rl.study.training import heldout_accuracy
 
     return heldout_accuracy(
@@ -133,10 +229,15 @@ def _accuracy(task: StudyTask, model, tokenizer, rows, settings: StudySettings, 
         rows,
         task.check,
         temperature=0.0 if greedy else settings.temperature,
-        samples=1 if greedy else settings.eval_samples,
+        samples=1 if greedy else samples or settings.eval_samples,
         seed=settings.eval_seed,
         max_new_tokens=settings.max_completion_length,
     )
+
+
+def curve_separate(settings: StudySettings) -> bool:
+    """Whether the curve is measured on a smaller sample than the final accuracy."""
+    return settings.n_curve != (settings.test_problems, settings.eval_samples)
 
 
 def train_and_evaluate(
@@ -160,8 +261,12 @@ def train_and_evaluate(
 
     from oar_rl.study.training import HeldOutEval, StepProgress, train_policy
 
+    n_curve, curve_samples = settings.n_curve if curve else (len(eval_rows), settings.eval_samples)
+    separate = curve and curve_separate(settings)
+
     def evaluate(model) -> float:
-        return _accuracy(task, model, ws.tokenizer, eval_rows, settings, greedy=False)
+        return _accuracy(task, model, ws.tokenizer, eval_rows[:n_curve], settings, greedy=False,
+                         samples=curve_samples)  # fmt: skip
 
     every = settings.eval_every if curve else settings.steps
     heldout = HeldOutEval(evaluate, every, settings.steps)
@@ -171,6 +276,7 @@ def train_and_evaluate(
     overrides = dict(variant.overrides)
     kw = {"probe": settings.probe, "tau": settings.tau, "oar_beta": settings.oar_beta}
     kw.update(overrides)
+    learning_rate = kw.pop("learning_rate", learning_rate)  # a method's own sweep choice
     if task.answer_pattern is not None:
         kw["answer_pattern"] = task.answer_pattern
     t0 = time.perf_counter()
@@ -193,8 +299,13 @@ def train_and_evaluate(
         **kw,
     )
     greedy = _accuracy(task, model, ws.tokenizer, eval_rows, settings, greedy=True) if curve else None
-    shutil.rmtree(workdir, ignore_errors=True)
     final_step = max(heldout.curve) if heldout.curve else None
+    final_sampled = heldout.curve[final_step] if final_step is not None else None
+    t_final = time.perf_counter()
+    if separate:  # the final accuracy on the whole test sample (the curve used a smaller one)
+        final_sampled = _accuracy(task, model, ws.tokenizer, eval_rows, settings, greedy=False)
+    final_seconds = time.perf_counter() - t_final
+    shutil.rmtree(workdir, ignore_errors=True)
     return {
         "variant": variant.name,
         "method": variant.method,
@@ -204,12 +315,14 @@ def train_and_evaluate(
         "learning_rate": learning_rate,
         "curve": {str(k): v for k, v in sorted(heldout.curve.items())},
         "final": {
-            "sampled": heldout.curve[final_step] if final_step is not None else None,
+            "sampled": final_sampled,
             "greedy": greedy,
             "step": final_step,
+            "samples": len(eval_rows) * settings.eval_samples,
         },
+        "curve_samples": n_curve * curve_samples,
         "train_seconds": seconds - heldout.seconds,
-        "eval_seconds": heldout.seconds,
+        "eval_seconds": heldout.seconds + final_seconds,
         "wall_seconds": time.perf_counter() - t0,
         "history": history,
     }
@@ -218,7 +331,8 @@ def train_and_evaluate(
 def tune_learning_rate(
     task: StudyTask, ws: WarmStart, settings: StudySettings, out: Path, progress: Progress, work: Path
 ) -> dict[str, Any]:
-    """The GRPO learning-rate sweep on the validation split (resumable); returns the lr_tuning record."""
+    """The learning-rate sweep on the validation split, for every method in scope with the same grid,
+    seeds and budget (resumable; several processes may share `out`); returns the lr_tuning record."""
     import statistics
 
     protocol = settings.tuning_protocol()
@@ -227,52 +341,57 @@ def tune_learning_rate(
     rows_train = task.prompts("train", settings.n_train_prompts)
     rows_val = task.prompts("validation", settings.validation_problems)
     seeds = [TUNE_SEED_BASE + i for i in range(settings.tune_seeds)]
-    results: dict[str, Any] = {}
-    for lr in settings.lr_grid:
-        accs = []
-        for seed in seeds:
-            name = f"grpo-lr{lr:g}"
-            rec = store.get(name, seed)
-            if rec is None:
-                progress.describe(f"lr sweep {lr:g} seed {seed}")
-                rec = train_and_evaluate(
-                    task,
-                    ws,
-                    settings,
-                    Variant(name, "grpo"),
-                    seed,
-                    rows_train,
-                    rows_val,
-                    work / name / str(seed),
-                    progress,
-                    learning_rate=lr,
-                    curve=False,
-                )
-                store.put(name, seed, rec)
-                progress.write(f"lr {lr:g} seed {seed}: validation accuracy {rec['final']['sampled']:.3f}")
-            else:
-                progress.bar.update(settings.steps)
-            accs.append(rec["final"]["sampled"])
-        results[f"{lr:g}"] = {
-            "learning_rate": lr,
-            "seeds": seeds,
-            "accuracy": accs,
-            "mean": statistics.fmean(accs),
-        }
-    best = max(results.values(), key=lambda r: (r["mean"], -r["learning_rate"]))
+    plan = [(m, lr, seed) for m in settings.method_list for lr in settings.lr_grid for seed in seeds]
+
+    def train(item: tuple[str, float, int]) -> dict[str, Any]:
+        method, lr, seed = item
+        name = f"{method}-lr{lr:g}"
+        progress.describe(f"lr sweep {method} {lr:g} seed {seed}")
+        rec = train_and_evaluate(
+            task, ws, settings, Variant(name, method), seed, rows_train, rows_val, work / name / str(seed),
+            progress, learning_rate=lr, curve=False,
+        )  # fmt: skip
+        progress.write(
+            f"lr sweep {method} {lr:g} seed {seed}: validation accuracy {rec['final']['sampled']:.3f}"
+        )
+        return rec
+
+    items = [(f"{m}-lr{lr:g}", seed, (m, lr, seed)) for m, lr, seed in plan]
+    done = run_claimed(store, items, train, progress, settings.steps)
+    per_method: dict[str, dict[str, Any]] = {}
+    chosen: dict[str, float] = {}
+    for method in settings.method_list:
+        results = {}
+        for lr in settings.lr_grid:
+            accs = [done[f"{method}-lr{lr:g}/seed{seed}"]["final"]["sampled"] for seed in seeds]
+            results[f"{lr:g}"] = {"learning_rate": lr, "seeds": seeds, "accuracy": accs,
+                                  "mean": statistics.fmean(accs)}  # fmt: skip
+        best = max(results.values(), key=lambda r: (r["mean"], -r["learning_rate"]))
+        chosen[method] = best["learning_rate"]
+        per_method[method] = results
+    grid = sorted(settings.lr_grid)
+    at_edge = sorted(m for m, lr in chosen.items() if len(grid) > 1 and lr in (grid[0], grid[-1]))
+    if at_edge:
+        progress.write(
+            f"WARNING: the learning rate chosen for {', '.join(at_edge)} is at an edge of the grid {grid}: "
+            "the optimum is not bracketed; widen --lr-grid"
+        )
     record = {
         "protocol": protocol,
         "protocol_hash": protocol_hash(protocol),
-        "chosen": best["learning_rate"],
+        "chosen": chosen.get("grpo", chosen[settings.method_list[0]]),
+        "chosen_per_method": chosen,
+        "at_edge": at_edge,
         "rule": (
-            f"GRPO trained {settings.steps} steps from the warm start at each learning rate of the grid, "
-            f"seeds {seeds} (disjoint from the study's), Adam, constant schedule; chosen: the highest mean "
-            f"accuracy on {settings.validation_problems} validation problems ({settings.eval_samples} "
-            f"sample(s) each at T={settings.temperature:g}; the validation split is disjoint from the "
-            "test split), ties to the smaller rate. Then frozen for every method."
+            f"every method trained {settings.steps} steps from the warm start at each learning rate of the "
+            f"grid, seeds {seeds} (disjoint from the study's), Adam, constant schedule; chosen per method: "
+            f"the highest mean accuracy on {settings.validation_problems} validation problems "
+            f"({settings.eval_samples} sample(s) each at T={settings.temperature:g}; the validation split is "
+            "disjoint from the test split), ties to the smaller rate. Then frozen: the main table trains "
+            "each method at its own choice, and a second group trains every method at GRPO's."
         ),
         "grid": list(settings.lr_grid),
-        "results": results,
+        "results": per_method,
     }
     _write_json(out / "lr_tuning.json", record)
     return record
@@ -295,3 +414,19 @@ def resolve_learning_rate(
         return lr, "given on the command line (--lr), not tuned by this study", None
     note = task.learning_rate_note or "the task's default"
     return task.learning_rate, f"task default, not tuned by this study ({note})", None
+
+
+def method_lrs(settings: StudySettings, tuning: dict[str, Any] | None) -> tuple[tuple[str, float], ...]:
+    """Each method's own learning rate from a per-method sweep record (empty for a GRPO-only sweep, an
+    untuned study or one given --lr). A method in scope that the sweep did not cover is refused: it would
+    otherwise silently train at another method's rate."""
+    chosen = (tuning or {}).get("chosen_per_method")
+    if not chosen:
+        return ()
+    missing = [m for m in settings.method_list if m not in chosen]
+    if missing:
+        raise StudyError(
+            f"no learning rate was chosen for {', '.join(missing)} (the sweep in lr_tuning.json covered "
+            f"{', '.join(chosen)}); rerun with --tune-lr to sweep them too"
+        )
+    return tuple((m, float(chosen[m])) for m in settings.method_list)

@@ -125,7 +125,20 @@ def paired_difference(
     diffs = [float(treatment[s]) - float(reference[s]) for s in seeds]
     out = mean_ci(diffs, level)
     out.update(seeds=seeds, diffs=diffs, wins=sum(d > 0 for d in diffs))
+    out["mde80"] = minimum_detectable_effect(out["sd"], len(diffs), level) if out["sd"] is not None else None
     return out
+
+
+def minimum_detectable_effect(sd: float, n: int, level: float = 0.95, power: float = 0.8) -> float:
+    """The smallest true mean difference a two-sided paired t-test at `level` detects with probability
+    `power`, given the paired differences' SD `sd` over `n` seeds: (t_{1-α/2} + t_{power}) · sd / √n,
+    with n − 1 degrees of freedom (the usual normal-approximation formula with t quantiles)."""
+    if n < 2:
+        raise ValueError(f"n={n}: a minimum detectable effect needs >= 2 paired seeds")
+    if sd < 0 or not math.isfinite(sd):
+        raise ValueError(f"sd={sd} must be finite and >= 0")
+    df = n - 1
+    return (t_quantile(0.5 + level / 2.0, df) + t_quantile(power, df)) * sd / math.sqrt(n)
 
 
 def curve_ci(curves: Sequence[Mapping[int, float]], level: float = 0.95) -> dict[str, list]:
