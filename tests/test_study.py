@@ -256,7 +256,7 @@ def test_interrupt_resume_extend_and_refuse_a_changed_protocol(tmp_path, fake_st
 def test_tune_lr_chooses_on_validation_then_freezes(tmp_path, fake_study, capsys):
     calls, _ = fake_study
     out = tmp_path / "out"
-    assert study_cli.main([*_args(out), "--tune-lr", "--lr-grid", "1e-5,1e-4,1e-3"]) == 0
+    assert study_cli.main([*_args(out), "--tune-lr", "--lr-grid", "1e-5,1e-4,1e-3", "--tune-seeds", "2"]) == 0
     sweep = [c for c in calls if c[0].startswith("grpo-lr")]
     assert {c[2] for c in sweep} == {1e-5, 1e-4, 1e-3} and {c[1] for c in sweep} == {1000, 1001}
     study = json.loads((out / "study.json").read_text())
@@ -274,12 +274,12 @@ def test_tune_lr_chooses_on_validation_then_freezes(tmp_path, fake_study, capsys
     assert "grpo_lr" not in study["groups"]  # every method's own choice is GRPO's: no second group
     # Later invocations reuse the frozen choice; a different --lr is refused.
     n = len(calls)
-    assert study_cli.main(_args(out)) == 0 and len(calls) == n
+    assert study_cli.main([*_args(out), "--tune-seeds", "2"]) == 0 and len(calls) == n
     assert json.loads((out / "study.json").read_text())["learning_rate"]["value"] == 1e-4
-    assert study_cli.main([*_args(out), "--lr", "5e-5"]) == 2
+    assert study_cli.main([*_args(out), "--tune-seeds", "2", "--lr", "5e-5"]) == 2
     assert "frozen" in capsys.readouterr().err
     # a method the sweep did not cover is refused, not silently trained at GRPO's rate
-    assert study_cli.main([*_args(out), "--methods", "grpo,oar-g,oar-p"]) == 2
+    assert study_cli.main([*_args(out), "--tune-seeds", "2", "--methods", "grpo,oar-g,oar-p"]) == 2
     assert "no learning rate was chosen for oar-p" in capsys.readouterr().err
 
 

@@ -50,7 +50,7 @@ def _parse(argv: list[str]) -> argparse.Namespace:
     )
     p.add_argument("--out", default="study_out", help="output directory (default: study_out)")
     p.add_argument(
-        "--task", default="arithmetic", help=f"task (default arithmetic); valid: {', '.join(task_names())}"
+        "--task", help=f"task (default: wordproblems, the testbed); valid: {', '.join(task_names())}"
     )
     p.add_argument(
         "--quick",
@@ -77,6 +77,7 @@ def _parse(argv: list[str]) -> argparse.Namespace:
     p.add_argument(
         "--lr-grid", help="comma-separated learning rates of the sweep (default 1e-5,2e-5,5e-5,1e-4,2e-4)"
     )
+    p.add_argument("--tune-seeds", type=int, help="seeds per grid point of the sweep (default 1; protocol)")
     p.add_argument("--lr", type=float, help="use this learning rate without a sweep (recorded as untuned)")
     p.add_argument("--recall", type=int, help="correct warm-start trajectories for recall@K%% (0: skip)")
     p.add_argument("--cache-dir", help="warm-start model cache (default: $OAR_RL_CACHE/models)")
@@ -123,14 +124,16 @@ def settings_from_args(a: argparse.Namespace) -> StudySettings:
     if a.tune_lr and a.lr is not None:
         raise ValueError("--tune-lr and --lr are exclusive: the learning rate is either swept or given")
     s = PRESETS["tiny" if a.tiny else "quick" if a.quick else "full"]
-    changes: dict[str, Any] = {"task": a.task, "ablations": _csv(a.ablations) or ()}
+    changes: dict[str, Any] = {"ablations": _csv(a.ablations) or ()}
+    if a.task is not None:
+        changes["task"] = a.task
     if a.methods is not None:
         changes["methods"] = _csv(a.methods)
         if not changes["methods"]:
             raise ValueError(f"--methods {a.methods!r} names no method; valid: {','.join(all_methods())}")
     if a.seeds is not None:
         changes["seeds"], changes["method_seeds"] = _parse_seeds(a.seeds)
-    for flag, field in (("steps", "steps"), ("recall", "recall_trajectories")):
+    for flag, field in (("steps", "steps"), ("recall", "recall_trajectories"), ("tune_seeds", "tune_seeds")):
         if getattr(a, flag) is not None:
             changes[field] = getattr(a, flag)
     if a.lr_grid is not None:
@@ -190,7 +193,9 @@ def run_study(
     phase(f"task {task.name}: loading warm start {settings.warm_start!r}")
     ws = task.load_warm_start(settings.warm_start, cache_dir)
     todo_steps = len(settings.runs()) * settings.steps + (
-        len(settings.lr_grid) * settings.tune_seeds * settings.steps if tune_lr else 0
+        len(settings.method_list) * len(settings.lr_grid) * settings.tune_seeds * settings.steps
+        if tune_lr
+        else 0
     )
     progress = Progress(todo_steps)
     try:
