@@ -45,6 +45,34 @@ def test_generator_is_deterministic_and_consistent():
         assert any(n not in used for n in prompt_numbers) or len(set(prompt_numbers)) < len(prompt_numbers)
 
 
+def test_teacher_slips_keep_the_problems_and_carry_the_slip_to_the_answer():
+    clean = wp.generate(wp.DEFAULT_CONFIG, 600, 4321)
+    slipped = wp.generate(wp.DEFAULT_CONFIG, 600, 4321, slip_prob=0.2)
+    assert wp.generate(wp.DEFAULT_CONFIG, 600, 4321, slip_prob=0.0) == clean
+    eq = re.compile(r"(\d+)([+\-*])(\d+)=(\d+)")
+    wrong = 0
+    for c, s in zip(clean, slipped, strict=True):
+        # the same problem, gold answer and role layout; only numbers of the worked solution may differ
+        assert (s.prompt, s.answer, s.steps) == (c.prompt, c.answer, c.steps)
+        assert wp.label_roles(s.solution) == list(s.roles)
+        assert re.sub(r"\d+", "#", s.solution) == re.sub(r"\d+", "#", c.solution)
+        written = [(int(a), o, int(b), int(r)) for a, o, b, r in eq.findall(s.solution)]
+        for (a, o, b, r), (_, _, _, r_clean) in zip(written, c.steps, strict=True):
+            exact = {"+": a + b, "-": a - b, "*": a * b}[o]
+            assert r == exact or r - exact in wp.SLIP_OFFSETS  # a slip is off by a listed offset
+            assert r >= 0
+        sums = [w[3] for w in written if w[1] != "*"]  # the running count, step after step
+        assert [w[0] for w in written if w[1] != "*"][1:] == sums[:-1]  # each step uses the last one
+        # the teacher believes its slip: the answer it writes is its own chain's end
+        told = int(re.search(r"<answer>(\d+)</answer>", s.solution).group(1))
+        assert told == written[-1][3]  # the last step is never the bags' product (its sum follows)
+        wrong += told != s.answer
+    # about 1 - 0.8^(results per problem) of the demonstrations end wrong (~0.4 for 2-4 results)
+    assert 0.3 < wrong / len(slipped) < 0.5
+    with pytest.raises(ValueError, match=r"slip_prob=1.5 must be in \[0, 1\)"):
+        wp.generate(wp.DEFAULT_CONFIG, 1, 0, slip_prob=1.5)
+
+
 def test_filler_varies_while_pivots_follow_the_problem():
     problems = wp.generate(wp.DEFAULT_CONFIG, 300, 0)
     openings = {p.solution.split(".")[0] for p in problems}

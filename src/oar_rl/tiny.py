@@ -169,8 +169,13 @@ class SFTSpec:
     num_problems: int = 20_000
     """Size of the pool of worked solutions the batches are drawn from (the train split's stream)."""
     seed: int = 0
+    slip_prob: float = 0.0
+    """Word problems only: the probability that each computed result of a demonstration is a teacher's
+    slip (off by 1 or 2, carried through to a wrong answer; `wordproblems.teacher_slips`)."""
 
     def __post_init__(self) -> None:
+        if not 0.0 <= self.slip_prob < 1.0:
+            raise ValueError(f"SFTSpec.slip_prob={self.slip_prob} must be in [0, 1)")
         for name in ("steps", "batch_size", "num_problems"):
             if getattr(self, name) < 1:
                 raise ValueError(f"SFTSpec.{name}={getattr(self, name)} must be >= 1")
@@ -191,7 +196,10 @@ class Recipe:
     format_version: int = RECIPE_FORMAT_VERSION
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        d = asdict(self)
+        if d["sft"]["slip_prob"] == 0.0:  # added later: absent at its default, so earlier recipes keep their hash
+            del d["sft"]["slip_prob"]
+        return d
 
     def hash(self) -> str:
         blob = json.dumps(self.to_dict(), sort_keys=True, separators=(",", ":"))
@@ -335,10 +343,15 @@ def _task_sft_data(recipe: Recipe) -> tuple[PreTrainedTokenizerFast, list[str], 
         from oar_rl.data import wordproblems
 
         problems = wordproblems.generate(
-            recipe.task, recipe.sft.num_problems, wordproblems.SPLITS["train"][2]
+            recipe.task, recipe.sft.num_problems, wordproblems.SPLITS["train"][2], slip_prob=recipe.sft.slip_prob
         )
         tok = wordproblems.build_tokenizer(recipe.task)
     else:
+        if recipe.sft.slip_prob:
+            raise ValueError(
+                f"SFTSpec.slip_prob={recipe.sft.slip_prob} is supported for the word-problem task only; "
+                "use 0.0 for arithmetic"
+            )
         from oar_rl.data.arithmetic import SPLITS, generate
 
         problems = generate(recipe.task, recipe.sft.num_problems, SPLITS["train"][2])

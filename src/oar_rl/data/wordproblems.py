@@ -184,15 +184,49 @@ def _segments_to_text(segments: list[tuple[str, str]]) -> tuple[str, tuple[str, 
     return text, roles
 
 
-def make_problem(cfg: WordProblemConfig, rng: random.Random) -> WordProblem:
-    """Draw one problem (redrawing until every intermediate result is within [0, max_result])."""
+def make_problem(
+    cfg: WordProblemConfig, rng: random.Random, slips: tuple[random.Random, float] | None = None
+) -> WordProblem:
+    """Draw one problem (redrawing until every intermediate result is within [0, max_result]).
+
+    `slips` = (rng, q): the worked solution is a fallible teacher's (see `teacher_slips`), drawn from its
+    own rng so the problem and its phrasing are those of the clean stream.
+    """
     while True:
-        out = _try_problem(cfg, rng)
+        out = _try_problem(cfg, rng, slips)
         if out is not None:
             return out
 
 
-def _try_problem(cfg: WordProblemConfig, rng: random.Random) -> WordProblem | None:
+SLIP_OFFSETS: tuple[int, ...] = (-2, -1, 1, 2)
+"""How far a slipped result lands from the right one."""
+
+
+def teacher_slips(
+    steps: list[tuple[int, str, int, int]], kinds: list[str], start: int, rng: random.Random, q: float
+) -> list[tuple[int, str, int, int]]:
+    """The steps as a fallible teacher writes them: each computed result is off by one of `SLIP_OFFSETS`
+    with probability `q`, and every later step uses the slipped value (the teacher believes its slip), so
+    the demonstration's answer is wrong. Slips never make a result negative. q = 0 returns `steps`."""
+    if q == 0.0:
+        return steps
+    out: list[tuple[int, str, int, int]] = []
+    acc, bag = start, 0
+    for (a, op, b, _), kind in zip(steps, kinds, strict=True):
+        a, b = (a, b) if kind == "mul" else (acc, bag) if kind == "mul_add" else (acc, b)
+        r = a * b if op == "*" else a + b if op == "+" else a - b
+        if rng.random() < q:
+            r += rng.choice([d for d in SLIP_OFFSETS if r + d >= 0])
+        if r < 0:  # an earlier slip lowered the stock below what is taken away: write the clean steps
+            return steps
+        out.append((a, op, b, r))
+        acc, bag = (acc, r) if kind == "mul" else (r, bag)
+    return out
+
+
+def _try_problem(
+    cfg: WordProblemConfig, rng: random.Random, slips: tuple[random.Random, float] | None = None
+) -> WordProblem | None:
     (name, pron), (other, _) = rng.sample(NAMES, 2)
     item, item2 = rng.sample(ITEMS, 2)
     n_events = rng.randint(cfg.min_events, cfg.max_events)
@@ -249,7 +283,8 @@ def _try_problem(cfg: WordProblemConfig, rng: random.Random) -> WordProblem | No
     for kind, *_ in events:
         kinds += ["mul", "mul_add"] if kind == "mul" else [kind]
     clauses = {"gain": GAIN_CLAUSES, "loss": LOSS_CLAUSES, "mul": MUL_CLAUSES, "mul_add": MUL_ADD_CLAUSES}
-    for j, ((a, op, b, r), kind) in enumerate(zip(steps, kinds, strict=True)):
+    written = teacher_slips(steps, kinds, start, *slips) if slips else steps
+    for j, ((a, op, b, r), kind) in enumerate(zip(written, kinds, strict=True)):
         conn = rng.choice(FIRST if j == 0 else NEXT)
         clause = rng.choice(clauses[kind]).format(**sfmt)
         say(f"{conn} {clause}")
@@ -258,17 +293,25 @@ def _try_problem(cfg: WordProblemConfig, rng: random.Random) -> WordProblem | No
         if rng.random() < cfg.remark_prob:
             say(rng.choice(REMARKS))
     say(rng.choice(CLOSINGS))
-    seg += [(" ", FILLER), (f"<answer>{acc}</answer>", ANSWER)]
+    told = next(r for (_, _, _, r), k in zip(reversed(written), reversed(kinds)) if k != "mul")
+    seg += [(" ", FILLER), (f"<answer>{told}</answer>", ANSWER)]
     solution, roles = _segments_to_text(seg)
     return WordProblem(prompt, solution, acc, roles, tuple(steps))
 
 
-def generate(cfg: WordProblemConfig, n: int, seed: int) -> list[WordProblem]:
-    """`n` problems drawn with a private RNG seeded by `seed` (reproducible, no global state)."""
+def generate(cfg: WordProblemConfig, n: int, seed: int, *, slip_prob: float = 0.0) -> list[WordProblem]:
+    """`n` problems drawn with a private RNG seeded by `seed` (reproducible, no global state).
+
+    `slip_prob` > 0: each solution is a fallible teacher's demonstration (`teacher_slips`); prompts,
+    phrasing and `answer` (the right one) are those of the clean stream, slips come from a second RNG.
+    """
     if n < 0:
         raise ValueError(f"n={n} must be >= 0")
+    if not 0.0 <= slip_prob < 1.0:
+        raise ValueError(f"slip_prob={slip_prob} must be in [0, 1)")
     rng = random.Random(seed)
-    return [make_problem(cfg, rng) for _ in range(n)]
+    slips = (random.Random(f"slips-{seed}"), slip_prob) if slip_prob > 0 else None
+    return [make_problem(cfg, rng, slips) for _ in range(n)]
 
 
 _TRAIN_PROMPTS: set[str] | None = None
