@@ -57,7 +57,7 @@ def test_teacher_slips_keep_the_problems_and_carry_the_slip_to_the_answer():
         assert wp.label_roles(s.solution) == list(s.roles)
         assert re.sub(r"\d+", "#", s.solution) == re.sub(r"\d+", "#", c.solution)
         written = [(int(a), o, int(b), int(r)) for a, o, b, r in eq.findall(s.solution)]
-        for (a, o, b, r), (_, _, _, r_clean) in zip(written, c.steps, strict=True):
+        for a, o, b, r in written:
             exact = {"+": a + b, "-": a - b, "*": a * b}[o]
             assert r == exact or r - exact in wp.SLIP_OFFSETS  # a slip is off by a listed offset
             assert r >= 0

@@ -197,7 +197,9 @@ class Recipe:
 
     def to_dict(self) -> dict:
         d = asdict(self)
-        if d["sft"]["slip_prob"] == 0.0:  # added later: absent at its default, so earlier recipes keep their hash
+        if (
+            d["sft"]["slip_prob"] == 0.0
+        ):  # added later: absent at its default (earlier recipes keep their hash)
             del d["sft"]["slip_prob"]
         return d
 
@@ -343,7 +345,10 @@ def _task_sft_data(recipe: Recipe) -> tuple[PreTrainedTokenizerFast, list[str], 
         from oar_rl.data import wordproblems
 
         problems = wordproblems.generate(
-            recipe.task, recipe.sft.num_problems, wordproblems.SPLITS["train"][2], slip_prob=recipe.sft.slip_prob
+            recipe.task,
+            recipe.sft.num_problems,
+            wordproblems.SPLITS["train"][2],
+            slip_prob=recipe.sft.slip_prob,
         )
         tok = wordproblems.build_tokenizer(recipe.task)
     else:

@@ -293,7 +293,7 @@ def _try_problem(
         if rng.random() < cfg.remark_prob:
             say(rng.choice(REMARKS))
     say(rng.choice(CLOSINGS))
-    told = next(r for (_, _, _, r), k in zip(reversed(written), reversed(kinds)) if k != "mul")
+    told = written[-1][3]  # the answer the solution reaches (the last step is never the bags' product)
     seg += [(" ", FILLER), (f"<answer>{told}</answer>", ANSWER)]
     solution, roles = _segments_to_text(seg)
     return WordProblem(prompt, solution, acc, roles, tuple(steps))

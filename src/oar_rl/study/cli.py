@@ -201,7 +201,9 @@ def run_study(
     try:
         with tempfile.TemporaryDirectory(prefix="oar-rl-study-") as work:
             if tune_lr:
-                phase(f"learning-rate sweep for GRPO on the validation split: {list(settings.lr_grid)}")
+                phase(
+                    f"learning-rate sweep of every method on the validation split: {list(settings.lr_grid)}"
+                )
                 tuning = tune_learning_rate(task, ws, settings, out, progress, Path(work))
                 lr_value = tuning["chosen"]
                 lr_source = "tuned on the validation split (--tune-lr, lr_tuning.json)"
@@ -358,7 +360,8 @@ def _summary_lines(study: dict[str, Any]) -> list[str]:
             diff = ""
             if d and d["mean"] is not None:
                 dci = f" [{100 * d['low']:+.1f}, {100 * d['high']:+.1f}]" if d["low"] is not None else ""
-                diff = f"   vs GRPO {100 * d['mean']:+.1f}{dci} ({d['wins']}/{len(d['seeds'])} seeds better)"
+                mde = f", MDE {100 * d['mde80']:.1f}" if d.get("mde80") is not None else ""
+                diff = f"   vs GRPO {100 * d['mean']:+.1f}{dci} ({d['wins']}/{len(d['seeds'])} seeds better{mde})"
             lines.append(f"{group:<6} {name:<20} {100 * f['mean']:5.1f}%{ci}{diff}")
     return lines
 

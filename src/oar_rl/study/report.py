@@ -215,10 +215,20 @@ def render(study: Mapping[str, Any], plots: Mapping[str, Path]) -> str:
         f"{p['steps']} steps of {p['prompts_per_step']}×{p['num_generations']} completions from it, "
         f"seeds 0–{study['scope']['seeds'] - 1}, same prompts per seed and the same hyperparameters "
         f"(learning rate {lr['value']:g}: {html.escape(lr['source'])}; probe {p['probe']}, τ {p['tau']}, "
-        f"β {p['oar_beta']}). Held-out accuracy: {p['test_problems']} test problems × {p['eval_samples']} "
-        f"sample(s) at T={p['temperature']:g}, every {p['eval_every']} steps. Intervals are 95% Student-t "
-        "over seeds; differences are paired by seed. Accuracies in %.</p>"
+        f"β {p['oar_beta']}). Final held-out accuracy: {p['test_problems']} test problems × "
+        f"{p['eval_samples']} sample(s) at T={p['temperature']:g}; the curve every {p['eval_every']} steps on "
+        f"the first {p.get('curve_problems') or p['test_problems']} × "
+        f"{p.get('curve_samples') or p['eval_samples']}. Intervals are 95% Student-t over seeds; differences "
+        "are paired by seed; MDE is the smallest true difference a paired t-test at 95% detects with 80% "
+        "power, from the measured paired SD. Accuracies in %.</p>"
     )
+    per_method = lr.get("per_method") or {}
+    if any(v != lr["value"] for v in per_method.values()):
+        own = ", ".join(f"{m} {v:g}" for m, v in per_method.items())
+        parts.append(
+            f"<p>Learning rates, each method's own sweep choice (group <i>main</i>): {html.escape(own)}; "
+            f"group <i>grpo_lr</i> trains every method at GRPO's {lr['value']:g}.</p>"
+        )
     ws = study["warm_start"]["accuracy"]
     parts.append(f"<p>Warm start: {100 * ws['sampled']:.1f}% sampled, {100 * ws['greedy']:.1f}% greedy.</p>")
     head = [
@@ -227,6 +237,7 @@ def render(study: Mapping[str, Any], plots: Mapping[str, Path]) -> str:
         "final (T=1)",
         "final (greedy)",
         "Δ vs GRPO (paired)",
+        "MDE (80% power)",
         "wins",
         "steps to GRPO final",
     ]
@@ -241,6 +252,7 @@ def render(study: Mapping[str, Any], plots: Mapping[str, Path]) -> str:
                     _pct(r["final_sampled"]),
                     _pct(r["final_greedy"]),
                     _pct(d, signed=True) if d else "(reference)" if name == REFERENCE else "–",
+                    f"{100 * d['mde80']:.1f}" if d and d.get("mde80") is not None else "–",
                     f"{d['wins']}/{len(d['seeds'])}" if d else "–",
                     _reach(r),
                 ]
