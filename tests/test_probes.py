@@ -11,6 +11,7 @@ from transformers import PreTrainedTokenizerFast
 
 from oar_rl.probes import (
     ANSWER_TAG_PATTERN,
+    REWARDED,
     ProbeOutcome,
     answer_span_mask,
     build_probe_spec,
@@ -103,7 +104,7 @@ def test_answer_span_char_tokenizer_hand_checked(char_tok):
 def test_answer_span_matches_offset_reference(which, char_tok, bpe_tok):
     tok = char_tok if which == "char" else bpe_tok
     ids, mask = _right_padded(tok, COMPLETIONS)
-    got = answer_span_mask(ids, mask, tok)
+    got = answer_span_mask(ids, mask, tok, pattern=ANSWER_TAG_PATTERN)
     ref = _reference_mask(tok, COMPLETIONS, _last_regex_span(ANSWER_TAG_PATTERN))
     assert torch.equal(got, ref)
     assert got[0].any() and got[1].any() and got[4].any()
@@ -158,7 +159,9 @@ def test_bad_patterns(pattern, char_tok):
     with pytest.raises(ValueError, match="pattern"):
         compile_answer_pattern(pattern)
     assert (
-        compile_answer_pattern(None).pattern == ANSWER_TAG_PATTERN and compile_answer_pattern("boxed") is None
+        compile_answer_pattern(None) == REWARDED  # the default: the span the accuracy reward scores
+        and compile_answer_pattern(ANSWER_TAG_PATTERN).pattern == ANSWER_TAG_PATTERN
+        and compile_answer_pattern("boxed") is None
     )
 
 
@@ -245,7 +248,7 @@ def test_answer_span_multibyte_chars_have_no_holes(text, bpe_tok):
     """A byte-level token holding a middle byte of a multi-byte character inside the answer decodes to
     no text of its own; it must still be marked (it was not: `<answer>😀</answer>` gave [T, F, F, T])."""
     ids, mask = _right_padded(bpe_tok, [text])
-    got = answer_span_mask(ids, mask, bpe_tok)
+    got = answer_span_mask(ids, mask, bpe_tok, pattern=ANSWER_TAG_PATTERN)
     ref = _reference_mask(bpe_tok, [text], _last_regex_span(ANSWER_TAG_PATTERN))
     assert torch.equal(got, ref)
     assert int(got.sum()) >= 4  # every byte token of the answer's characters

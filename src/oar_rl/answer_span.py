@@ -1,6 +1,12 @@
 """Answer spans from completion text, the positions they leave to score, and mask validation.
 
-Answer spans (:func:`answer_span_mask`). The span is the *content* of the last match of the pattern:
+Answer spans (:func:`answer_span_mask`). The default (``pattern=None``) is ``"rewarded"``: the span the
+accuracy reward scores, in every format it accepts (``\\boxed{…}``, ``<answer>…</answer>``, "the final
+answer is …"; :func:`oar_rl.rewards.extract.answer_char_span`), so an answer-span probe scores the answer
+the reward checks whatever format the model writes. (Before issue 17 the default was the ``<answer>``
+tags only, and a ``\\boxed{}`` completion silently fell back to LT-Logits; :data:`ANSWER_TAG_PATTERN`
+gives that span, and the embedded study tasks pin it so their results do not move.) For a pattern, the
+span is the *content* of the last match:
 for ``<answer>…</answer>`` the characters between the tags, for ``\\boxed{…}`` the characters inside
 the outer braces (balanced by scanning, ``\\{``/``\\}`` escapes skipped). The tags themselves are not in
 the span: they are format, the paper's AS probes average "positions that predict the final answer
@@ -30,7 +36,7 @@ import torch
 from torch import Tensor
 
 ANSWER_TAG_PATTERN = r"<answer>(.*?)</answer>"
-"""Default answer pattern: the content between the last ``<answer>`` and its ``</answer>``."""
+"""The content between the last ``<answer>`` and its ``</answer>`` (the default before issue 17)."""
 
 BOXED = "boxed"
 """Pass ``pattern="boxed"`` to use the content of the last balanced ``\\boxed{…}``."""
@@ -38,7 +44,11 @@ BOXED = "boxed"
 REWARDED = "rewarded"
 """Pass ``pattern="rewarded"`` to use the span the accuracy reward scores
 (:func:`oar_rl.rewards.extract.answer_char_span`: the last-ending ``<answer>``, ``\\boxed`` or "final
-answer is" marker, the rule applied again inside it). A completion with no marker has no span."""
+answer is" marker, the rule applied again inside it). A completion with no marker has no span. The
+default (``pattern=None``)."""
+
+DEFAULT_ANSWER_PATTERN = REWARDED
+"""What ``pattern=None`` means everywhere (OARConfig.answer_pattern, the analysis commands)."""
 
 # Tokens of left context used when decoding a token into its characters (byte-level BPE needs up to 4
 # to complete a UTF-8 character, SentencePiece needs 1 to keep a leading space).
@@ -50,14 +60,14 @@ _REPLACEMENT = "\ufffd"  # what a decoder gives for an incomplete UTF-8 sequence
 
 
 def _compile_pattern(pattern: str | None) -> re.Pattern[str] | str | None:
-    """None -> default tag pattern; "boxed" -> None (brace scanner); "rewarded" -> "rewarded" (the
+    """None -> the default ("rewarded"); "boxed" -> None (brace scanner); "rewarded" -> "rewarded" (the
     rewards' rule); else a regex with one group."""
     if pattern is None:
-        pattern = ANSWER_TAG_PATTERN
+        pattern = DEFAULT_ANSWER_PATTERN
     if not isinstance(pattern, str) or not pattern:
         raise ValueError(
             f"pattern={pattern!r} is empty; pass a regex with exactly one capturing group, "
-            f'"{BOXED}", "{REWARDED}", or None for the default {ANSWER_TAG_PATTERN!r}'
+            f'"{BOXED}", "{REWARDED}", or None for the default ("{DEFAULT_ANSWER_PATTERN}")'
         )
     if pattern == BOXED:
         return None
@@ -78,8 +88,8 @@ def _compile_pattern(pattern: str | None) -> re.Pattern[str] | str | None:
 def compile_answer_pattern(pattern: str | None) -> re.Pattern[str] | str | None:
     """Validate an answer pattern as :func:`answer_span_mask` would (ValueError if bad).
 
-    Returns the compiled regex (None -> the default tag pattern), None for ``"boxed"`` (scanned, not
-    matched by a regex), or ``"rewarded"`` for the rewards' rule.
+    Returns the compiled regex, None for ``"boxed"`` (scanned, not matched by a regex), or
+    ``"rewarded"`` for the rewards' rule (also what None, the default, gives).
     """
     return _compile_pattern(pattern)
 
@@ -221,8 +231,8 @@ def answer_span_mask(
         completion_ids: (B, C) integer token ids, right-padded.
         completion_mask: (B, C) 1 on real completion tokens, 0 on padding (bool or 0/1 numbers).
         tokenizer: anything with ``batch_decode`` (any Hugging Face tokenizer).
-        pattern: None for ``<answer>(.*?)</answer>``; ``"boxed"`` for the last balanced ``\\boxed{…}``;
-            ``"rewarded"`` for the answer the accuracy reward scores (:data:`REWARDED`); or a regex
+        pattern: None or ``"rewarded"`` (the default) for the answer the accuracy reward scores
+            (:data:`REWARDED`); ``"boxed"`` for the last balanced ``\\boxed{…}``; or a regex
             with exactly one capturing group (the content), matched with ``re.DOTALL``.
 
     Returns:

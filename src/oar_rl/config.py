@@ -59,10 +59,11 @@ class OARConfig(GRPOConfig):
     answer_pattern: str | None = field(
         default=None,
         metadata={
-            "help": "Answer span for the answer-span probes: None for `<answer>(.*?)</answer>`, 'boxed' for "
-            "the last balanced `\\boxed{...}`, 'rewarded' for the answer the accuracy reward scores, or a "
-            "regex with exactly one capturing group (the span); the last match counts. See "
-            "oar_rl.answer_span.answer_span_mask."
+            "help": "Answer span for the answer-span probes and GRAIL: None or 'rewarded' (default) for the "
+            "answer the accuracy reward scores (`\\boxed{...}`, `<answer>...</answer>` or 'the final answer "
+            "is ...'), 'boxed' for the last balanced `\\boxed{...}`, or a regex with exactly one capturing "
+            "group (the span; the last match counts), e.g. '<answer>(.*?)</answer>'. See "
+            "oar_rl.answer_span.answer_span_mask. A warning is raised when most rows have no span."
         },
     )
     tau: float = field(

@@ -269,6 +269,7 @@ def train_one(
     The terminal shows a progress bar (TRL's log dicts with `verbose`); with `log_dir` every log also
     goes to `log_dir/logs.jsonl` and TensorBoard (if in `report_to`) writes under `log_dir/tensorboard`.
     """
+    from oar_rl.probes import ANSWER_TAG_PATTERN
     from oar_rl.study.training import train_policy
     from oar_rl.tasks import get_task
 
@@ -289,6 +290,7 @@ def train_one(
         probe=settings.probe,
         tau=settings.tau,
         oar_beta=settings.oar_beta,
+        answer_pattern=ANSWER_TAG_PATTERN,  # the tasks' format; pinned since the default became 'rewarded'
         report_to=report_to,
         run_name=f"oar-rl-demo-{method}-seed{seed}",
         log_dir=log_dir,
@@ -308,7 +310,7 @@ def token_heatmap(model, tokenizer, problems, settings: DemoSettings) -> str | N
     from oar_rl.analysis.heatmap import heatmap_html
     from oar_rl.data.arithmetic import check
     from oar_rl.importance import gradient_importance, perturbation_importance
-    from oar_rl.probes import answer_span_mask, scored_positions
+    from oar_rl.probes import ANSWER_TAG_PATTERN, answer_span_mask, scored_positions
     from oar_rl.reshape import normalize_importance
     from oar_rl.tiny import generate_completions
 
@@ -331,7 +333,7 @@ def token_heatmap(model, tokenizer, problems, settings: DemoSettings) -> str | N
     kw: dict[str, Any] = {"probe": settings.probe}
     scored = c_mask.bool()  # (1, C)
     if settings.probe != "lt-logits":
-        kw["answer_mask"] = answer_span_mask(c_ids, c_mask, tokenizer)  # (1, C)
+        kw["answer_mask"] = answer_span_mask(c_ids, c_mask, tokenizer, pattern=ANSWER_TAG_PATTERN)  # (1, C)
         if kw["answer_mask"].any():
             scored = scored_positions(c_mask, kw["answer_mask"]).bool()
 

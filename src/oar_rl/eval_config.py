@@ -75,10 +75,12 @@ class EvalConfig:
     )
     verify_timeout: float = field(default=10.0, metadata={"help": "Seconds per completion for math-verify."})
     verify_workers: int = field(default=2, metadata={"help": "math-verify worker processes."})
-    chat: bool = field(
-        default=False,
+    chat: bool | None = field(
+        default=None,
         metadata={
-            "help": "Wrap each prompt as a user message with the tokenizer's chat template (instruct models)."
+            "help": "--chat: wrap each prompt as a user message with the tokenizer's chat template; "
+            "--no-chat: raw prompts. Default: the template when the tokenizer has one (instruct models), "
+            "as TRL does for conversational data"
         },
     )
     truncate_prompts: bool = field(
@@ -137,6 +139,13 @@ def build_parser() -> argparse.ArgumentParser:
             kwargs["help"] += (
                 f" (default: {','.join(map(str, default)) if isinstance(default, list) else default})"
             )
+        if f.name == "chat":  # three states: --chat, --no-chat, or decided by the tokenizer
+            group = parser.add_mutually_exclusive_group()
+            group.add_argument(
+                *flags, dest="chat", action="store_const", const=True, default=None, help=kwargs["help"]
+            )
+            group.add_argument(*flag_names("no-chat"), dest="chat", action="store_const", const=False)
+            continue
         if "type" in f.metadata:
             kwargs["type"] = f.metadata["type"]
         elif f.type in ("int", "int | None"):

@@ -107,6 +107,25 @@ def check_prompt_lengths(jobs: list[BenchmarkJob], config: EvalConfig, sampler: 
     )
 
 
+def resolve_chat(config: EvalConfig) -> None:
+    """Decide ``config.chat`` when it is None (the default): on when the model's tokenizer has a chat
+    template. Runs before anything is hashed or sampled, so results record what was done."""
+    if config.chat is not None:
+        return
+    try:
+        from transformers import AutoTokenizer
+
+        tokenizer = AutoTokenizer.from_pretrained(config.model)
+    except Exception as exc:
+        raise ValueError(
+            f"cannot load the tokenizer of {config.model!r} to see whether it has a chat template ({exc}); "
+            "pass --chat or --no-chat"
+        ) from exc
+    config.chat = bool(getattr(tokenizer, "chat_template", None))
+    if config.chat:
+        print("[eval] prompts go through the tokenizer's chat template (--no-chat: raw prompts)", flush=True)
+
+
 def check_chat_template(tokenizer: Any, config: EvalConfig) -> None:
     """ValueError when ``--chat`` is asked for but the tokenizer has no chat template."""
     if config.chat and not getattr(tokenizer, "chat_template", None):

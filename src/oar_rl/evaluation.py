@@ -56,6 +56,7 @@ from oar_rl.eval_sampling import (  # noqa: F401  -- re-exported: evaluation.Tra
     check_chat_template,
     check_prompt_lengths,
     format_prompts,
+    resolve_chat,
 )
 from oar_rl.io import resolve_model, write_text_atomic
 
@@ -247,6 +248,7 @@ def prepare(config: EvalConfig) -> list[BenchmarkJob]:
         raise ValueError(f"model path {config.model!r} does not exist")
     if model_path.exists() and not (model_path / "config.json").is_file():
         raise ValueError(f"model path {config.model!r} has no config.json (save it with save_pretrained)")
+    resolve_chat(config)  # None -> the chat template when the tokenizer has one; before hashing
     if config.backend == "vllm":
         import importlib.util
 
@@ -431,6 +433,9 @@ def evaluate(config: EvalConfig, *, sampler: Any = None) -> dict[str, Any]:
     """Run (or resume) an evaluation, write its files, return the results dict; ValueError on bad input."""
     from oar_rl.rewards import make_accuracy_reward
 
+    if config.chat is None and sampler is not None:  # a given sampler formats prompts its own way
+        tok = getattr(sampler, "tokenizer", None)
+        config.chat = bool(getattr(tok, "chat_template", None))
     jobs = prepare(config)
     if any(len(j.records) < len(j.prompts) for j in jobs):
         if sampler is None:

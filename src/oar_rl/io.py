@@ -71,8 +71,20 @@ def ensure_writable_dir(out: str | os.PathLike, flag: str = "--out") -> Path:
 
 
 def resolve_model(spec: str) -> str:
-    """`default` -> the embedded default model's directory (built and cached on first use); else `spec`."""
+    """A `--model` value -> what `from_pretrained` loads.
+
+    `default` -> the embedded default model's directory (built and cached on first use); a known model
+    name (`oar_rl.fetch.KNOWN_MODELS`, e.g. `smollm2-135m`) that is not a local path -> its converted
+    directory in the cache; a local `.gguf` file -> its de-quantised float32 directory in the cache (see
+    `oar_rl.fetch`); anything else (a directory, a Hub id) unchanged.
+    """
     if spec != "default":
+        from oar_rl.fetch import KNOWN_MODELS, fetch_model, gguf_model_dir
+
+        if spec in KNOWN_MODELS and not Path(spec).exists():
+            return str(fetch_model(spec))
+        if str(spec).lower().endswith(".gguf"):
+            return str(gguf_model_dir(spec))
         return spec
     from oar_rl.console import no_load_bars
     from oar_rl.tiny import load_default_model

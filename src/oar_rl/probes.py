@@ -51,6 +51,12 @@ from oar_rl.answer_span import (
     BOXED as BOXED,
 )
 from oar_rl.answer_span import (
+    DEFAULT_ANSWER_PATTERN as DEFAULT_ANSWER_PATTERN,
+)
+from oar_rl.answer_span import (
+    REWARDED as REWARDED,
+)
+from oar_rl.answer_span import (
     _check_ids_and_mask as _check_ids_and_mask,
 )
 from oar_rl.answer_span import (

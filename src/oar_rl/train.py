@@ -10,6 +10,16 @@ command line override the file. The model and tokenizer are loaded with `from_pr
 a local directory), the dataset with `oar_rl.data.load` (rows with a `prompt` and an `answer`), and
 the run ends with `save_model(output_dir)`.
 
+Conversational data: a local file whose `prompt` is a list of messages (`[{"role": "user", "content":
+...}]`) keeps its messages, so TRL applies the tokenizer's chat template as it does for any
+conversational dataset; the prompt template (`--template`, default answer-tag) is applied to the
+content of the last user message. (oar_rl.data.load flattens such prompts to the last user message for
+`eval`; training an instruct model on the flattened text would drop its chat template silently.)
+
+Console: one progress bar with the reward and loss, and one summary line at the end, as `oar-rl study`
+shows (`oar_rl.console.attach`); `--verbose` prints TRL's log dicts instead. Every log dict still goes to
+`report_to` and to `output_dir/logs.jsonl`.
+
 Departures from TRL's script: reward functions are named `accuracy` / `format` (oar-rl's math-verify
 reward with a hang-proof worker pool, and the `<answer>` format check) or given as a dotted import path;
 their weights are TRL's `reward_weights`. `--resume_from_checkpoint true` (or `latest`) resumes from the
@@ -67,6 +77,10 @@ class DataArguments:
     )
     answer_column: str | None = field(
         default=None, metadata={"help": "Answer column of a local file (None: detected by the loader)."}
+    )
+    verbose: bool = field(
+        default=False,
+        metadata={"help": "Print TRL's log dict every logging step instead of one progress bar."},
     )
     reward_funcs: list[str] = field(
         default_factory=lambda: list(REWARD_NAMES),
@@ -174,7 +188,45 @@ def load_train_dataset(data_args: DataArguments, reward_names: list[str]):
         )
     if len(dataset) == 0:
         raise ValueError(f"dataset {data_args.dataset!r} (split {data_args.dataset_split!r}) is empty")
+    messages = conversational_prompts(data_args, len(dataset))
+    if messages is not None:
+        dataset = dataset.remove_columns("prompt").add_column("prompt", messages)
     return dataset
+
+
+def _is_messages(value: Any) -> bool:
+    return (
+        isinstance(value, list)
+        and bool(value)
+        and all(isinstance(m, dict) and "role" in m and "content" in m for m in value)
+    )
+
+
+def conversational_prompts(data_args: DataArguments, rows: int) -> list[list[dict[str, str]]] | None:
+    """The message lists of a local file whose prompt column is conversational (else None), with the
+    prompt template applied to the last user message, in the rows `oar_rl.data.load` kept."""
+    from oar_rl import data
+    from oar_rl.data.benchmarks import DAPO_RAW, load_local_file, local_spec
+    from oar_rl.data.templates import apply_template
+
+    if not data.is_local_path(data_args.dataset):
+        return None
+    raw = load_local_file(data_args.dataset)
+    spec = local_spec(raw, question_column=data_args.question_column, answer_column=data_args.answer_column)
+    if spec is DAPO_RAW or not len(raw) or not _is_messages(raw[0][spec.question_column]):
+        return None  # raw DAPO keeps its flattening (its prompts wrap the problem in instructions)
+    template = data_args.template if data_args.template is not None else "answer-tag"
+    out = []
+    for i, value in enumerate(raw[spec.question_column][:rows]):
+        if not _is_messages(value):
+            raise ValueError(f"row {i} of {data_args.dataset!r}: prompt is not a list of messages: {value!r}")
+        msgs = [{"role": str(m["role"]), "content": str(m["content"])} for m in value]
+        last = max((j for j, m in enumerate(msgs) if m["role"] == "user"), default=None)
+        if last is None:
+            raise ValueError(f"row {i} of {data_args.dataset!r}: the conversation has no user message")
+        msgs[last]["content"] = apply_template(msgs[last]["content"], template)
+        out.append(msgs)
+    return out
 
 
 def check_enough_prompts(rows: int, args, name: str | None) -> None:
@@ -262,34 +314,47 @@ def main(argv: list[str] | None = None) -> int:
         training_args.model_init_kwargs = model_init_kwargs(model_args, training_args)
         train_dataset = load_train_dataset(data_args, reward_names)
         check_enough_prompts(len(train_dataset), training_args, data_args.dataset)
+        import contextlib
+
         from trl import get_peft_config, get_quantization_config
 
+        from oar_rl.console import no_load_bars
         from oar_rl.trainer import OARTrainer
 
-        trainer = OARTrainer(
-            model=model_args.model_name_or_path,
-            reward_funcs=reward_funcs,
-            args=training_args,
-            train_dataset=train_dataset,
-            quantization_config=get_quantization_config(model_args),
-            peft_config=get_peft_config(model_args),
-        )
+        with contextlib.nullcontext() if data_args.verbose else no_load_bars():
+            trainer = OARTrainer(
+                model=model_args.model_name_or_path,
+                reward_funcs=reward_funcs,
+                args=training_args,
+                train_dataset=train_dataset,
+                quantization_config=get_quantization_config(model_args),
+                peft_config=get_peft_config(model_args),
+            )
     except (ValueError, OSError) as err:
         print(f"oar-rl train: error: {err}", file=sys.stderr)
         return 2
 
-    from oar_rl.console import ClippingWarning, silence_known_warnings
+    import time
 
-    silence_known_warnings()
-    trainer.add_callback(ClippingWarning())
+    from oar_rl.console import attach, summary
+
+    attach(trainer, desc=f"train {training_args.credit}", verbose=data_args.verbose)
+    if trainer.accelerator.is_main_process:
+        from oar_rl.console import JsonlLog
+
+        trainer.add_callback(JsonlLog(Path(training_args.output_dir) / "logs.jsonl"))
+    t0 = time.perf_counter()
     trainer.train(resume_from_checkpoint=checkpoint)
     if trainer.state.global_step == 0:  # a second line of defence behind check_enough_prompts
         print("oar-rl train: error: training did zero optimizer steps; nothing saved", file=sys.stderr)
         return 1
-    trainer.save_model(training_args.output_dir)
+    with contextlib.nullcontext() if data_args.verbose else no_load_bars():
+        trainer.save_model(training_args.output_dir)
+    lines = summary(trainer.state.log_history)
     trainer.accelerator.print(
-        f"oar-rl train: credit={training_args.credit} done at step {trainer.state.global_step}; "
-        f"model saved to {training_args.output_dir}"
+        f"oar-rl train: credit={training_args.credit} done at step {trainer.state.global_step} in "
+        f"{time.perf_counter() - t0:.0f} s; {'; '.join(lines[1:]) or lines[0]}; model saved to "
+        f"{training_args.output_dir}"
     )
     if hasattr(trainer, "end"):
         trainer.end()

@@ -149,6 +149,7 @@ class OARTrainer(GRPOTrainer):
                 "sharded forwards are collective)."
             )
         self._oar_rng_key: tuple[int, int] = (-1, 0)  # (optimizer step, generation batches at that step)
+        self._oar_fallback_warned = False
 
     # ------------------------------------------------------------------------------------------------
     # the seam
@@ -394,9 +395,38 @@ class OARTrainer(GRPOTrainer):
             metrics["oar/ess_ratio"].append(ess_sum / rows)
             metrics["oar/top10_mass"].append(top_sum / rows)
             metrics["oar/probe_fallback_frac"].append(fallback / rows)
+            self._warn_fallback(fallback / rows, int(rows))
         if tokens > 0:
             metrics["oar/boosted_frac"].append(boosted / tokens)
         metrics["oar/importance_seconds"].append(stats[:, 6].mean().item())
+
+    FALLBACK_WARN_FRAC = 0.5
+    """Warn (once per run) when more than this share of a step's scored rows has no answer span."""
+
+    def _warn_fallback(self, frac: float, rows: int) -> None:
+        """A loud warning when most rows fall back from an answer-span probe (or GRAIL) to LT-Logits."""
+        if frac <= self.FALLBACK_WARN_FRAC or self._oar_fallback_warned:
+            return
+        self._oar_fallback_warned = True
+        if not self.accelerator.is_main_process:
+            return
+        import warnings
+
+        pattern = self.args.answer_pattern or "rewarded"
+        what = (
+            "GRAIL leaves them at weight 1"
+            if self.args.credit == "grail"
+            else f"probe={self.args.probe!r} scored them with LT-Logits instead"
+        )
+        warnings.warn(
+            f"step {self.state.global_step}: {frac:.0%} of {rows} scored completions have no answer span "
+            f"(answer_pattern={pattern!r}), so {what} (logged as oar/probe_fallback_frac). Check that "
+            "completions end in an answer the pattern finds (\\boxed{...}, <answer>...</answer> or "
+            "'the final answer is ...' for 'rewarded'), raise max_completion_length if they are clipped, "
+            "or set answer_pattern / probe='lt-logits'",
+            UserWarning,
+            stacklevel=1,
+        )
 
     # ------------------------------------------------------------------------------------------------
     # token_roles (oar-rl): ground-truth credit metrics (begin)

@@ -1,8 +1,15 @@
 """`oar-rl attribute`: token-importance heatmaps of reasoning traces, one row per scorer.
 
-Shared helpers for the analysis commands live here too: loading a model (a directory or the embedded
-default), sampling trajectories with their token ids, batching them in TRL's layout (left-padded
-prompts, right-padded completions) and scoring them with every importance method.
+Shared helpers for the analysis commands live here too: loading a model (a directory, a known model
+name such as `smollm2-135m`, a `.gguf` file, or the embedded default), the chat template, sampling
+trajectories with their token ids, batching them in TRL's layout (left-padded prompts, right-padded
+completions), finding answer spans and scoring them with every importance method.
+
+Chat template: a tokenizer with one (an instruct model) gets each prompt as one user message under its
+template with the generation prompt, as TRL does for conversational datasets; `--no-chat` scores the
+raw prompt, `--chat` insists (error without a template). The answer span is the one the accuracy
+reward scores (`--answer-pattern rewarded`, the default); a trace without one is scored by OAR-P/OAR-G
+with LT-Logits and gets no GRAIL score, and the command says so on the console and in the page.
 """
 
 from __future__ import annotations
@@ -33,15 +40,58 @@ class Trajectory:
 
 
 def load_model(spec: str):
-    """(model in eval mode, tokenizer) from a directory, or the embedded default model for 'default'."""
+    """(model in eval mode, tokenizer with left padding) from a directory, a known model name
+    (`oar_rl.fetch.KNOWN_MODELS`), a `.gguf` file, or the embedded default model for 'default'."""
     spec = resolve_model(spec)
     if not Path(spec).is_dir():
-        raise ValueError(f"--model {spec!r} is not a directory; pass a saved model dir or 'default'")
+        raise ValueError(
+            f"--model {spec!r} is not a directory; pass a saved model dir, a .gguf file, 'default', or "
+            "a known model name (smollm2-135m; see `oar-rl fetch-model`)"
+        )
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    from oar_rl.console import no_load_bars
+
     tok = AutoTokenizer.from_pretrained(spec)
-    model = AutoModelForCausalLM.from_pretrained(spec)
+    tok.padding_side = "left"  # batched generation; completions are re-laid out by batch_layout
+    if tok.pad_token is None:
+        tok.pad_token = tok.eos_token
+    with no_load_bars():
+        model = AutoModelForCausalLM.from_pretrained(spec)
     return model.eval(), tok
+
+
+CHAT_CHOICES = ("auto", "on", "off")
+
+
+def resolve_chat(tokenizer, choice: str | bool | None) -> bool:
+    """Whether prompts go through the chat template: 'auto'/None -> when the tokenizer has one."""
+    has = bool(getattr(tokenizer, "chat_template", None))
+    if choice in (None, "auto"):
+        return has
+    if choice in ("on", True):
+        if not has:
+            raise ValueError("--chat: the tokenizer has no chat template (use --no-chat)")
+        return True
+    if choice in ("off", False):
+        return False
+    raise ValueError(f"chat={choice!r} is not valid; choose one of {', '.join(CHAT_CHOICES)}")
+
+
+def format_prompt(tokenizer, prompt: str, chat: bool) -> str:
+    """The prompt as the model sees it: as is, or one user message under the chat template."""
+    if not chat:
+        return prompt
+    return tokenizer.apply_chat_template(
+        [{"role": "user", "content": prompt}], tokenize=False, add_generation_prompt=True
+    )
+
+
+def given_trajectory(tokenizer, prompt: str, completion: str, *, chat: bool, answer: str = "") -> Trajectory:
+    """A trajectory from texts: the (templated) prompt and the completion tokenized without specials."""
+    p_ids = tokenizer(format_prompt(tokenizer, prompt, chat), add_special_tokens=False)["input_ids"]
+    c_ids = tokenizer(completion, add_special_tokens=False)["input_ids"]
+    return Trajectory(prompt, completion, answer, torch.tensor(p_ids), torch.tensor(c_ids))
 
 
 def parse_list(value: str, valid: tuple[str, ...], flag: str) -> list[str]:
@@ -54,13 +104,15 @@ def parse_list(value: str, valid: tuple[str, ...], flag: str) -> list[str]:
 
 @torch.no_grad()
 def sample_trajectories(
-    model, tokenizer, prompts: list[str], answers: list[str], **kwargs
+    model, tokenizer, prompts: list[str], answers: list[str], *, chat: bool = False, **kwargs
 ) -> list[Trajectory]:
-    """One sampled completion per prompt, keeping the generated ids; keyword arguments as
-    `oar_rl.tiny.sample_ids` (temperature, max_new_tokens, batch_size, seed, progress)."""
+    """One sampled completion per prompt, keeping the generated ids; `chat`: prompts go through the
+    chat template (`format_prompt`); other keyword arguments as `oar_rl.tiny.sample_ids` (temperature,
+    max_new_tokens, batch_size, seed, progress)."""
     from oar_rl.tiny import sample_ids
 
-    pairs = sample_ids(model, tokenizer, prompts, **kwargs)
+    shown = [format_prompt(tokenizer, p, chat) for p in prompts]
+    pairs = sample_ids(model, tokenizer, shown, **kwargs)
     return [
         Trajectory(prompt, tokenizer.decode(c_ids), answer, p_ids, c_ids)
         for prompt, answer, (p_ids, c_ids) in zip(prompts, answers, pairs, strict=True)
@@ -86,6 +138,38 @@ def batch_layout(trajs: list[Trajectory], pad_id: int):
     return prompt_ids, prompt_mask, completion_ids, completion_mask
 
 
+def answer_spans(trajs: list[Trajectory], tokenizer, answer_pattern: str | None = None):
+    """(TRL-layout batch, (B, C) answer-span mask) of `trajs`; None pattern: the rewarded span."""
+    from oar_rl.probes import answer_span_mask
+
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    batch = batch_layout(trajs, pad)
+    return batch, answer_span_mask(batch[2], batch[3], tokenizer, pattern=answer_pattern)
+
+
+def span_notes(has_span: torch.Tensor, methods: list[str], probe: str, pattern: str | None) -> list[str]:
+    """Plain-language notes on traces without an answer span: what each method did with them."""
+    missing = int((~has_span).sum())
+    n = has_span.numel()
+    name = pattern or "rewarded"
+    notes = [f"answer span (--answer-pattern {name}) found in {n - missing} of {n} traces"]
+    if missing == 0:
+        return notes
+    oar = [m for m in methods if m in ("oar-p", "oar-g")]
+    if oar and probe != "lt-logits":
+        notes.append(
+            f"probe {probe}: {missing} of {n} traces have no answer span, so {' and '.join(oar)} scored "
+            "them with LT-Logits (the next-token distribution after the completion) instead"
+        )
+    if "grail" in methods:
+        notes.append(
+            f"grail: {missing} of {n} traces have no answer span; GRAIL scores the saliency of the "
+            "answer span's NLL, so it has no score there and their grail row is blank (in training such "
+            "rows keep weight 1)"
+        )
+    return notes
+
+
 def method_scores(
     model,
     tokenizer,
@@ -103,12 +187,10 @@ def method_scores(
     scores are normalised over them, so rankings are comparable across methods.
     """
     from oar_rl.importance import compute_importance
-    from oar_rl.probes import answer_span_mask, scored_positions
+    from oar_rl.probes import scored_positions
     from oar_rl.reshape import normalize_importance
 
-    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
-    batch = batch_layout(trajs, pad)
-    answer_mask = answer_span_mask(batch[2], batch[3], tokenizer, pattern=answer_pattern)
+    batch, answer_mask = answer_spans(trajs, tokenizer, answer_pattern)
     reasoning = scored_positions(batch[3], answer_mask) & batch[3].bool()  # (B, C)
     out = {}
     for method in methods:
@@ -130,6 +212,7 @@ def heatmap_page(
     rows: dict[str, torch.Tensor],
     title: str,
     scored: torch.Tensor | None = None,
+    notes: list[str] | None = None,
 ) -> str:
     """A self-contained HTML page: per trajectory, one coloured row per method (and the oracle if given).
 
@@ -151,6 +234,10 @@ def heatmap_page(
         " td code{font-size:14px;line-height:1.7}</style></head><body>",
         f"<h1>{title}</h1><p>{caption}</p>",
     ]
+    if notes:
+        import html
+
+        parts.append("<ul>" + "".join(f"<li>{html.escape(n)}</li>" for n in notes) + "</ul>")
     for i, t in enumerate(trajs):
         n = t.completion_ids.numel()
         pieces = [tokenizer.decode([int(x)]) for x in t.completion_ids]
@@ -184,6 +271,34 @@ def add_scoring_arguments(p: argparse.ArgumentParser) -> None:
     )
     add(p, "--max-new-tokens", type=int, default=96, help="longest sampled completion, in tokens")
     add(p, "--seed", type=int, default=0, help="sampling and scoring seed")
+    add(
+        p,
+        "--answer-pattern",
+        default="rewarded",
+        help="answer span of the as-* probes and grail: 'rewarded' (what the accuracy reward scores: "
+        "\\boxed{}, <answer>, 'the final answer is'), 'boxed', or a regex with one group",
+    )
+    chat = p.add_mutually_exclusive_group()
+    chat.add_argument(
+        "--chat",
+        dest="chat",
+        action="store_const",
+        const="on",
+        default="auto",
+        help="apply the tokenizer's chat template to prompts (default: when it has one, as TRL does for "
+        "conversational data)",
+    )
+    chat.add_argument(
+        "--no-chat", "--no_chat", dest="chat", action="store_const", const="off", help="use raw prompts"
+    )
+
+
+def chat_message(command: str, chat: bool, choice: str) -> str:
+    """One console line saying whether the chat template is applied, and how to change it."""
+    if chat:
+        return f"[{command}] prompts go through the tokenizer's chat template (--no-chat: raw prompts)"
+    why = "--no-chat" if choice == "off" else "the tokenizer has none"
+    return f"[{command}] raw prompts, no chat template ({why})"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -202,15 +317,18 @@ def main(argv: list[str] | None = None) -> int:
             raise ValueError("--completion needs --prompt")
         if a.n < 1:
             raise ValueError(f"--n must be >= 1, got {a.n}")
+        from oar_rl.probes import compile_answer_pattern
+
+        compile_answer_pattern(a.answer_pattern)
         out = ensure_writable_dir(a.out)
         model, tok = load_model(a.model)
+        chat = resolve_chat(tok, a.chat)
     except ValueError as exc:
         print(f"oar-rl attribute: {exc}", file=sys.stderr)
         return 2
+    print(chat_message("attribute", chat, a.chat), flush=True)
     if a.prompt is not None and a.completion is not None:
-        p_ids = torch.tensor(tok(a.prompt, add_special_tokens=False)["input_ids"])
-        c_ids = torch.tensor(tok(a.completion, add_special_tokens=False)["input_ids"])
-        trajs = [Trajectory(a.prompt, a.completion, "", p_ids, c_ids)]
+        trajs = [given_trajectory(tok, a.prompt, a.completion, chat=chat)]
     else:
         from oar_rl.data.arithmetic import load
 
@@ -220,14 +338,21 @@ def main(argv: list[str] | None = None) -> int:
             ds = load("eval").select(range(a.n))
             prompts, answers = list(ds["prompt"]), list(ds["answer"])
         trajs = sample_trajectories(
-            model, tok, prompts, answers, max_new_tokens=a.max_new_tokens, seed=a.seed
+            model, tok, prompts, answers, chat=chat, max_new_tokens=a.max_new_tokens, seed=a.seed
         )
     trajs = [t for t in trajs if t.completion_ids.numel() > 0]
     if not trajs:
         print("oar-rl attribute: every completion is empty; nothing to score", file=sys.stderr)
         return 1
-    scores, reasoning = method_scores(model, tok, trajs, methods, probe=a.probe, seed=a.seed)
-    page = heatmap_page(trajs, tok, scores, "oar-rl token importance", scored=reasoning)
+    _, answer_mask = answer_spans(trajs, tok, a.answer_pattern)
+    notes = span_notes(answer_mask.any(dim=1), methods, a.probe, a.answer_pattern)
+    for note in notes:
+        print(f"[attribute] {note}", flush=True)
+    scores, reasoning = method_scores(
+        model, tok, trajs, methods, probe=a.probe, seed=a.seed, answer_pattern=a.answer_pattern
+    )
+    notes.insert(0, chat_message("attribute", chat, a.chat).split("] ", 1)[1])
+    page = heatmap_page(trajs, tok, scores, "oar-rl token importance", scored=reasoning, notes=notes)
     write_text_atomic(out / "heatmaps.html", page)
     print(f"[attribute] wrote {out / 'heatmaps.html'} ({len(trajs)} traces × {len(methods)} methods)")
     return 0

@@ -23,11 +23,15 @@ from tqdm.auto import tqdm
 from oar_rl.analysis.attribute import (
     METHODS,
     add_scoring_arguments,
+    answer_spans,
+    chat_message,
     heatmap_page,
     load_model,
     method_scores,
     parse_list,
+    resolve_chat,
     sample_trajectories,
+    span_notes,
 )
 from oar_rl.analysis.oracle import causal_recall, counterfactual_oracle, recall_interval
 from oar_rl.argparsing import add, new_parser
@@ -79,7 +83,9 @@ def _plot(
     plt.close(fig)
 
 
-def sample_correct(model, tok, ds, n: int, *, max_new_tokens: int, seed: int, chunk: int = 32):
+def sample_correct(
+    model, tok, ds, n: int, *, max_new_tokens: int, seed: int, chunk: int = 32, chat: bool = False
+):
     """Sample `ds`'s prompts in chunks at temperature 1.0 until `n` correct trajectories are found.
 
     Returns (every sampled trajectory, the first `n` correct ones). Only as many prompts are sampled as
@@ -98,6 +104,7 @@ def sample_correct(model, tok, ds, n: int, *, max_new_tokens: int, seed: int, ch
             answers[start : start + chunk],
             max_new_tokens=max_new_tokens,
             seed=seed + i,
+            chat=chat,
         )
         trajs += batch
         correct += [t for t in batch if t.completion_ids.numel() and check(t.completion, t.answer)]
@@ -124,16 +131,23 @@ def main(argv: list[str] | None = None) -> int:
             raise ValueError(f"--n and --max-prompts must be >= 1, got {a.n} and {a.max_prompts}")
         if a.split not in ("train", "eval", "hard"):
             raise ValueError(f"--split {a.split!r} is not valid; choose train, eval or hard")
+        from oar_rl.probes import compile_answer_pattern
+
+        compile_answer_pattern(a.answer_pattern)
         out = ensure_writable_dir(a.out)
         model, tok = load_model(a.model)
+        chat = resolve_chat(tok, a.chat)
     except ValueError as exc:
         print(f"oar-rl oracle: {exc}", file=sys.stderr)
         return 2
+    print(chat_message("oracle", chat, a.chat), flush=True)
     from oar_rl.data.arithmetic import check, load
 
     ds = load(a.split)
     ds = ds.select(range(min(a.max_prompts, len(ds))))
-    trajs, correct = sample_correct(model, tok, ds, a.n, max_new_tokens=a.max_new_tokens, seed=a.seed)
+    trajs, correct = sample_correct(
+        model, tok, ds, a.n, max_new_tokens=a.max_new_tokens, seed=a.seed, chat=chat
+    )
     if not correct:
         print(f"oar-rl oracle: none of {len(trajs)} sampled completions is correct", file=sys.stderr)
         return 1
@@ -158,7 +172,13 @@ def main(argv: list[str] | None = None) -> int:
                 max_new_tokens=a.max_new_tokens,
             )
         )
-    scores, mask = method_scores(model, tok, correct, methods, probe=a.probe, seed=a.seed)  # reasoning mask
+    _, answer_mask = answer_spans(correct, tok, a.answer_pattern)
+    notes = span_notes(answer_mask.any(dim=1), methods, a.probe, a.answer_pattern)
+    for note in notes:
+        print(f"[oracle] {note}", flush=True)
+    scores, mask = method_scores(  # mask: the reasoning tokens
+        model, tok, correct, methods, probe=a.probe, seed=a.seed, answer_pattern=a.answer_pattern
+    )
     oracle = torch.zeros_like(mask)
     for i, lab in enumerate(labels):
         oracle[i, : lab.numel()] = lab
@@ -174,6 +194,9 @@ def main(argv: list[str] | None = None) -> int:
         "pivots": n_pivots,
         "pivot_rate": n_pivots / max(n_tokens, 1),
         "rows_with_pivot": int((oracle & mask).any(dim=1).sum()),
+        "chat_template": chat,
+        "rows_without_answer_span": int((~answer_mask.any(dim=1)).sum()),
+        "notes": notes,
         "recall": {name: {f"{k:g}": v for k, v in curve.items()} for name, curve in recalls.items()},
         "recall_ci95": {
             name: {f"{k:g}": list(v) for k, v in band.items()} for name, band in intervals.items()
@@ -205,7 +228,14 @@ def main(argv: list[str] | None = None) -> int:
     rows["oracle"] = oracle[: len(shown)].float()
     write_text_atomic(
         out / "heatmaps.html",
-        heatmap_page(shown, tok, rows, "Importance vs. the counterfactual oracle", scored=mask[: len(shown)]),
+        heatmap_page(
+            shown,
+            tok,
+            rows,
+            "Importance vs. the counterfactual oracle",
+            scored=mask[: len(shown)],
+            notes=[chat_message("oracle", chat, a.chat).split("] ", 1)[1], *notes],
+        ),
     )
     print(summary)
     print(f"[oracle] wrote {out}/recall.json, recall.md, recall.png, heatmaps.html")

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from oar_rl.answer_span import ANSWER_TAG_PATTERN
 from oar_rl.data.arithmetic import check
 from oar_rl.demo import arithmetic_reward
 
@@ -60,8 +61,10 @@ class StudyTask:
     or None where the completion cannot be labelled (it is then left out of the ground-truth recall)."""
     trainer_kwargs: Callable[[], dict[str, Any]] | None = None
     """Optional extra keyword arguments for `OARTrainer` (e.g. {"token_roles": ...})."""
-    answer_pattern: str | None = None
-    """The answer-span pattern of `oar_rl.probes.answer_span_mask` (None: <answer>...</answer>)."""
+    answer_pattern: str | None = ANSWER_TAG_PATTERN
+    """The answer-span pattern of `oar_rl.probes.answer_span_mask`. The embedded tasks answer in
+    <answer>...</answer>, the span the study always used; pinned here since the library default became
+    'rewarded' (issue 17), so the committed study results stay what they were. None: the library's."""
     max_completion_length: int = 72
     probe: str = "as-mean"
     """Outcome probe the study uses for OAR by default (the τ and probe ablations vary around it)."""
