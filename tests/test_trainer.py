@@ -468,3 +468,74 @@ def test_oar_g_noise_options_reach_the_scorer(tmp_path, tokenizer, dataset, monk
     assert seen and all(
         k["num_draws"] == 2 and k["noise_scale"] == "rms" and k["noise_std"] == 0.05 for k in seen
     )
+
+
+def test_loss_sees_exactly_the_sampled_tokens_at_their_sampling_log_probs(tmp_path):
+    """What TRL's loss trains on is what `generate` sampled: the same token ids up to and including the
+    first EOS, masked after it, with the log-probabilities the sampling distribution gave them (TRL's
+    forward runs without position_ids; on the shipped word-problem model, a RoPE Qwen2 with left-padded
+    prompts, that must change nothing but rounding). Checked on the real testbed tokenizer and weights."""
+    from oar_rl.shipped import load_task_model
+
+    model, tok, _ = load_task_model("wordproblems")
+    from oar_rl.data.wordproblems import split_problems
+
+    probs = split_problems("train", 4)
+    data = Dataset.from_dict({"prompt": [p.prompt for p in probs], "answer": [str(p.answer) for p in probs]})
+    args = make_args(tmp_path, credit="none", per_device_train_batch_size=8, max_completion_length=160,
+                     max_steps=1, learning_rate=1e-5)  # fmt: skip
+    trainer = OARTrainer(model=model, reward_funcs=digit_reward, args=args, train_dataset=data,
+                         processing_class=tok)  # fmt: skip
+    sampled: list[torch.Tensor] = []
+    generate = trainer.model.generate
+
+    def generate_spy(*a, **kw):
+        out = generate(*a, **kw)
+        sampled.append(out.clone())
+        return out
+
+    trainer.model.generate = generate_spy
+    seen: list[dict[str, torch.Tensor]] = []
+    compute_loss = trainer._compute_loss
+
+    def loss_spy(model, inputs):
+        seen.append({k: v.clone() for k, v in inputs.items() if isinstance(v, torch.Tensor)})
+        return compute_loss(model, inputs)
+
+    trainer._compute_loss = loss_spy
+    policy = copy.deepcopy(trainer.model).eval()
+    trainer.train()
+    assert len(sampled) == 1 and len(seen) == 1
+    inputs, gen = seen[0], sampled[0]
+    p_ids, p_mask = inputs["prompt_ids"], inputs["prompt_mask"]
+    c_ids, c_mask = inputs["completion_ids"], inputs["completion_mask"]
+    width, eos = p_ids.shape[1], tok.eos_token_id
+    assert gen.shape[1] > width and gen.shape[0] == c_ids.shape[0]
+
+    def through_eos(row: list[int]) -> list[int]:
+        return row[: row.index(eos) + 1] if eos in row else row
+
+    # every sampled row (prompt without padding, completion through its first EOS), as a multiset: TRL may
+    # shuffle rows between generation and loss
+    sampled_rows = sorted(
+        (tuple(g[:width][g[:width] != tok.pad_token_id].tolist()), tuple(through_eos(g[width:].tolist())))
+        for g in gen
+    )
+    loss_rows = []
+    for b in range(c_ids.shape[0]):
+        n = int(c_mask[b].sum())
+        assert bool(c_mask[b, :n].all()) and not c_mask[b, n:].any()  # one block of real tokens
+        assert c_ids[b, n - 1] == eos or n == c_ids.shape[1]  # it ends at EOS (or at the length cap)
+        loss_rows.append((tuple(p_ids[b][p_mask[b].bool()].tolist()), tuple(c_ids[b, :n].tolist())))
+    assert sorted(loss_rows) == sampled_rows
+    # the log-probs the loss sees are the sampling distribution's (positions as generate used them)
+    ids, attn = torch.cat([p_ids, c_ids], 1), torch.cat([p_mask, c_mask], 1)
+    with torch.no_grad():
+        loss_side, _, _ = trainer._get_per_token_logps_and_entropies(policy, ids, attn, c_ids.shape[1])
+        pos = (attn.cumsum(1) - 1).clamp(min=0)
+        # body and head of the copy (TRL's patched forward would fall back to the original model's forward)
+        hidden = policy.model(input_ids=ids, attention_mask=attn, position_ids=pos).last_hidden_state
+        logits = policy.lm_head(hidden[:, p_ids.shape[1] - 1 : -1])
+        sampling = torch.log_softmax(logits.float(), -1).gather(-1, c_ids[..., None])[..., 0]
+    m = c_mask.bool()
+    torch.testing.assert_close(loss_side[m], sampling[m], rtol=0, atol=1e-4)
