@@ -250,6 +250,16 @@ def test_shipped_warm_start_matches_its_recipe(tok):
     assert size < 8 * 2**20
 
 
+def test_the_first_recipe_keeps_its_hash():
+    """Fields added to recipes later (slip_prob) are absent at their default, so the first shipped warm
+    start, which the README's first study used, is still named by the hash recorded with its results."""
+    from oar_rl.shipped import FIRST_WORDPROBLEMS_RECIPE, WORDPROBLEMS_RECIPE
+
+    assert FIRST_WORDPROBLEMS_RECIPE.hash() == "d30225c1cf6e2256"
+    assert "slip_prob" not in FIRST_WORDPROBLEMS_RECIPE.to_dict()["sft"]
+    assert WORDPROBLEMS_RECIPE.to_dict()["sft"]["slip_prob"] == 0.2
+
+
 def test_verify_shipped_rejects_edited_files(tmp_path, monkeypatch):
     import shutil
 

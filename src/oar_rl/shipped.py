@@ -20,7 +20,7 @@ from pathlib import Path
 
 from transformers import PreTrainedTokenizerFast, Qwen2ForCausalLM
 
-from oar_rl.data.wordproblems import WordProblemConfig
+from oar_rl.data.wordproblems import WordProblemConfig, build_tokenizer
 from oar_rl.tiny import (
     _RECIPE_FILE,
     DEFAULT_RECIPE,
@@ -36,11 +36,18 @@ from oar_rl.tiny import (
 # ----------------------------------------------------------------------------------------------------
 # The shipped build ran with one torch thread on the 2-core CPU machine.
 #
-# Measured for WORDPROBLEMS_RECIPE (187k parameters; 1000 SFT steps of 32 solutions, 27 min on the
-# 2-core CPU shared with ~12 other jobs): validation accuracy (60 problems, mid-build) was 3%/3% sampled/
-# greedy at step 200, 2%/22% at 400, 12%/38% at 600, 38%/52% at 800, 50%/85% at 1000. Held-out "eval"
-# split, 200 problems: 56.0% sampled at T=1 (4 samples each, 95% CI 51.9-60.1%), 89.0% greedy
-# (84.7-93.3%). Smaller recipes tried first: 2 layers x 64 for 400 steps gave 3%/12% (not shipped).
+# WORDPROBLEMS_RECIPE (recipe 24cc7917ecfa2133, issue 16): 187k parameters, 3000 SFT steps of 32
+# demonstrations from a fallible teacher (each computed result off by 1-2 with probability 0.2, carried to
+# the answer: `wordproblems.teacher_slips`), 20,000 problems; 24.6 min on the 2-core CPU shared with 2-3
+# other jobs. Validation accuracy (100 problems, sampled at T=1 / greedy) along the build: 4%/2% at step
+# 250, 4%/12% at 500, 17%/48% at 1000, 46%/91% at 1500, 55%/98% at 2000, 57%/99% at 3000: the model
+# learns the arithmetic (greedy ~99%) and samples the teacher's slips (a converged policy, not one caught
+# half-way through learning, as the first recipe was).
+#
+# The first shipped recipe (d30225c1cf6e2256: 1000 steps, clean demonstrations, 8,000 problems; the
+# README's first study) stopped while the model was still learning arithmetic (validation 38%/52% at step
+# 800, 50%/85% at 1000); 74% of its sampled errors were miscomputed results, and GRPO gained only 6-8
+# points on it whatever the step size or budget (README, "Why RL barely moved the first warm start").
 # ----------------------------------------------------------------------------------------------------
 
 WORDPROBLEMS_RECIPE = Recipe(
@@ -53,8 +60,17 @@ WORDPROBLEMS_RECIPE = Recipe(
         intermediate_size=192,
         max_position_embeddings=320,
     ),
+    sft=SFTSpec(
+        steps=3000, batch_size=32, learning_rate=3e-3, warmup_steps=30, num_problems=20_000, slip_prob=0.2
+    ),
+)
+FIRST_WORDPROBLEMS_RECIPE = Recipe(
+    task=WordProblemConfig(),
+    model=WORDPROBLEMS_RECIPE.model,
     sft=SFTSpec(steps=1000, batch_size=32, learning_rate=3e-3, warmup_steps=30, num_problems=8_000),
 )
+"""The first shipped warm start (recipe d30225c1cf6e2256, the README's first study), kept for the record:
+its files are in the git history (commit 9902b88, `src/oar_rl/models/wordproblems/`)."""
 TASK_RECIPES: dict[str, Recipe] = {"arithmetic": DEFAULT_RECIPE, "wordproblems": WORDPROBLEMS_RECIPE}
 SHIPPED_DIR = Path(__file__).parent / "models"
 _MANIFEST = "oar_rl_manifest.json"
@@ -106,14 +122,27 @@ def load_task_model(task: str = "wordproblems") -> tuple[Qwen2ForCausalLM, PreTr
     return model, tok, path
 
 
-def write_shipped(task: str, out: Path | None = None, *, progress: bool = True, callback=None) -> Path:
-    """Build `task`'s recipe from scratch and write it (weights, tokenizer, recipe, manifest) atomically."""
+def write_shipped(
+    task: str, out: Path | None = None, *, progress: bool = True, callback=None, built: Path | None = None
+) -> Path:
+    """Build `task`'s recipe from scratch and write it (weights, tokenizer, recipe, manifest) atomically.
+
+    `built`: a directory where `build_model(recipe)` already saved its result (with the recipe file beside
+    it, as `python -m oar_rl.shipped build --out DIR` writes it); its recipe must be `task`'s, and the
+    weights are shipped as they are instead of training again."""
     if task not in TASK_RECIPES:
         raise ValueError(f"unknown task {task!r}; valid: {', '.join(TASK_RECIPES)}")
     recipe = TASK_RECIPES[task]
     out = Path(out) if out is not None else shipped_path(task)
     out.parent.mkdir(parents=True, exist_ok=True)
-    model, tok = build_model(recipe, progress=progress, callback=callback)
+    if built is None:
+        model, tok = build_model(recipe, progress=progress, callback=callback)
+    else:
+        found = json.loads((Path(built) / _RECIPE_FILE).read_text())
+        if found != recipe.to_dict():
+            raise ValueError(f"{built} was built from another recipe than {task!r}'s ({recipe.hash()})")
+        model, _ = _load(Path(built))
+        tok = build_tokenizer(recipe.task)  # a pure function of the source: saved fresh, as a build saves it
     tmp = Path(tempfile.mkdtemp(prefix=f".{task}.", dir=out.parent))
     try:
         model.save_pretrained(tmp)
@@ -143,8 +172,16 @@ def main(argv: list[str] | None = None) -> int:
     b = sub.add_parser("build", help="build a task's warm start from its recipe")
     b.add_argument("--task", choices=[t for t in TASK_RECIPES if t != "arithmetic"], default="wordproblems")
     b.add_argument("--out", default=None, help="output directory (default: the package's models/<task>)")
+    b.add_argument(
+        "--from",
+        dest="built",
+        default=None,
+        help="ship the weights a previous `build --out DIR` wrote there instead of training again",
+    )
     args = p.parse_args(argv)
-    path = write_shipped(args.task, Path(args.out) if args.out else None)
+    path = write_shipped(
+        args.task, Path(args.out) if args.out else None, built=Path(args.built) if args.built else None
+    )
     print(f"wrote {path} (recipe {TASK_RECIPES[args.task].hash()})")
     return 0
 
