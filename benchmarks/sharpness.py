@@ -1,7 +1,7 @@
 """How sharp is a warm start along its own policy gradient? The check behind the testbed's RL protocol.
 
-GRPO on the shipped word-problem warm start learns only with small steps (see README, "Why RL barely
-moved this model"). This measures why, on any saved task model:
+GRPO on the first word-problem warm start learned only with small steps (README, "Why RL barely moved
+the first warm start"). This measures why, on any saved task model:
 
 1. sample ``--prompts`` training prompts × ``--group`` completions at T = 1, reward them, and form GRPO's
    group-normalised advantages A_i = (r_i − mean) / (std + 1e-4);
@@ -10,7 +10,9 @@ moved this model"). This measures why, on any saved task model:
 3. step from the warm start along +g and −g (L2 steps of a given norm, and Adam-like sign steps of a
    given size per parameter), along a random direction of the same norm, and along each parameter
    group's share of the +g step alone, and measure the held-out reward after each step on
-   ``--heldout`` other prompts × ``--samples`` completions, with one sampling seed for every point.
+   ``--heldout`` other prompts × ``--samples`` completions, with one sampling seed for every point;
+4. signal or noise: a second gradient from other prompts; the cosine of the two, and steps along their
+   mean (signal kept) and their half-difference (pure sampling noise with the same structure).
 
 A model is *sharp* in this sense when a step along +g far below a harmless random step already lowers
 the held-out reward. Run:
@@ -168,6 +170,21 @@ def main(argv: list[str] | None = None) -> int:
                 {n: sign * eta * torch.sign(g) for n, g in grads.items()},
             )
     record("random direction, L2 norm 0.25", {n: 0.25 * r / rand_norm for n, r in rand.items()})
+    # signal or noise? a second gradient from other prompts and samples: their mean keeps the signal, their
+    # half-difference is pure sampling noise with the same structure (a sum of per-sequence score functions)
+    other = split_problems("train", 2 * a.prompts)[a.prompts :]
+    grads2, _ = policy_gradient(model, tok, other, a.group, seed=8)
+    norm2 = sum(float(g.pow(2).sum()) for g in grads2.values()) ** 0.5
+    cosine = sum(float((grads[n] * grads2[n]).sum()) for n in grads) / (norm * norm2)
+    print(f"cosine of two independent {a.prompts}x{a.group} gradients: {cosine:.3f}")
+    mean = {n: (grads[n] + grads2[n]) / 2 for n in grads}
+    noise = {n: (grads[n] - grads2[n]) / 2 for n in grads}
+    for label, d in (("mean of two gradients", mean), ("half-difference (noise)", noise)):
+        dn = sum(float(v.pow(2).sum()) for v in d.values()) ** 0.5
+        for eta in (0.005, 0.02):
+            for sign in (1, -1):
+                record(f"{'+' if sign > 0 else '-'}{label}, L2 norm {eta:g}",
+                       {n: sign * eta * v / dn for n, v in d.items()})  # fmt: skip
     for grp in sorted(shares):
         part = {n: 0.02 * g / norm for n, g in grads.items() if group_of(n) == grp}
         record(f"+g, L2 norm 0.02, {grp} only", part)
@@ -180,6 +197,7 @@ def main(argv: list[str] | None = None) -> int:
             "train_reward": train_reward,
             "gradient_norm": norm,
             "gradient_share": shares,
+            "cosine_of_two_gradients": cosine,
             "rows": rows,
             "seconds": seconds,
         }

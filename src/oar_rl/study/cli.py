@@ -68,14 +68,19 @@ def _parse(argv: list[str]) -> argparse.Namespace:
     p.add_argument(
         "--ablations", default="", help=f"comma-separated run groups to add; valid: {','.join(ABLATIONS)}"
     )
-    p.add_argument("--steps", type=int, help="optimizer steps per run (protocol; default 40)")
+    p.add_argument("--steps", type=int, help="optimizer steps per run (protocol; default 30, --quick 16)")
     p.add_argument(
         "--tune-lr",
         action="store_true",
         help="choose the learning rate by a GRPO sweep on the validation split first",
     )
     p.add_argument(
-        "--lr-grid", help="comma-separated learning rates of the sweep (default 1e-5,2e-5,5e-5,1e-4,2e-4)"
+        "--lr-grid",
+        help="comma-separated learning rates of the sweep (default: "
+        + ",".join(f"{v:g}" for v in PRESETS["full"].lr_grid)
+        + "; --quick "
+        + ",".join(f"{v:g}" for v in PRESETS["quick"].lr_grid)
+        + ")",
     )
     p.add_argument("--tune-seeds", type=int, help="seeds per grid point of the sweep (default 1; protocol)")
     p.add_argument("--lr", type=float, help="use this learning rate without a sweep (recorded as untuned)")
