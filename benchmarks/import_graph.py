@@ -4,7 +4,8 @@
     python benchmarks/import_graph.py --edges    # and every arrow
 
 Every `import` counts, module-level and inside functions (a function-level import is still a
-dependency; it only defers it). `from pkg import name` points at `pkg.name` when that is a module,
+dependency; it only defers it), and so does a string naming one of our modules (the CLI's and the
+package's lazy `importlib.import_module` tables). `from pkg import name` points at `pkg.name` when that is a module,
 else at `pkg`; importing a submodule is not counted as importing its package's `__init__`.
 
 Layers: a module that imports nothing of ours is layer 0, any other is one above the highest module it
@@ -89,6 +90,8 @@ def _targets(node: ast.AST, known: dict[str, Path]) -> list[str]:
             sub = f"{node.module}.{alias.name}"
             out.append(sub if sub in known else node.module)
         return out
+    if isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value in known:
+        return [node.value]
     return []
 
 
@@ -209,4 +212,6 @@ def report(root: Path = ROOT, edges: bool = False) -> str:
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--edges", action="store_true", help="list every import arrow")
-    print(report(edges=parser.parse_args().edges))
+    parser.add_argument("--root", type=Path, default=ROOT, help="the src directory holding oar_rl/")
+    args = parser.parse_args()
+    print(report(args.root.resolve(), edges=args.edges))

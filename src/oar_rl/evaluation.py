@@ -42,22 +42,13 @@ import json
 import os
 import sys
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from oar_rl.eval_config import BACKENDS, Backend, EvalConfig, build_parser  # noqa: F401  -- re-exported
-from oar_rl.eval_sampling import (  # noqa: F401  -- re-exported: evaluation.TransformersSampler etc.
-    TransformersSampler,
-    VLLMSampler,
-    build_sampler,
-    check_chat_template,
-    check_prompt_lengths,
-    format_prompts,
-    resolve_chat,
-)
+from oar_rl.eval_config import BenchmarkJob, EvalConfig, build_parser
+from oar_rl.eval_sampling import build_sampler, check_prompt_lengths, resolve_chat
 from oar_rl.io import resolve_model, write_text_atomic
 
 HASHED_FIELDS: tuple[str, ...] = (
@@ -140,7 +131,7 @@ def mean_at_n(c: int | Sequence[int] | np.ndarray, n: int) -> float:
     return float(arr.mean() / n)
 
 
-# configuration and CLI: oar_rl.eval_config (EvalConfig, build_parser)
+# configuration, CLI and the job record: oar_rl.eval_config (EvalConfig, build_parser, BenchmarkJob)
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -181,21 +172,6 @@ def append_record(path: Path, record: dict[str, Any]) -> None:
 
 # ----------------------------------------------------------------------------------------------------
 # the run
-
-
-@dataclass
-class BenchmarkJob:
-    """One benchmark of a run: its data, files and resume state."""
-
-    key: str
-    name: str
-    split: str | None
-    prompts: list[str]
-    answers: list[str]
-    records: dict[int, dict[str, Any]]
-    jsonl: Path
-    meta: Path
-    meta_data: dict[str, Any]
 
 
 def parse_benchmark(spec: str) -> tuple[str, str | None, str]:
