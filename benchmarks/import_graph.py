@@ -5,8 +5,8 @@
 
 Every `import` counts, module-level and inside functions (a function-level import is still a
 dependency; it only defers it), and so does a string naming one of our modules (the CLI's and the
-package's lazy `importlib.import_module` tables). `from pkg import name` points at `pkg.name` when that is a module,
-else at `pkg`; importing a submodule is not counted as importing its package's `__init__`.
+package's lazy `importlib.import_module` tables). `from pkg import name` points at `pkg.name` when
+that is a module, else at `pkg`; importing a submodule is not counted as importing its package's `__init__`.
 
 Layers: a module that imports nothing of ours is layer 0, any other is one above the highest module it
 imports (a cycle's modules share a layer). Upward imports: arrows that run against the declared tiers
