@@ -13,6 +13,7 @@ from oar_rl.study import cli as study_cli
 from oar_rl.study import config, runner, stats, tasks
 from oar_rl.study import report as study_report
 from oar_rl.study.report import aggregate
+from oar_rl.study.task import StudyTask, WarmStart
 
 # --------------------------------------------------------------------------------------------------
 # statistics
@@ -142,9 +143,9 @@ def fake_study(monkeypatch, tmp_path):
     state = {"interrupt_at": None, "best_lr": {}}
 
     def load(variant, cache_dir):
-        return tasks.WarmStart(object(), object(), tmp_path / "ws", "fakehash", {"fake": True})
+        return WarmStart(object(), object(), tmp_path / "ws", "fakehash", {"fake": True})
 
-    task = tasks.StudyTask(
+    task = StudyTask(
         name="fake",
         description="fake",
         prompts=lambda split, n: [{"prompt": f"{split}{i}", "answer": "1"} for i in range(n)],

@@ -221,14 +221,6 @@ def settings_from_args(args: argparse.Namespace) -> DemoSettings:
     return replace(s, **changes)
 
 
-def arithmetic_reward(completions: list[Any], answer: list[str], **kwargs: Any) -> list[float]:
-    """1.0 when the completion's last `<answer>` holds the right integer, else 0.0 (exact checker)."""
-    from oar_rl.data.arithmetic import check
-    from oar_rl.rewards import completion_text
-
-    return [float(check(completion_text(c), a)) for c, a in zip(completions, answer, strict=True)]
-
-
 def _phase(msg: str) -> None:
     print(f"[oar-rl demo {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
 
@@ -277,7 +269,7 @@ def train_one(
     return train_policy(
         model_path,
         task.load("train", settings.prompts_per_step * settings.steps * 2),
-        arithmetic_reward,
+        task.reward,  # tasks.exact_reward for both embedded tasks
         credit=METHODS[method],
         seed=seed,
         steps=settings.steps,
