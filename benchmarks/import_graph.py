@@ -33,7 +33,6 @@ TIERS: dict[str, int] = {
     "oar_rl.console": 0,
     "oar_rl.argparsing": 0,
     "oar_rl.cache_check": 0,
-    "oar_rl.fetch": 0,
     # 1 pure math, answer spans, data and rewards
     "oar_rl.reshape": 1,
     "oar_rl.metrics": 1,
@@ -50,8 +49,9 @@ TIERS: dict[str, int] = {
     # 3 the TRL seam
     "oar_rl.config": 3,
     "oar_rl.trainer": 3,
-    # 4 tasks and their warm starts
+    # 4 tasks, their warm starts, and models by name (`--model default`, fetched models)
     "oar_rl.tiny": 4,
+    "oar_rl.fetch": 4,
     "oar_rl.shipped": 4,
     "oar_rl.tasks": 4,
     # 5 applications: training, evaluation, the study and the analyses

@@ -278,7 +278,7 @@ def test_heatmaps_grey_unscored_tokens_and_caption_matches_rows():
 
 def test_results_md_names_the_embedded_model_not_its_hash(tmp_path):
     from oar_rl.evaluation import results_markdown
-    from oar_rl.io import display_model_name
+    from oar_rl.fetch import display_model_name
 
     entry = tmp_path / tiny.DEFAULT_RECIPE.hash()
     entry.mkdir()

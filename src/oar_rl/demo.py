@@ -227,7 +227,7 @@ def _phase(msg: str) -> None:
 
 def evaluate(model, tokenizer, settings: DemoSettings, problems) -> dict[str, float]:
     """Held-out accuracy: mean over `eval_samples` samples at the settings' temperature, and greedy."""
-    from oar_rl.tiny import accuracy
+    from oar_rl.sampling import accuracy
 
     prompts = [p.prompt for p in problems]
     answers = [str(p.answer) for p in problems]
@@ -304,7 +304,7 @@ def token_heatmap(model, tokenizer, problems, settings: DemoSettings) -> str | N
     from oar_rl.importance import gradient_importance, perturbation_importance
     from oar_rl.probes import ANSWER_TAG_PATTERN, answer_span_mask, scored_positions
     from oar_rl.reshape import normalize_importance
-    from oar_rl.tiny import generate_completions
+    from oar_rl.sampling import generate_completions
 
     candidates = problems[:16]
     comps = generate_completions(

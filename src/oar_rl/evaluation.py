@@ -49,7 +49,8 @@ import numpy as np
 
 from oar_rl.eval_config import BenchmarkJob, EvalConfig, build_parser
 from oar_rl.eval_sampling import build_sampler, check_prompt_lengths, resolve_chat
-from oar_rl.io import resolve_model, write_text_atomic
+from oar_rl.fetch import resolve_model
+from oar_rl.io import write_text_atomic
 
 HASHED_FIELDS: tuple[str, ...] = (
     "model",
@@ -384,7 +385,7 @@ def results_markdown(results: dict[str, Any]) -> str:
     def pct(x: float | None) -> str:
         return "–" if x is None else f"{100 * x:.1f}"
 
-    from oar_rl.io import display_model_name
+    from oar_rl.fetch import display_model_name
 
     row = [display_model_name(cfg["model"])]
     row += [pct(results["benchmarks"][key][f"pass@{k}"]) for key in keys for k in ks]

@@ -38,7 +38,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from oar_rl.io import resolve_model
+from oar_rl.fetch import resolve_model
 
 REWARD_NAMES: tuple[str, ...] = ("accuracy", "format")
 

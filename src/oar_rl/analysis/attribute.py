@@ -21,7 +21,8 @@ from pathlib import Path
 
 import torch
 
-from oar_rl.io import ensure_writable_dir, resolve_model, write_text_atomic
+from oar_rl.fetch import resolve_model
+from oar_rl.io import ensure_writable_dir, write_text_atomic
 
 METHODS = ("oar-p", "oar-g", "entropy", "random", "grail")
 DEFAULT_METHODS = ("oar-p", "oar-g", "entropy", "random")  # "grail" on request (--methods ...,grail)
@@ -107,9 +108,9 @@ def sample_trajectories(
     model, tokenizer, prompts: list[str], answers: list[str], *, chat: bool = False, **kwargs
 ) -> list[Trajectory]:
     """One sampled completion per prompt, keeping the generated ids; `chat`: prompts go through the
-    chat template (`format_prompt`); other keyword arguments as `oar_rl.tiny.sample_ids` (temperature,
+    chat template (`format_prompt`); other keyword arguments as `oar_rl.sampling.sample_ids` (temperature,
     max_new_tokens, batch_size, seed, progress)."""
-    from oar_rl.tiny import sample_ids
+    from oar_rl.sampling import sample_ids
 
     shown = [format_prompt(tokenizer, p, chat) for p in prompts]
     pairs = sample_ids(model, tokenizer, shown, **kwargs)

@@ -139,7 +139,7 @@ def build_shape(
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
         from oar_rl.data.arithmetic import load
-        from oar_rl.io import resolve_model
+        from oar_rl.fetch import resolve_model
         from oar_rl.tasks import exact_reward
 
         path = resolve_model(model_dir or "default")

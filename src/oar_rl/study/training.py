@@ -48,7 +48,7 @@ def heldout_accuracy(
     """
     import torch
 
-    from oar_rl.tiny import generate_completions
+    from oar_rl.sampling import generate_completions
 
     if samples < 1:
         raise ValueError(f"samples={samples} must be >= 1")
