@@ -11,11 +11,13 @@ import torch
 from datasets import Dataset
 
 import oar_rl
-from oar_rl.importance import compute_importance, grail_credit, grail_importance, reasoning_positions
+from oar_rl.config import OARConfig
+from oar_rl.credits import compute_importance
+from oar_rl.importance import grail_credit, grail_importance, reasoning_positions
 from oar_rl.probes import answer_span_mask
 from oar_rl.reshape import grail_rollout_rows, grail_token_advantages, grail_weights
 from oar_rl.tiny import build_char_tokenizer, tiny_qwen2
-from oar_rl.trainer import OARConfig, OARTrainer
+from oar_rl.trainer import OARTrainer
 
 EPS = 1e-8
 
@@ -297,7 +299,7 @@ def test_scorer_with_checkpointing_and_frozen_params(tok, batch):
 
 
 def test_grail_credit_scores_only_selected_rows(monkeypatch, model, batch):
-    import oar_rl.importance as importance
+    import oar_rl.importance.grail as importance  # grail_credit scores through this module's name
 
     p_ids, p_mask, c_ids, c_mask, ans = batch
     adv = torch.tensor([-1.0, -1.0, 0.5, -0.3, 0.0, -2.0])

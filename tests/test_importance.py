@@ -14,18 +14,23 @@ import torch
 from torch import nn
 
 from float64 import float64_copy
+from oar_rl.credits import compute_importance
 from oar_rl.importance import (
-    compute_importance,
     entropy_importance,
     gradient_importance,
     perturbation_importance,
     random_importance,
 )
 from oar_rl.importance.gradient import row_noise, row_seeds
-from oar_rl.probes import answer_span_mask, body_hidden, build_probe_spec, probe_outcome, scored_positions
+from oar_rl.probes import (
+    PROBES,
+    answer_span_mask,
+    body_hidden,
+    build_probe_spec,
+    probe_outcome,
+    scored_positions,
+)
 from oar_rl.tiny import build_char_tokenizer, tiny_qwen2
-
-PROBES = ["lt-logits", "as-mean", "as-joint"]
 
 
 def _pad(tok, texts: list[str], side: str) -> tuple[torch.Tensor, torch.Tensor]:

@@ -7,15 +7,17 @@ model's, i.e. with the adapter disabled); no `.grad` is left by the scoring pass
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import pytest
 import torch
 from datasets import Dataset
 
-from oar_rl import trainer as trainer_mod
+from oar_rl import credits
+from oar_rl.config import OARConfig
 from oar_rl.tiny import build_char_tokenizer, tiny_qwen2
-from oar_rl.trainer import OARConfig, OARTrainer
+from oar_rl.trainer import OARTrainer
 
 peft = pytest.importorskip("peft")
 
@@ -61,8 +63,7 @@ def test_lora_two_steps_train_only_the_adapter_on_adapted_importance(
     assert isinstance(trainer.model, peft.PeftModel)
     before = {n: p.detach().clone() for n, p in trainer.model.named_parameters()}
 
-    name = {"oar-g": "gradient_importance", "oar-p": "perturbation_importance"}[credit]
-    scorer = getattr(trainer_mod, name)
+    scorer = credits.CREDIT_MODES[credit].scorer
     calls: list[dict[str, Any]] = []
 
     def spy(model, *batch, **kwargs):
@@ -92,7 +93,9 @@ def test_lora_two_steps_train_only_the_adapter_on_adapted_importance(
             rec["base"] = rescore(rec)
         return credit_out
 
-    monkeypatch.setattr(trainer_mod, name, spy)
+    monkeypatch.setitem(
+        credits.CREDIT_MODES, credit, dataclasses.replace(credits.CREDIT_MODES[credit], scorer=spy)
+    )
     monkeypatch.setattr(trainer, "_assign_credit", assign_then_rescore)
     trainer.train()
 

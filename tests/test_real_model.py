@@ -165,7 +165,7 @@ class _Recording:
 
 
 def _args(tmp_path, **kw):
-    from oar_rl.trainer import OARConfig
+    from oar_rl.config import OARConfig
 
     base = dict(
         output_dir=str(tmp_path), per_device_train_batch_size=4, num_generations=2, max_completion_length=24,

@@ -94,9 +94,9 @@ def test_curve_ci_and_steps_to_reach():
 
 
 def test_methods_follow_the_trainer_and_ablations_share_main_runs(monkeypatch):
-    from oar_rl import trainer
+    from oar_rl import credits
 
-    monkeypatch.setattr(trainer, "CREDITS", (*trainer.CREDITS, "new-mode"))
+    monkeypatch.setattr(credits, "CREDITS", (*credits.CREDITS, "new-mode"))
     assert config.all_methods()[0] == "grpo" and "new-mode" in config.all_methods()
     s = config.StudySettings(
         seeds=2, ablations=("tau", "probe"), probe="as-mean", methods=("grpo", "oar-g", "oar-p")

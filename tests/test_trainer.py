@@ -20,10 +20,11 @@ import torch
 from datasets import Dataset
 from trl import GRPOConfig, GRPOTrainer
 
+from oar_rl.config import OARConfig
 from oar_rl.importance import perturbation_importance
 from oar_rl.reshape import token_advantages
 from oar_rl.tiny import build_char_tokenizer, tiny_qwen2
-from oar_rl.trainer import OARConfig, OARTrainer
+from oar_rl.trainer import OARTrainer
 
 PROMPTS = ["1+1=", "2+3=", "4+4=", "9-2=", "7*3=", "8+5=", "6-1=", "3*3="]
 ANSWERS = ["2", "5", "8", "7", "21", "13", "5", "9"]
@@ -378,7 +379,8 @@ import json, sys, torch
 torch.set_num_threads(1)
 from datasets import Dataset
 from oar_rl.tiny import build_char_tokenizer, tiny_qwen2
-from oar_rl.trainer import OARConfig, OARTrainer
+from oar_rl.config import OARConfig
+from oar_rl.trainer import OARTrainer
 
 def digit_reward(completions, **kwargs):
     return [sum(ch.isdigit() for ch in c) / max(1, len(c)) for c in completions]
@@ -451,16 +453,20 @@ def test_answer_span_probe_inputs_decode_completions(tmp_path, tokenizer, datase
 
 
 def test_oar_g_noise_options_reach_the_scorer(tmp_path, tokenizer, dataset, monkeypatch):
-    import oar_rl.trainer as trainer_module
+    import dataclasses
+
+    from oar_rl import credits
 
     seen: list[dict[str, Any]] = []
-    real = trainer_module.gradient_importance
+    real = credits.CREDIT_MODES["oar-g"].scorer
 
     def spy(*args, **kwargs):
         seen.append(kwargs)
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(trainer_module, "gradient_importance", spy)
+    monkeypatch.setitem(
+        credits.CREDIT_MODES, "oar-g", dataclasses.replace(credits.CREDIT_MODES["oar-g"], scorer=spy)
+    )
     args = make_args(
         tmp_path, credit="oar-g", oar_noise_draws=2, oar_noise_scale="rms", noise_std=0.05, max_steps=1
     )

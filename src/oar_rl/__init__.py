@@ -39,7 +39,7 @@ _EXPORTS: dict[str, str] = {
     "pass_at_k": "oar_rl.evaluation",
     "mean_at_n": "oar_rl.evaluation",
     # the TRL seam
-    "OARConfig": "oar_rl.trainer",
+    "OARConfig": "oar_rl.config",
     "OARTrainer": "oar_rl.trainer",
 }
 

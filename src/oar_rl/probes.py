@@ -84,8 +84,9 @@ from oar_rl.answer_span import (
     scored_positions as scored_positions,
 )
 
-Probe = Literal["lt-logits", "as-mean", "as-joint"]
 PROBES: tuple[str, ...] = ("lt-logits", "as-mean", "as-joint")
+Probe = Literal[PROBES]
+ANSWER_SPAN_PROBES: tuple[str, ...] = ("as-mean", "as-joint")  # need an answer span
 
 # Bound on the elements of one [rows, V] logits block (64 Mi float32 = 256 MiB).
 _MAX_HEAD_ELEMENTS = 1 << 26

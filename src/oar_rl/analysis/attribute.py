@@ -21,12 +21,14 @@ from pathlib import Path
 
 import torch
 
+from oar_rl.credits import SCORED_CREDITS
 from oar_rl.fetch import resolve_model
 from oar_rl.io import ensure_writable_dir, write_text_atomic
+from oar_rl.probes import PROBES
 
-METHODS = ("oar-p", "oar-g", "entropy", "random", "grail")
+METHODS = ("oar-p", "oar-g", "entropy", "random", "grail")  # the display order of SCORED_CREDITS
+assert sorted(METHODS) == sorted(SCORED_CREDITS), "every standalone-scorable credit mode is a method"
 DEFAULT_METHODS = ("oar-p", "oar-g", "entropy", "random")  # "grail" on request (--methods ...,grail)
-PROBES = ("lt-logits", "as-mean", "as-joint")
 
 
 @dataclass
@@ -187,7 +189,7 @@ def method_scores(
     span): the tokens credit assignment is about. Answer-span probes score only those; every method's
     scores are normalised over them, so rankings are comparable across methods.
     """
-    from oar_rl.importance import compute_importance
+    from oar_rl.credits import compute_importance
     from oar_rl.probes import scored_positions
     from oar_rl.reshape import normalize_importance
 

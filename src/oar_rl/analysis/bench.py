@@ -40,14 +40,15 @@ from typing import Any
 
 from oar_rl.analysis.bench_shapes import SHAPE_NAMES
 from oar_rl.argparsing import add, new_parser
+from oar_rl.credits import CREDITS
 from oar_rl.io import ensure_writable_dir, write_text_atomic
 
-METHODS = ("none", "random", "entropy", "grail", "oar-g", "oar-p", "oar-p-full", "oar-p-serial", "oar-gp")
-DEFAULT_METHODS = "none,oar-g,oar-p,oar-gp"
-METHOD_CONFIG: dict[str, dict[str, Any]] = {
+METHOD_CONFIG: dict[str, dict[str, Any]] = {  # bench-only variants of a credit mode
     "oar-p-full": {"credit": "oar-p", "perturbation_prefix_reuse": False},
     "oar-p-serial": {"credit": "oar-p", "perturbation_prefix_reuse": False, "perturbation_batch_size": 1},
 }
+METHODS = (*CREDITS, *METHOD_CONFIG)  # every registered credit mode, and the variants above
+DEFAULT_METHODS = "none,oar-g,oar-p,oar-gp"
 
 
 def _parse(argv: list[str]) -> argparse.Namespace:
@@ -228,7 +229,8 @@ class Baton:
 def _make_trainer(method: str, shape, args: argparse.Namespace, workdir: str):
     import torch
 
-    from oar_rl.trainer import OARConfig, OARTrainer
+    from oar_rl.config import OARConfig
+    from oar_rl.trainer import OARTrainer
 
     cfg = {"credit": method, **METHOD_CONFIG.get(method, {})}
     rows = args.prompts * args.num_generations

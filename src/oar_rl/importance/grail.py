@@ -75,6 +75,7 @@ import torch
 from torch import Tensor, nn
 from tqdm.auto import tqdm
 
+from oar_rl.importance.rows import score_rows
 from oar_rl.probes import (
     base_model,
     body_hidden,
@@ -207,8 +208,6 @@ def grail_credit(
     Returns:
         (token_advantages (B, C), weights (B, C)), float32 on `mask`'s device, 0 on padding.
     """
-    from oar_rl.importance import compute_importance  # the package imports this module
-
     check_grail_options(mu, sigma, w_min, w_max, rollouts)  # before any forward pass
     mask = completion_mask if mask is None else mask
     reasoning = reasoning_positions(completion_mask, answer_mask)  # (B, C)
@@ -216,14 +215,14 @@ def grail_credit(
         shape = tuple(advantages.shape) if isinstance(advantages, Tensor) else type(advantages).__name__
         raise ValueError(f"advantages must be a (B,) tensor with B={completion_mask.shape[0]}, got {shape}")
     selected = grail_rollout_rows(advantages.to(reasoning.device), rollouts) & reasoning.any(dim=1)  # (B,)
-    scores = compute_importance(
-        "grail",
+    scores = score_rows(
+        grail_importance,
         model,
         prompt_ids,
         prompt_mask,
         completion_ids,
         completion_mask,
-        rows=selected,
+        selected,
         answer_mask=answer_mask,
         temperature=temperature,
         batch_size=batch_size,

@@ -136,8 +136,9 @@ def train_policy(
     import torch
     from transformers import AutoModelForCausalLM, PreTrainedTokenizerFast
 
+    from oar_rl.config import OARConfig
     from oar_rl.console import attach, no_load_bars
-    from oar_rl.trainer import OARConfig, OARTrainer
+    from oar_rl.trainer import OARTrainer
 
     batch = prompts_per_step * num_generations
     config = OARConfig(
