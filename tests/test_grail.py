@@ -11,10 +11,10 @@ import torch
 from datasets import Dataset
 
 import oar_rl
+from oar_rl.answer_span import answer_span_mask
 from oar_rl.config import OARConfig
 from oar_rl.credits import compute_importance
 from oar_rl.importance import grail_credit, grail_importance, reasoning_positions
-from oar_rl.probes import answer_span_mask
 from oar_rl.reshape import grail_rollout_rows, grail_token_advantages, grail_weights
 from oar_rl.tiny import build_char_tokenizer, tiny_qwen2
 from oar_rl.trainer import OARTrainer

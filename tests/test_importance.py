@@ -14,6 +14,7 @@ import torch
 from torch import nn
 
 from float64 import float64_copy
+from oar_rl.answer_span import answer_span_mask, scored_positions
 from oar_rl.credits import compute_importance
 from oar_rl.importance import (
     entropy_importance,
@@ -22,14 +23,7 @@ from oar_rl.importance import (
     random_importance,
 )
 from oar_rl.importance.gradient import row_noise, row_seeds
-from oar_rl.probes import (
-    PROBES,
-    answer_span_mask,
-    body_hidden,
-    build_probe_spec,
-    probe_outcome,
-    scored_positions,
-)
+from oar_rl.probes import PROBES, body_hidden, build_probe_spec, probe_outcome
 from oar_rl.tiny import build_char_tokenizer, tiny_qwen2
 
 

@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from float64 import float64_copy
+from oar_rl.answer_span import scored_positions
 from oar_rl.importance import perturbation_importance
 from oar_rl.importance.prefix import clean_pass
 from oar_rl.probes import (
@@ -17,7 +18,6 @@ from oar_rl.probes import (
     position_ids_from_mask,
     prepare_batch,
     probe_outcome,
-    scored_positions,
 )
 from oar_rl.tiny import tiny_qwen2
 

@@ -12,8 +12,9 @@ from typing import Any, Literal
 
 from trl import GRPOConfig
 
+from oar_rl.answer_span import compile_answer_pattern
 from oar_rl.credits import CREDITS, credit_help
-from oar_rl.probes import PROBES, Probe, compile_answer_pattern
+from oar_rl.probes import PROBES, Probe
 from oar_rl.reshape import check_grail_options
 
 Credit = Literal[CREDITS]  # the registered modes (oar_rl.credits), in registration order

@@ -261,7 +261,7 @@ def train_one(
     The terminal shows a progress bar (TRL's log dicts with `verbose`); with `log_dir` every log also
     goes to `log_dir/logs.jsonl` and TensorBoard (if in `report_to`) writes under `log_dir/tensorboard`.
     """
-    from oar_rl.probes import ANSWER_TAG_PATTERN
+    from oar_rl.answer_span import ANSWER_TAG_PATTERN
     from oar_rl.study.training import train_policy
     from oar_rl.tasks import get_task
 
@@ -300,9 +300,9 @@ def token_heatmap(model, tokenizer, problems, settings: DemoSettings) -> str | N
     import torch
 
     from oar_rl.analysis.heatmap import heatmap_html
+    from oar_rl.answer_span import ANSWER_TAG_PATTERN, answer_span_mask, scored_positions
     from oar_rl.data.arithmetic import check
     from oar_rl.importance import gradient_importance, perturbation_importance
-    from oar_rl.probes import ANSWER_TAG_PATTERN, answer_span_mask, scored_positions
     from oar_rl.reshape import normalize_importance
     from oar_rl.sampling import generate_completions
 

@@ -13,7 +13,7 @@ of the model's final-answer prediction (paper §6.2, Appendix A.1.3). Three prob
   φ − φ̃ and is silent on the sign; a negative importance cannot go through Eq. 14's log1p).
 
 Answer spans, the scored positions they leave and mask validation live in :mod:`oar_rl.answer_span`
-(re-exported here, where they used to be).
+(import them from there).
 
 Model plumbing:
 - Positions: every sequence is run at the positions it was generated with, counted from its first
@@ -44,45 +44,7 @@ from typing import Literal
 import torch
 from torch import Tensor, nn
 
-from oar_rl.answer_span import (  # re-exported (`X as X`): answer spans used to live here
-    ANSWER_TAG_PATTERN as ANSWER_TAG_PATTERN,
-)
-from oar_rl.answer_span import (
-    BOXED as BOXED,
-)
-from oar_rl.answer_span import (
-    DEFAULT_ANSWER_PATTERN as DEFAULT_ANSWER_PATTERN,
-)
-from oar_rl.answer_span import (
-    REWARDED as REWARDED,
-)
-from oar_rl.answer_span import (
-    _check_ids_and_mask as _check_ids_and_mask,
-)
-from oar_rl.answer_span import (
-    _check_mask as _check_mask,
-)
-from oar_rl.answer_span import (
-    answer_span_mask as answer_span_mask,
-)
-from oar_rl.answer_span import (
-    check_answer_mask as check_answer_mask,
-)
-from oar_rl.answer_span import (
-    check_batch as check_batch,
-)
-from oar_rl.answer_span import (
-    compile_answer_pattern as compile_answer_pattern,
-)
-from oar_rl.answer_span import (
-    has_answer_span as has_answer_span,
-)
-from oar_rl.answer_span import (
-    last_boxed_span as last_boxed_span,
-)
-from oar_rl.answer_span import (
-    scored_positions as scored_positions,
-)
+from oar_rl.answer_span import check_batch
 
 PROBES: tuple[str, ...] = ("lt-logits", "as-mean", "as-joint")
 Probe = Literal[PROBES]
@@ -340,7 +302,9 @@ def build_probe_spec(
     )  # (B,) last non-pad position
     if probe == "lt-logits" or answer_mask is None:
         if probe != "lt-logits":
-            raise ValueError(f"probe={probe!r} needs an answer_mask (see oar_rl.probes.answer_span_mask)")
+            raise ValueError(
+                f"probe={probe!r} needs an answer_mask (see oar_rl.answer_span.answer_span_mask)"
+            )
         kind = torch.full((B,), KIND_DIST, dtype=torch.long, device=device)
         row_ptr = torch.arange(B + 1, dtype=torch.long, device=device)
         return ProbeSpec(kind, row_ptr, last.long(), torch.full((B,), -1, dtype=torch.long, device=device))

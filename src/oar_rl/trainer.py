@@ -61,12 +61,13 @@ import torch
 from trl import GRPOTrainer
 from trl.models import unwrap_model_for_generation
 
+from oar_rl.answer_span import answer_span_mask, scored_positions
 from oar_rl.config import OARConfig
 from oar_rl.credits import CREDIT_MODES
 from oar_rl.distributed import ScoringSync, row_generators, row_uniform, scoring_params
 from oar_rl.importance.grail import grail_credit  # credit="grail"
 from oar_rl.metrics import ess_ratio, top_advantage_mass
-from oar_rl.probes import ANSWER_SPAN_PROBES, answer_span_mask, scored_positions
+from oar_rl.probes import ANSWER_SPAN_PROBES
 from oar_rl.reshape import entropy_shaped_advantages, rescale_sum, token_advantages
 
 BOOST_EPS = 1e-6  # a weight counts as boosted when > 1 + BOOST_EPS (uniform weights can round to 1 + ulp)

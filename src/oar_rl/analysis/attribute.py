@@ -143,7 +143,7 @@ def batch_layout(trajs: list[Trajectory], pad_id: int):
 
 def answer_spans(trajs: list[Trajectory], tokenizer, answer_pattern: str | None = None):
     """(TRL-layout batch, (B, C) answer-span mask) of `trajs`; None pattern: the rewarded span."""
-    from oar_rl.probes import answer_span_mask
+    from oar_rl.answer_span import answer_span_mask
 
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     batch = batch_layout(trajs, pad)
@@ -189,8 +189,8 @@ def method_scores(
     span): the tokens credit assignment is about. Answer-span probes score only those; every method's
     scores are normalised over them, so rankings are comparable across methods.
     """
+    from oar_rl.answer_span import scored_positions
     from oar_rl.credits import compute_importance
-    from oar_rl.probes import scored_positions
     from oar_rl.reshape import normalize_importance
 
     batch, answer_mask = answer_spans(trajs, tokenizer, answer_pattern)
@@ -320,7 +320,7 @@ def main(argv: list[str] | None = None) -> int:
             raise ValueError("--completion needs --prompt")
         if a.n < 1:
             raise ValueError(f"--n must be >= 1, got {a.n}")
-        from oar_rl.probes import compile_answer_pattern
+        from oar_rl.answer_span import compile_answer_pattern
 
         compile_answer_pattern(a.answer_pattern)
         out = ensure_writable_dir(a.out)

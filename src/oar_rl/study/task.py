@@ -59,7 +59,7 @@ class StudyTask:
     trainer_kwargs: Callable[[], dict[str, Any]] | None = None
     """Optional extra keyword arguments for `OARTrainer` (e.g. {"token_roles": ...})."""
     answer_pattern: str | None = ANSWER_TAG_PATTERN
-    """The answer-span pattern of `oar_rl.probes.answer_span_mask`. The embedded tasks answer in
+    """The answer-span pattern of `oar_rl.answer_span.answer_span_mask`. The embedded tasks answer in
     <answer>...</answer>, the span the study always used; pinned here since the library default became
     'rewarded' (issue 17), so the committed study results stay what they were. None: the library's."""
     max_completion_length: int = 72
