@@ -112,9 +112,9 @@ def test_eval_on_empty_or_columnless_file_is_one_clear_line(tiny_model_dir, tmp_
 # trackers and terminal output
 # ----------------------------------------------------------------------------------------------------
 def test_two_step_demo_run_logs_to_tensorboard_and_a_jsonl_file(tiny_model_dir, tmp_path, capsys):
-    from oar_rl import demo
+    from oar_rl import demo, demo_config
 
-    settings = demo.PRESETS["tiny"]
+    settings = demo_config.PRESETS["tiny"]
     logs = tmp_path / "logs"
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
