@@ -40,6 +40,7 @@ TIERS: dict[str, int] = {
     "oar_rl.rewards": 1,
     "oar_rl.data": 1,
     # 2 model probes, scorers and sampling
+    "oar_rl.model_parts": 2,
     "oar_rl.probes": 2,
     "oar_rl.importance": 2,
     "oar_rl.distributed": 2,

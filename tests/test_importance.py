@@ -24,7 +24,8 @@ from oar_rl.importance import (
     random_importance,
 )
 from oar_rl.importance.gradient import row_noise, row_seeds
-from oar_rl.probes import PROBES, body_hidden, build_probe_spec, probe_outcome
+from oar_rl.model_parts import body_hidden
+from oar_rl.probes import PROBES, build_probe_spec, probe_outcome
 from oar_rl.tiny import tiny_qwen2
 
 

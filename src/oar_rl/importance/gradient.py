@@ -65,14 +65,12 @@ from tqdm.auto import tqdm
 
 from oar_rl.answer_span import check_answer_mask, scored_positions
 from oar_rl.importance.prefix import clean_pass, suffix_hidden
+from oar_rl.model_parts import base_model, body_hidden, eval_mode
 from oar_rl.probes import (
     Probe,
     ProbeSpec,
-    base_model,
-    body_hidden,
     build_probe_spec,
     check_probe,
-    eval_mode,
     outcome_divergence,
     prepare_batch,
     probe_outcome,

@@ -77,7 +77,8 @@ from tqdm.auto import tqdm
 
 from oar_rl.answer_span import check_answer_mask, has_answer_span, scored_positions
 from oar_rl.importance.rows import score_rows
-from oar_rl.probes import base_model, body_hidden, build_probe_spec, eval_mode, head_logits, prepare_batch
+from oar_rl.model_parts import base_model, body_hidden, eval_mode, head_logits
+from oar_rl.probes import build_probe_spec, prepare_batch
 from oar_rl.reshape import check_grail_options, grail_rollout_rows, grail_token_advantages
 
 
