@@ -29,10 +29,10 @@ from pathlib import Path
 import torch
 
 from oar_rl.analysis.attribute import batch_layout, sample_trajectories
+from oar_rl.answer_span import answer_span_mask, scored_positions
 from oar_rl.data.arithmetic import load
 from oar_rl.importance import gradient_importance, perturbation_importance
 from oar_rl.io import write_text_atomic
-from oar_rl.probes import answer_span_mask, scored_positions
 from oar_rl.tiny import load_default_model
 
 

@@ -36,8 +36,9 @@ import yaml
 from torch.profiler import ProfilerActivity, profile
 
 from oar_rl import data
+from oar_rl.config import OARConfig
 from oar_rl.tiny import build_char_tokenizer, tiny_qwen2
-from oar_rl.trainer import OARConfig, OARTrainer
+from oar_rl.trainer import OARTrainer
 
 ROOT = Path(__file__).resolve().parents[1]
 

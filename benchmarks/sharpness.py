@@ -36,7 +36,7 @@ import torch
 from oar_rl.data.arithmetic import check
 from oar_rl.data.wordproblems import split_problems
 from oar_rl.io import write_text_atomic
-from oar_rl.tiny import sample_ids
+from oar_rl.sampling import sample_ids
 
 
 def _load(model_dir: str | None):

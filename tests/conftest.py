@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -27,3 +28,77 @@ def tiny_model_dir(tmp_path_factory) -> Path:
     tiny_qwen2(len(tokenizer), seed=0).save_pretrained(path)
     tokenizer.save_pretrained(path)
     return path
+
+
+# --------------------------------------------------------------------------------------------------
+# shared helpers: the char tokenizer, padding, and a tiny OARTrainer on a few arithmetic prompts
+# (import the plain helpers with `from conftest import ...`; the fixtures are found by name)
+# --------------------------------------------------------------------------------------------------
+PROMPTS = ["1+1=", "2+3=", "4+4=", "9-2=", "7*3=", "8+5=", "6-1=", "3*3="]
+ANSWERS = ["2", "5", "8", "7", "21", "13", "5", "9"]
+
+
+def digit_reward(completions: list[str], **kwargs: Any) -> list[float]:
+    """Deterministic toy reward: the fraction of digit characters in the completion."""
+    return [sum(ch.isdigit() for ch in c) / max(1, len(c)) for c in completions]
+
+
+def pad_texts(tok, texts: list[str], side: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """(ids, attention mask) of `texts`, padded on `side` ('left' or 'right') to the longest (>= 1)."""
+    rows = [tok(t, add_special_tokens=False)["input_ids"] for t in texts]
+    W = max(1, max(len(r) for r in rows))
+    ids = torch.full((len(rows), W), tok.pad_token_id, dtype=torch.long)
+    mask = torch.zeros(len(rows), W, dtype=torch.long)
+    for i, r in enumerate(rows):
+        sl = slice(0, len(r)) if side == "right" else slice(W - len(r), W)
+        ids[i, sl] = torch.tensor(r, dtype=torch.long)
+        mask[i, sl] = 1
+    return ids, mask
+
+
+def make_args(tmp_path: Path, cls: type | None = None, **overrides: Any):
+    """A two-step CPU `OARConfig` (or `cls`) for a tiny model: 4 prompts x 4 generations of 8 tokens."""
+    from oar_rl.config import OARConfig
+
+    kwargs: dict[str, Any] = dict(
+        output_dir=str(tmp_path / "out"),
+        learning_rate=0.01,
+        per_device_train_batch_size=4,
+        num_generations=4,
+        max_completion_length=8,
+        max_steps=2,
+        use_cpu=True,
+        bf16=False,
+        report_to=[],
+        logging_steps=1,
+        seed=0,
+        gradient_checkpointing=False,
+        save_strategy="no",
+        disable_tqdm=True,
+    )
+    kwargs.update(overrides)
+    return (cls or OARConfig)(**kwargs)
+
+
+def make_trainer(args, tokenizer, dataset, cls: type | None = None, reward=digit_reward, seed: int = 0):
+    """An `OARTrainer` (or `cls`) on a fresh tiny random Qwen2 (`seed`)."""
+    from oar_rl.trainer import OARTrainer
+
+    model = tiny_qwen2(len(tokenizer), seed=seed)
+    return (cls or OARTrainer)(
+        model=model, reward_funcs=reward, args=args, train_dataset=dataset, processing_class=tokenizer
+    )
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    """The embedded char tokenizer (one per test module)."""
+    return build_char_tokenizer()
+
+
+@pytest.fixture(scope="module")
+def dataset():
+    """`PROMPTS` with their `ANSWERS` as a `datasets.Dataset`."""
+    from datasets import Dataset
+
+    return Dataset.from_dict({"prompt": PROMPTS, "answer": ANSWERS})

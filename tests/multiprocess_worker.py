@@ -27,8 +27,9 @@ import torch
 import yaml
 
 from oar_rl import data, distributed
+from oar_rl.config import OARConfig
 from oar_rl.tiny import build_char_tokenizer, tiny_qwen2
-from oar_rl.trainer import OARConfig, OARTrainer
+from oar_rl.trainer import OARTrainer
 
 ROOT = Path(__file__).resolve().parents[1]
 GLOBAL_BATCH = 16

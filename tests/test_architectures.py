@@ -28,9 +28,9 @@ import pytest
 import torch
 
 from arch_models import ARCHS, tiny_model
+from oar_rl.answer_span import scored_positions
 from oar_rl.importance import gradient_importance, perturbation_importance
 from oar_rl.importance.gradient import row_noise, row_seeds
-from oar_rl.probes import scored_positions
 
 PROMPT_LENS = (2, 5, 7)
 COMPLETION_LENS = (6, 4, 5)

@@ -112,9 +112,9 @@ def test_eval_on_empty_or_columnless_file_is_one_clear_line(tiny_model_dir, tmp_
 # trackers and terminal output
 # ----------------------------------------------------------------------------------------------------
 def test_two_step_demo_run_logs_to_tensorboard_and_a_jsonl_file(tiny_model_dir, tmp_path, capsys):
-    from oar_rl import demo
+    from oar_rl import demo, demo_config
 
-    settings = demo.PRESETS["tiny"]
+    settings = demo_config.PRESETS["tiny"]
     logs = tmp_path / "logs"
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
@@ -278,7 +278,7 @@ def test_heatmaps_grey_unscored_tokens_and_caption_matches_rows():
 
 def test_results_md_names_the_embedded_model_not_its_hash(tmp_path):
     from oar_rl.evaluation import results_markdown
-    from oar_rl.io import display_model_name
+    from oar_rl.fetch import display_model_name
 
     entry = tmp_path / tiny.DEFAULT_RECIPE.hash()
     entry.mkdir()

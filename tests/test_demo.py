@@ -10,6 +10,7 @@ import pytest
 from oar_rl import demo, tiny
 from oar_rl.analysis import heatmap, plots, report
 from oar_rl.io import default_file_mode
+from oar_rl.tasks import exact_reward
 
 
 def _fake_history(offset: float) -> list[dict]:
@@ -101,7 +102,7 @@ def test_bad_arguments(tmp_path, capsys):
 
 
 def test_arithmetic_reward():
-    assert demo.arithmetic_reward(["<answer>3</answer>", "<answer>4</answer>", ""], ["3", "3", "3"]) == [
+    assert exact_reward(["<answer>3</answer>", "<answer>4</answer>", ""], ["3", "3", "3"]) == [
         1,
         0,
         0,

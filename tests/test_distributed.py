@@ -215,7 +215,7 @@ def test_fsdp_scoring_pads_passes_and_matches_unsharded(version):
 def test_every_backward_pass_is_announced_and_followed_by_one_backward():
     """The join protocol's assumption, for every scorer: a BACKWARD-coded body forward is followed by
     exactly one backward through the body before the next body forward; other forwards have none."""
-    from oar_rl.probes import decoder_body
+    from oar_rl.model_parts import decoder_body
 
     model = tiny_qwen2(VOCAB, seed=0)
     pid, pm, cid, cm = _batch(0, 3, 0)
@@ -248,7 +248,7 @@ def test_every_backward_pass_is_announced_and_followed_by_one_backward():
 
 def test_dummy_pass_leaves_no_grad_and_uses_one_body_forward():
     from oar_rl.distributed import pass_code
-    from oar_rl.probes import decoder_body
+    from oar_rl.model_parts import decoder_body
 
     model = tiny_qwen2(VOCAB, seed=0).train()
     for code in (FORWARD, BACKWARD):

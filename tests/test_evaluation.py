@@ -11,8 +11,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from oar_rl import evaluation
-from oar_rl.evaluation import EvalConfig, evaluate, main, mean_at_n, pass_at_k
+from oar_rl import eval_sampling, evaluation
+from oar_rl.eval_config import EvalConfig
+from oar_rl.evaluation import evaluate, main, mean_at_n, pass_at_k
 
 FIXTURES = Path(__file__).parent / "fixtures"
 LOCAL = str(FIXTURES / "eval_local.jsonl")  # answers 2, 4, 7, 10
@@ -158,7 +159,7 @@ def test_eval_end_to_end_and_resume(tiny_model_dir, tmp_path, monkeypatch):
     assert (full / "results.md").read_text().startswith("| Method | eval_local P@1 | eval_local P@2 | Avg |")
 
     # interrupted after 2 problems (batch size 3 = n: one problem per generate call)
-    real_generate = evaluation.TransformersSampler.generate
+    real_generate = eval_sampling.TransformersSampler.generate
     calls = {"n": 0}
 
     def interrupting_generate(self, prompts, n, seed):
@@ -167,13 +168,13 @@ def test_eval_end_to_end_and_resume(tiny_model_dir, tmp_path, monkeypatch):
         calls["n"] += 1
         return real_generate(self, prompts, n, seed)
 
-    monkeypatch.setattr(evaluation.TransformersSampler, "generate", interrupting_generate)
+    monkeypatch.setattr(eval_sampling.TransformersSampler, "generate", interrupting_generate)
     assert main(_args(tiny_model_dir, part)) == 130
     assert len((part / "eval_local.jsonl").read_text().splitlines()) == 2
     assert not (part / "results.json").exists()
     with open(part / "eval_local.jsonl", "a") as f:
         f.write('{"index": 2, "prompt": "torn')  # a crash in the middle of a write
-    monkeypatch.setattr(evaluation.TransformersSampler, "generate", real_generate)
+    monkeypatch.setattr(eval_sampling.TransformersSampler, "generate", real_generate)
     assert main(_args(tiny_model_dir, part)) == 0
     resumed = [json.loads(x) for x in (part / "eval_local.jsonl").read_text().splitlines()]
     assert resumed == records  # same completions, verdicts and counts as the uninterrupted run
@@ -332,7 +333,7 @@ def test_prompt_longer_than_the_positions_is_refused_before_sampling(
     def must_not_sample(*a, **k):
         raise AssertionError("sampling must not start")
 
-    monkeypatch.setattr(evaluation.TransformersSampler, "generate", must_not_sample)
+    monkeypatch.setattr(eval_sampling.TransformersSampler, "generate", must_not_sample)
     assert main(args) == 2
     err = capsys.readouterr().err
     # 24 positions - 6 new tokens = 18 prompt tokens at most; problem 1 has more (one token per character)
@@ -351,13 +352,13 @@ def test_prompt_longer_than_the_positions_is_refused_before_sampling(
     monkeypatch.undo()
     args[args.index("--max-new-tokens") + 1] = "6"
     seen = []
-    real_generate = evaluation.TransformersSampler.generate
+    real_generate = eval_sampling.TransformersSampler.generate
 
     def spy(self, prompts, n, seed):
         seen.append(self.tokenizer(prompts, truncation=True, max_length=self.prompt_budget())["input_ids"])
         return real_generate(self, prompts, n, seed)
 
-    monkeypatch.setattr(evaluation.TransformersSampler, "generate", spy)
+    monkeypatch.setattr(eval_sampling.TransformersSampler, "generate", spy)
     for flag, out in (("--truncate-prompts", "a"), ("--truncate_prompts", "b")):
         args[args.index("--out") + 1] = str(tmp_path / out)
         assert main([*args, flag]) == 0

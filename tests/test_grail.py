@@ -11,11 +11,13 @@ import torch
 from datasets import Dataset
 
 import oar_rl
-from oar_rl.importance import compute_importance, grail_credit, grail_importance, reasoning_positions
-from oar_rl.probes import answer_span_mask
+from conftest import ANSWERS, PROMPTS, make_args, make_trainer, pad_texts
+from oar_rl.answer_span import answer_span_mask
+from oar_rl.config import OARConfig
+from oar_rl.credits import compute_importance
+from oar_rl.importance import grail_credit, grail_importance, reasoning_positions
 from oar_rl.reshape import grail_rollout_rows, grail_token_advantages, grail_weights
-from oar_rl.tiny import build_char_tokenizer, tiny_qwen2
-from oar_rl.trainer import OARConfig, OARTrainer
+from oar_rl.tiny import tiny_qwen2
 
 EPS = 1e-8
 
@@ -164,24 +166,7 @@ def test_bad_inputs():
 
 
 @pytest.fixture(scope="module")
-def tok():
-    return build_char_tokenizer()
-
-
-def _pad(tok, texts: list[str], side: str) -> tuple[torch.Tensor, torch.Tensor]:
-    rows = [tok(t, add_special_tokens=False)["input_ids"] for t in texts]
-    W = max(1, max(len(r) for r in rows))
-    ids = torch.full((len(rows), W), tok.pad_token_id, dtype=torch.long)
-    mask = torch.zeros(len(rows), W, dtype=torch.long)
-    for i, r in enumerate(rows):
-        sl = slice(0, len(r)) if side == "right" else slice(W - len(r), W)
-        ids[i, sl] = torch.tensor(r, dtype=torch.long)
-        mask[i, sl] = 1
-    return ids, mask
-
-
-@pytest.fixture(scope="module")
-def batch(tok):
+def batch(tokenizer):
     """Left-padded prompts of different lengths, right-padded completions: spans (one with a token after
     it), a span at the very first token (nothing before it), rows without a span, an empty row."""
     prompts = ["12+7=", "a?", "what is 3*4?", "hi", "q", "5-1="]
@@ -193,9 +178,9 @@ def batch(tok):
         "no tags",  # no span
         "\\boxed{4} done",
     ]
-    p_ids, p_mask = _pad(tok, prompts, "left")
-    c_ids, c_mask = _pad(tok, completions, "right")
-    ans = answer_span_mask(c_ids, c_mask, tok, pattern="boxed")
+    p_ids, p_mask = pad_texts(tokenizer, prompts, "left")
+    c_ids, c_mask = pad_texts(tokenizer, completions, "right")
+    ans = answer_span_mask(c_ids, c_mask, tokenizer, pattern="boxed")
     # the last row: make the span start at the first completion token
     ans[5] = False
     ans[5, 0] = True
@@ -203,8 +188,8 @@ def batch(tok):
 
 
 @pytest.fixture(scope="module")
-def model(tok):
-    return tiny_qwen2(len(tok), seed=1, hidden_size=32)
+def model(tokenizer):
+    return tiny_qwen2(len(tokenizer), seed=1, hidden_size=32)
 
 
 def slow_saliency(model, p_ids, p_mask, c_ids, c_mask, ans, temperature=1.0):
@@ -251,9 +236,9 @@ def test_temperature_changes_saliency(model, batch):
     assert not torch.allclose(a, b)
 
 
-def test_scorer_leaves_model_as_found_and_chunks(tok, batch):
+def test_scorer_leaves_model_as_found_and_chunks(tokenizer, batch):
     p_ids, p_mask, c_ids, c_mask, ans = batch
-    model = tiny_qwen2(len(tok), seed=4)
+    model = tiny_qwen2(len(tokenizer), seed=4)
     model.train()
     model.model.norm.eval()
     modes = {n: m.training for n, m in model.named_modules()}
@@ -283,10 +268,10 @@ def test_scorer_leaves_model_as_found_and_chunks(tok, batch):
     assert (grail_importance(model, p_ids, p_mask, c_ids, c_mask, answer_mask=no_span) == 0).all()
 
 
-def test_scorer_with_checkpointing_and_frozen_params(tok, batch):
+def test_scorer_with_checkpointing_and_frozen_params(tokenizer, batch):
     """Gradient checkpointing on and every parameter frozen (PEFT-like): same scores, no grads."""
     p_ids, p_mask, c_ids, c_mask, ans = batch
-    model = tiny_qwen2(len(tok), seed=6)
+    model = tiny_qwen2(len(tokenizer), seed=6)
     ref = grail_importance(model, p_ids, p_mask, c_ids, c_mask, answer_mask=ans)
     model.gradient_checkpointing_enable()
     model.train()
@@ -297,7 +282,7 @@ def test_scorer_with_checkpointing_and_frozen_params(tok, batch):
 
 
 def test_grail_credit_scores_only_selected_rows(monkeypatch, model, batch):
-    import oar_rl.importance as importance
+    import oar_rl.importance.grail as importance  # grail_credit scores through this module's name
 
     p_ids, p_mask, c_ids, c_mask, ans = batch
     adv = torch.tensor([-1.0, -1.0, 0.5, -0.3, 0.0, -2.0])
@@ -381,36 +366,18 @@ def _capture(trainer) -> list[dict]:
     return records
 
 
-def digit_reward(completions, **kwargs):
-    return [sum(ch.isdigit() for ch in c) / max(1, len(c)) for c in completions]
-
-
 @pytest.mark.parametrize("rollouts", ["wrong", "all"])
-def test_two_grail_steps(tmp_path, tok, rollouts):
+def test_two_grail_steps(tmp_path, tokenizer, rollouts):
     pattern = "([a-z])"  # the random policy writes no answer format: the last lowercase letter is the span
-    args = OARConfig(
-        output_dir=str(tmp_path / "out"),
+    args = make_args(
+        tmp_path,
         credit="grail",
         answer_pattern=pattern,
         grail_rollouts=rollouts,
-        learning_rate=0.01,
-        per_device_train_batch_size=4,
-        num_generations=4,
-        max_completion_length=8,
-        max_steps=2,
-        use_cpu=True,
-        bf16=False,
-        report_to=[],
-        logging_steps=1,
-        seed=0,
-        save_strategy="no",
-        disable_tqdm=True,
+        gradient_checkpointing=True,  # GRPOConfig's default, which this test always ran with
     )
-    dataset = Dataset.from_dict({"prompt": ["1+1=", "2+3=", "4+4=", "9-2="], "answer": ["2", "5", "8", "7"]})
-    model = tiny_qwen2(len(tok), seed=0)
-    trainer = OARTrainer(
-        model=model, reward_funcs=digit_reward, args=args, train_dataset=dataset, processing_class=tok
-    )
+    dataset = Dataset.from_dict({"prompt": PROMPTS[:4], "answer": ANSWERS[:4]})
+    trainer = make_trainer(args, tokenizer, dataset)
     before = {k: v.detach().clone() for k, v in trainer.model.named_parameters()}
     records = _capture(trainer)
     trainer.train()
@@ -424,7 +391,7 @@ def test_two_grail_steps(tmp_path, tok, rollouts):
     for rec in records:
         out, seq_adv = rec["out"], rec["seq_adv"]
         mask = out["completion_mask"]
-        ans = answer_span_mask(out["completion_ids"], mask, tok, pattern=pattern)
+        ans = answer_span_mask(out["completion_ids"], mask, tokenizer, pattern=pattern)
         # the batch's credit equals a direct recomputation with the policy that generated it
         expected, w = grail_credit(
             rec["policy"], *(out[k] for k in keys), seq_adv, answer_mask=ans, rollouts=rollouts, batch_size=4
@@ -441,12 +408,12 @@ def test_two_grail_steps(tmp_path, tok, rollouts):
     assert len(logged) == 2 and all(0.0 < h["oar/ess_ratio"] <= 1.0 + 1e-6 for h in logged)
 
 
-def test_attribute_method(tok, model, batch):
+def test_attribute_method(tokenizer, model, batch):
     from oar_rl.analysis.attribute import METHODS, Trajectory, method_scores
 
     assert "grail" in METHODS
     p_ids, p_mask, c_ids, c_mask, _ = batch
     trajs = [Trajectory("", "", "", p_ids[b][p_mask[b].bool()], c_ids[b][c_mask[b].bool()]) for b in (0, 2)]
-    scores, reasoning = method_scores(model, tok, trajs, ["grail"], answer_pattern="boxed")
+    scores, reasoning = method_scores(model, tokenizer, trajs, ["grail"], answer_pattern="boxed")
     s = scores["grail"]
     assert s.shape == reasoning.shape and (s[~reasoning] == 0).all() and (s[reasoning] > 0).any()

@@ -13,40 +13,24 @@ import pytest
 import torch
 from torch import nn
 
+from conftest import pad_texts
 from float64 import float64_copy
+from oar_rl.answer_span import answer_span_mask, scored_positions
+from oar_rl.credits import compute_importance
 from oar_rl.importance import (
-    compute_importance,
     entropy_importance,
     gradient_importance,
     perturbation_importance,
     random_importance,
 )
 from oar_rl.importance.gradient import row_noise, row_seeds
-from oar_rl.probes import answer_span_mask, body_hidden, build_probe_spec, probe_outcome, scored_positions
-from oar_rl.tiny import build_char_tokenizer, tiny_qwen2
-
-PROBES = ["lt-logits", "as-mean", "as-joint"]
-
-
-def _pad(tok, texts: list[str], side: str) -> tuple[torch.Tensor, torch.Tensor]:
-    rows = [tok(t, add_special_tokens=False)["input_ids"] for t in texts]
-    W = max(1, max(len(r) for r in rows))
-    ids = torch.full((len(rows), W), tok.pad_token_id, dtype=torch.long)
-    mask = torch.zeros(len(rows), W, dtype=torch.long)
-    for i, r in enumerate(rows):
-        sl = slice(0, len(r)) if side == "right" else slice(W - len(r), W)
-        ids[i, sl] = torch.tensor(r, dtype=torch.long)
-        mask[i, sl] = 1
-    return ids, mask
+from oar_rl.model_parts import body_hidden
+from oar_rl.probes import PROBES, build_probe_spec, probe_outcome
+from oar_rl.tiny import tiny_qwen2
 
 
 @pytest.fixture(scope="module")
-def tok():
-    return build_char_tokenizer()
-
-
-@pytest.fixture(scope="module")
-def batch(tok):
+def batch(tokenizer):
     """Left-padded prompts, right-padded completions of different lengths; spans, a no-span row, a
     single-token row and an empty row."""
     prompts = ["12+7=", "a?", "what is 3*4?", "hi", "q"]
@@ -57,17 +41,17 @@ def batch(tok):
         "",  # no valid token
         "no tags",  # no span
     ]
-    p_ids, p_mask = _pad(tok, prompts, "left")
-    c_ids, c_mask = _pad(tok, completions, "right")
-    ans = answer_span_mask(c_ids, c_mask, tok, pattern="boxed")
+    p_ids, p_mask = pad_texts(tokenizer, prompts, "left")
+    c_ids, c_mask = pad_texts(tokenizer, completions, "right")
+    ans = answer_span_mask(c_ids, c_mask, tokenizer, pattern="boxed")
     return p_ids, p_mask, c_ids, c_mask, ans
 
 
 @pytest.fixture(scope="module")
-def model64(tok):
+def model64(tokenizer):
     """float64 end to end, for tight tolerances and finite differences (see tests/float64.py for the
     transformers quirks worked around; float32 eager, the real use, is tested too)."""
-    return float64_copy(tiny_qwen2(len(tok), seed=1, hidden_size=32))
+    return float64_copy(tiny_qwen2(len(tokenizer), seed=1, hidden_size=32))
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -139,9 +123,9 @@ def test_oar_p_matches_serial_reference(probe, model64, batch):
         assert (got[ans] == 0).all() and (got[2, -1] == 0)
 
 
-def test_oar_p_float32_and_mask_token(tok, batch):
+def test_oar_p_float32_and_mask_token(tokenizer, batch):
     p_ids, p_mask, c_ids, c_mask, ans = batch
-    model = tiny_qwen2(len(tok), seed=2, hidden_size=32)
+    model = tiny_qwen2(len(tokenizer), seed=2, hidden_size=32)
     ref = serial_oar_p(model, p_ids, p_mask, c_ids, c_mask, "lt-logits", ans, mask_id=7)
     got = perturbation_importance(model, p_ids, p_mask, c_ids, c_mask, mask_token_id=7, batch_size=4)
     # atol: a float32 KL of ~1e-6 is a sum of terms p·(log p − log q) with log-prob rounding ~1e-7 each
@@ -179,9 +163,9 @@ def test_unverifiable_head_is_refused_and_peft_like_wrapper(model64, batch):
     torch.testing.assert_close(wrapped, perturbation_importance(model64, p_ids, p_mask, c_ids, c_mask))
 
 
-def test_oar_p_leaves_model_as_found(tok, batch):
+def test_oar_p_leaves_model_as_found(tokenizer, batch):
     p_ids, p_mask, c_ids, c_mask, _ = batch
-    model = tiny_qwen2(len(tok), seed=3)
+    model = tiny_qwen2(len(tokenizer), seed=3)
     model.train()
     model.model.layers[0].eval()  # mixed modes must be restored per module
     modes = {n: m.training for n, m in model.named_modules()}
@@ -297,9 +281,9 @@ def test_oar_g_matches_finite_differences(probe, model64, batch):
             assert abs(float(got[b, t]) - ref) <= 1e-5 * ref, (b, t, float(got[b, t]), ref)
 
 
-def test_oar_g_state_determinism_and_chunking(tok, batch):
+def test_oar_g_state_determinism_and_chunking(tokenizer, batch):
     p_ids, p_mask, c_ids, c_mask, _ = batch
-    model = tiny_qwen2(len(tok), seed=4)
+    model = tiny_qwen2(len(tokenizer), seed=4)
     model.train()
     model.model.norm.eval()
     modes = {n: m.training for n, m in model.named_modules()}
@@ -420,7 +404,7 @@ def test_bad_batches(name, model64, batch):
             fn(model64, *args)
 
 
-def test_bad_options(tok, model64, batch):
+def test_bad_options(tokenizer, model64, batch):
     p_ids, p_mask, c_ids, c_mask, ans = batch
     args = (p_ids, p_mask, c_ids, c_mask)
     for fn in (perturbation_importance, gradient_importance):
@@ -439,7 +423,7 @@ def test_bad_options(tok, model64, batch):
         perturbation_importance(model64, *args, batch_size=0)
     with pytest.raises(ValueError, match="mask_token_id"):
         perturbation_importance(model64, *args, mask_token_id=10_000)
-    nopad = tiny_qwen2(len(tok), pad_token_id=None)
+    nopad = tiny_qwen2(len(tokenizer), pad_token_id=None)
     with pytest.raises(ValueError, match="pad_token_id"):
         perturbation_importance(nopad, *args)
     assert perturbation_importance(nopad, *args, mask_token_id=0).shape == c_ids.shape
@@ -465,11 +449,11 @@ def test_degenerate_batches(model64, batch):
 
 
 @pytest.mark.parametrize("probe", PROBES)
-def test_clean_probe_equals_plain_forward(probe, tok, batch):
+def test_clean_probe_equals_plain_forward(probe, tokenizer, batch):
     """float32 eager, the real configuration: the body+gathered-head probe equals the probe taken from
     a plain model(input_ids, attention_mask) forward (same positions, same left-padding handling)."""
     p_ids, p_mask, c_ids, c_mask, ans = batch
-    model = tiny_qwen2(len(tok), seed=5, hidden_size=32)
+    model = tiny_qwen2(len(tokenizer), seed=5, hidden_size=32)
     P = p_ids.shape[1]
     ids, attn = torch.cat([p_ids, c_ids], 1), torch.cat([p_mask, c_mask], 1)
     spec = build_probe_spec(P, attn, c_ids, None if probe == "lt-logits" else ans.bool(), probe)
@@ -484,10 +468,10 @@ def test_clean_probe_equals_plain_forward(probe, tok, batch):
             torch.testing.assert_close(got.phi[b], ref, rtol=1e-5, atol=1e-6)
 
 
-def test_oar_g_with_checkpointing_and_frozen_params(tok, batch):
+def test_oar_g_with_checkpointing_and_frozen_params(tokenizer, batch):
     """Gradient checkpointing on and every parameter frozen (PEFT-like): same scores, no grads."""
     p_ids, p_mask, c_ids, c_mask, _ = batch
-    model = tiny_qwen2(len(tok), seed=6)
+    model = tiny_qwen2(len(tokenizer), seed=6)
 
     def run():
         g = torch.Generator().manual_seed(0)
@@ -586,10 +570,10 @@ def test_oar_g_warns_when_noise_rounds_away_in_bf16():
         )
 
 
-def test_body_without_position_ids_is_refused(tok, batch):
+def test_body_without_position_ids_is_refused(tokenizer, batch):
     """A body that cannot take positions cannot be run as the completion was generated: clear error."""
     p_ids, p_mask, c_ids, c_mask, _ = batch
-    model = tiny_qwen2(len(tok), seed=7)
+    model = tiny_qwen2(len(tokenizer), seed=7)
     body = model.model
     original = body.forward
 

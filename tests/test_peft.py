@@ -7,23 +7,19 @@ model's, i.e. with the adapter disabled); no `.grad` is left by the scoring pass
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import pytest
 import torch
 from datasets import Dataset
 
-from oar_rl import trainer as trainer_mod
+from conftest import PROMPTS, digit_reward, make_args
+from oar_rl import credits
 from oar_rl.tiny import build_char_tokenizer, tiny_qwen2
-from oar_rl.trainer import OARConfig, OARTrainer
+from oar_rl.trainer import OARTrainer
 
 peft = pytest.importorskip("peft")
-
-PROMPTS = ["1+1=", "2+3=", "4+4=", "9-2=", "7*3=", "8+5=", "6-1=", "3*3="]
-
-
-def digit_reward(completions: list[str], **kwargs: Any) -> list[float]:
-    return [sum(ch.isdigit() for ch in c) / max(1, len(c)) for c in completions]
 
 
 @pytest.mark.parametrize("gradient_checkpointing", [False, True], ids=["plain", "ckpt"])
@@ -32,22 +28,8 @@ def test_lora_two_steps_train_only_the_adapter_on_adapted_importance(
     tmp_path, monkeypatch, credit, gradient_checkpointing
 ):
     tokenizer = build_char_tokenizer()
-    args = OARConfig(
-        output_dir=str(tmp_path / "out"),
-        credit=credit,
-        learning_rate=0.05,
-        per_device_train_batch_size=4,
-        num_generations=4,
-        max_completion_length=8,
-        max_steps=2,
-        use_cpu=True,
-        bf16=False,
-        report_to=[],
-        logging_steps=1,
-        seed=0,
-        gradient_checkpointing=gradient_checkpointing,
-        save_strategy="no",
-        disable_tqdm=True,
+    args = make_args(
+        tmp_path, credit=credit, learning_rate=0.05, gradient_checkpointing=gradient_checkpointing
     )
     lora = peft.LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"], task_type="CAUSAL_LM")
     trainer = OARTrainer(
@@ -61,8 +43,7 @@ def test_lora_two_steps_train_only_the_adapter_on_adapted_importance(
     assert isinstance(trainer.model, peft.PeftModel)
     before = {n: p.detach().clone() for n, p in trainer.model.named_parameters()}
 
-    name = {"oar-g": "gradient_importance", "oar-p": "perturbation_importance"}[credit]
-    scorer = getattr(trainer_mod, name)
+    scorer = credits.CREDIT_MODES[credit].scorer
     calls: list[dict[str, Any]] = []
 
     def spy(model, *batch, **kwargs):
@@ -92,7 +73,9 @@ def test_lora_two_steps_train_only_the_adapter_on_adapted_importance(
             rec["base"] = rescore(rec)
         return credit_out
 
-    monkeypatch.setattr(trainer_mod, name, spy)
+    monkeypatch.setitem(
+        credits.CREDIT_MODES, credit, dataclasses.replace(credits.CREDIT_MODES[credit], scorer=spy)
+    )
     monkeypatch.setattr(trainer, "_assign_credit", assign_then_rescore)
     trainer.train()
 

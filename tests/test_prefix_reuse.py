@@ -9,16 +9,11 @@ import pytest
 import torch
 
 from float64 import float64_copy
+from oar_rl.answer_span import scored_positions
 from oar_rl.importance import perturbation_importance
 from oar_rl.importance.prefix import clean_pass
-from oar_rl.probes import (
-    build_probe_spec,
-    outcome_divergence,
-    position_ids_from_mask,
-    prepare_batch,
-    probe_outcome,
-    scored_positions,
-)
+from oar_rl.model_parts import position_ids_from_mask
+from oar_rl.probes import build_probe_spec, outcome_divergence, prepare_batch, probe_outcome
 from oar_rl.tiny import tiny_qwen2
 
 V = 50

@@ -9,35 +9,17 @@ import torch
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import PreTrainedTokenizerFast
 
-from oar_rl.probes import (
+from conftest import pad_texts
+from oar_rl.answer_span import (
     ANSWER_TAG_PATTERN,
     REWARDED,
-    ProbeOutcome,
     answer_span_mask,
-    build_probe_spec,
     compile_answer_pattern,
     has_answer_span,
     last_boxed_span,
-    outcome_divergence,
     scored_positions,
 )
-from oar_rl.tiny import build_char_tokenizer
-
-
-def _right_padded(tok, texts: list[str]) -> tuple[torch.Tensor, torch.Tensor]:
-    rows = [tok(t, add_special_tokens=False)["input_ids"] for t in texts]
-    C = max(1, max(len(r) for r in rows))
-    ids = torch.full((len(rows), C), tok.pad_token_id, dtype=torch.long)
-    mask = torch.zeros(len(rows), C, dtype=torch.long)
-    for i, r in enumerate(rows):
-        ids[i, : len(r)] = torch.tensor(r, dtype=torch.long)
-        mask[i, : len(r)] = 1
-    return ids, mask
-
-
-@pytest.fixture(scope="module")
-def char_tok():
-    return build_char_tokenizer()
+from oar_rl.probes import ProbeOutcome, build_probe_spec, outcome_divergence
 
 
 @pytest.fixture(scope="module")
@@ -61,7 +43,7 @@ def bpe_tok():
 
 def _reference_mask(tok, texts: list[str], span_of) -> torch.Tensor:
     """Slow reference: tokens whose ORIGINAL-text offsets overlap the span found on the original text."""
-    ids, _ = _right_padded(tok, texts)
+    ids, _ = pad_texts(tok, texts, "right")
     out = torch.zeros(ids.shape, dtype=torch.bool)
     for b, text in enumerate(texts):
         span = span_of(text)
@@ -91,9 +73,9 @@ COMPLETIONS = [
 ]
 
 
-def test_answer_span_char_tokenizer_hand_checked(char_tok):
-    ids, mask = _right_padded(char_tok, ["ab<answer>42</answer>", "x"])
-    got = answer_span_mask(ids, mask, char_tok)
+def test_answer_span_char_tokenizer_hand_checked(tokenizer):
+    ids, mask = pad_texts(tokenizer, ["ab<answer>42</answer>", "x"], "right")
+    got = answer_span_mask(ids, mask, tokenizer)
     # row 0: 'a','b' (0-1), '<answer>' (2-9), '4' (10), '2' (11), '</answer>' (12-20)
     expected = torch.zeros_like(got)
     expected[0, 10:12] = True
@@ -101,9 +83,9 @@ def test_answer_span_char_tokenizer_hand_checked(char_tok):
 
 
 @pytest.mark.parametrize("which", ["char", "bpe"])
-def test_answer_span_matches_offset_reference(which, char_tok, bpe_tok):
-    tok = char_tok if which == "char" else bpe_tok
-    ids, mask = _right_padded(tok, COMPLETIONS)
+def test_answer_span_matches_offset_reference(which, tokenizer, bpe_tok):
+    tok = tokenizer if which == "char" else bpe_tok
+    ids, mask = pad_texts(tok, COMPLETIONS, "right")
     got = answer_span_mask(ids, mask, tok, pattern=ANSWER_TAG_PATTERN)
     ref = _reference_mask(tok, COMPLETIONS, _last_regex_span(ANSWER_TAG_PATTERN))
     assert torch.equal(got, ref)
@@ -117,8 +99,8 @@ def test_answer_span_matches_offset_reference(which, char_tok, bpe_tok):
 
 
 @pytest.mark.parametrize("which", ["char", "bpe"])
-def test_boxed_nested_braces(which, char_tok, bpe_tok):
-    tok = char_tok if which == "char" else bpe_tok
+def test_boxed_nested_braces(which, tokenizer, bpe_tok):
+    tok = tokenizer if which == "char" else bpe_tok
     texts = [
         "The answer is \\boxed{\\frac{1}{2}} and that is final.",
         "\\boxed{3} wait, \\boxed{4}",  # last one
@@ -126,7 +108,7 @@ def test_boxed_nested_braces(which, char_tok, bpe_tok):
         "cut off \\boxed{\\frac{1}{2}",  # unbalanced: no span
         "\\boxed{7} then unbalanced \\boxed{8",  # the complete one is used
     ]
-    ids, mask = _right_padded(tok, texts)
+    ids, mask = pad_texts(tok, texts, "right")
     got = answer_span_mask(ids, mask, tok, pattern="boxed")
 
     def span_of(text):
@@ -142,9 +124,9 @@ def test_boxed_nested_braces(which, char_tok, bpe_tok):
     assert texts[4][slice(*last_boxed_span(texts[4]))] == "7"
 
 
-def test_custom_regex_and_padding_ignored(char_tok):
-    ids, mask = _right_padded(char_tok, ["work #### 12", "#### 3 and #### 45"])
-    got = answer_span_mask(ids, mask, char_tok, pattern=r"#### (\d+)")
+def test_custom_regex_and_padding_ignored(tokenizer):
+    ids, mask = pad_texts(tokenizer, ["work #### 12", "#### 3 and #### 45"], "right")
+    got = answer_span_mask(ids, mask, tokenizer, pattern=r"#### (\d+)")
     assert got[0].nonzero().flatten().tolist() == [10, 11]
     assert got[1].nonzero().flatten().tolist() == [16, 17]
     # padding positions are never in the span even if their ids would decode into the pattern
@@ -152,10 +134,10 @@ def test_custom_regex_and_padding_ignored(char_tok):
 
 
 @pytest.mark.parametrize("pattern", ["", "<answer>.*</answer>", "(a)(b)", "(unclosed"])
-def test_bad_patterns(pattern, char_tok):
-    ids, mask = _right_padded(char_tok, ["x"])
+def test_bad_patterns(pattern, tokenizer):
+    ids, mask = pad_texts(tokenizer, ["x"], "right")
     with pytest.raises(ValueError, match="pattern"):
-        answer_span_mask(ids, mask, char_tok, pattern=pattern)
+        answer_span_mask(ids, mask, tokenizer, pattern=pattern)
     with pytest.raises(ValueError, match="pattern"):
         compile_answer_pattern(pattern)
     assert (
@@ -165,14 +147,14 @@ def test_bad_patterns(pattern, char_tok):
     )
 
 
-def test_answer_span_bad_masks(char_tok):
-    ids, mask = _right_padded(char_tok, ["ab"])
+def test_answer_span_bad_masks(tokenizer):
+    ids, mask = pad_texts(tokenizer, ["ab"], "right")
     with pytest.raises(ValueError, match="0/1"):
-        answer_span_mask(ids, mask * 2, char_tok)
+        answer_span_mask(ids, mask * 2, tokenizer)
     with pytest.raises(ValueError, match="shape"):
-        answer_span_mask(ids, mask[:, :1], char_tok)
+        answer_span_mask(ids, mask[:, :1], tokenizer)
     with pytest.raises(ValueError, match="integer"):
-        answer_span_mask(ids.float(), mask, char_tok)
+        answer_span_mask(ids.float(), mask, tokenizer)
 
 
 def test_scored_positions_hand_worked():
@@ -247,7 +229,7 @@ MULTIBYTE = ["<answer>😀</answer>", "so <answer>x = 😀½é</answer> 🎉", "
 def test_answer_span_multibyte_chars_have_no_holes(text, bpe_tok):
     """A byte-level token holding a middle byte of a multi-byte character inside the answer decodes to
     no text of its own; it must still be marked (it was not: `<answer>😀</answer>` gave [T, F, F, T])."""
-    ids, mask = _right_padded(bpe_tok, [text])
+    ids, mask = pad_texts(bpe_tok, [text], "right")
     got = answer_span_mask(ids, mask, bpe_tok, pattern=ANSWER_TAG_PATTERN)
     ref = _reference_mask(bpe_tok, [text], _last_regex_span(ANSWER_TAG_PATTERN))
     assert torch.equal(got, ref)
@@ -255,8 +237,8 @@ def test_answer_span_multibyte_chars_have_no_holes(text, bpe_tok):
 
 
 def test_answer_span_truncated_multibyte_char_and_module_split(bpe_tok):
-    """A completion cut in the middle of a character (length limit) keeps its text; the old import
-    path `oar_rl.probes` still gives the answer-span functions."""
+    """A completion cut in the middle of a character (length limit) keeps its text; the answer-span
+    functions have one home, `oar_rl.answer_span` (`oar_rl.probes` no longer re-exports them, issue 20)."""
     from oar_rl import answer_span, probes
 
     full = bpe_tok("<answer>ab😀", add_special_tokens=False)["input_ids"]
@@ -264,7 +246,7 @@ def test_answer_span_truncated_multibyte_char_and_module_split(bpe_tok):
     got = answer_span_mask(ids, torch.ones_like(ids), bpe_tok, pattern=r"<answer>(.*)")
     assert got[0].tolist()[-3:] == [True, True, True] and not got[0, 0]
     for name in ("answer_span_mask", "scored_positions", "last_boxed_span", "compile_answer_pattern"):
-        assert getattr(probes, name) is getattr(answer_span, name)
+        assert callable(getattr(answer_span, name)) and not hasattr(probes, name)
 
 
 def test_answer_span_space_merged_with_partial_char(bpe_tok):
@@ -283,15 +265,15 @@ def test_answer_span_space_merged_with_partial_char(bpe_tok):
     assert got[0, n - 1] and got[0, n] and got[0, n + 1] and not got[0, n + 2]
 
 
-def test_rewarded_pattern_marks_what_the_reward_scores(char_tok):
+def test_rewarded_pattern_marks_what_the_reward_scores(tokenizer):
     """pattern="rewarded": the span of the rewards' one rule (last-ending marker, then inside it)."""
     texts = [
         "\\boxed{3} so the final answer is $5$.",  # the later marker wins: 5
         "x <answer>\\boxed{42}</answer>",  # the rule again inside the tag: 42
         "no marker 7",  # no marker: no span
     ]
-    ids, mask = _right_padded(char_tok, texts)
-    got = answer_span_mask(ids, mask, char_tok, pattern="rewarded")
+    ids, mask = pad_texts(tokenizer, texts, "right")
+    got = answer_span_mask(ids, mask, tokenizer, pattern="rewarded")
     for b, (text, want) in enumerate(zip(texts, ["5", "42", ""], strict=True)):
         marked = "".join(text[k] for k in got[b].nonzero().flatten().tolist())
         assert marked == want

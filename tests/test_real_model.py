@@ -70,7 +70,7 @@ def test_converted_weights_equal_the_gguf_dequantisation(model_dir, real):
 
 @pytest.mark.parametrize("fmt", sorted(FORMATS))
 def test_default_span_is_the_rewarded_answer_in_each_format(fmt, real):
-    from oar_rl.probes import ANSWER_TAG_PATTERN, answer_span_mask
+    from oar_rl.answer_span import ANSWER_TAG_PATTERN, answer_span_mask
     from oar_rl.rewards import accuracy_reward
 
     _, tok = real
@@ -165,7 +165,7 @@ class _Recording:
 
 
 def _args(tmp_path, **kw):
-    from oar_rl.trainer import OARConfig
+    from oar_rl.config import OARConfig
 
     base = dict(
         output_dir=str(tmp_path), per_device_train_batch_size=4, num_generations=2, max_completion_length=24,

@@ -13,6 +13,7 @@ from oar_rl.study import cli as study_cli
 from oar_rl.study import config, runner, stats, tasks
 from oar_rl.study import report as study_report
 from oar_rl.study.report import aggregate
+from oar_rl.study.task import StudyTask, WarmStart
 
 # --------------------------------------------------------------------------------------------------
 # statistics
@@ -93,9 +94,9 @@ def test_curve_ci_and_steps_to_reach():
 
 
 def test_methods_follow_the_trainer_and_ablations_share_main_runs(monkeypatch):
-    from oar_rl import trainer
+    from oar_rl import credits
 
-    monkeypatch.setattr(trainer, "CREDITS", (*trainer.CREDITS, "new-mode"))
+    monkeypatch.setattr(credits, "CREDITS", (*credits.CREDITS, "new-mode"))
     assert config.all_methods()[0] == "grpo" and "new-mode" in config.all_methods()
     s = config.StudySettings(
         seeds=2, ablations=("tau", "probe"), probe="as-mean", methods=("grpo", "oar-g", "oar-p")
@@ -142,9 +143,9 @@ def fake_study(monkeypatch, tmp_path):
     state = {"interrupt_at": None, "best_lr": {}}
 
     def load(variant, cache_dir):
-        return tasks.WarmStart(object(), object(), tmp_path / "ws", "fakehash", {"fake": True})
+        return WarmStart(object(), object(), tmp_path / "ws", "fakehash", {"fake": True})
 
-    task = tasks.StudyTask(
+    task = StudyTask(
         name="fake",
         description="fake",
         prompts=lambda split, n: [{"prompt": f"{split}{i}", "answer": "1"} for i in range(n)],

@@ -93,8 +93,8 @@ def test_tiny_study_end_to_end_then_resume(tmp_path, parity_task, monkeypatch, c
 def test_heldout_evaluation_does_not_change_training(tmp_path):
     """Evaluating every step (forked RNG) must leave the training run exactly as without evaluation."""
     from oar_rl.data.arithmetic import load
-    from oar_rl.demo import arithmetic_reward
     from oar_rl.study.training import HeldOutEval, train_policy
+    from oar_rl.tasks import exact_reward
     from oar_rl.tiny import TEST_RECIPE, load_default_model
 
     _, tok, path = load_default_model(TEST_RECIPE, cache_dir=tmp_path / "cache", progress=False)
@@ -113,9 +113,9 @@ def test_heldout_evaluation_does_not_change_training(tmp_path):
     data = load("train", 8)
     evaluated = HeldOutEval(evaluate, 1, 2)
     m1, h1, _ = train_policy(
-        path, data, arithmetic_reward, workdir=tmp_path / "a", callbacks=[evaluated], **common
+        path, data, exact_reward, workdir=tmp_path / "a", callbacks=[evaluated], **common
     )
-    m2, h2, _ = train_policy(path, data, arithmetic_reward, workdir=tmp_path / "b", **common)
+    m2, h2, _ = train_policy(path, data, exact_reward, workdir=tmp_path / "b", **common)
     assert sorted(evaluated.curve) == [1, 2]
     drop = {"step_time", "train_runtime", "train_samples_per_second", "train_steps_per_second"}
     keys = [k for k in h1[0] if k not in drop and "seconds" not in k and "time" not in k]

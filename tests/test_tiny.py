@@ -8,7 +8,7 @@ from dataclasses import replace
 import pytest
 import torch
 
-from oar_rl import tiny
+from oar_rl import sampling, tiny
 from oar_rl.data.arithmetic import ArithmeticConfig
 
 
@@ -124,28 +124,28 @@ def test_generation_is_seeded_and_restores_mode(built):
     _, model, tok, _ = built
     prompts = ["Compute 1+2+3.", "What is 4*5-6?"]
     model.train()
-    a = tiny.generate_completions(model, tok, prompts, temperature=1.0, max_new_tokens=10, seed=3)
-    b = tiny.generate_completions(model, tok, prompts, temperature=1.0, max_new_tokens=10, seed=3)
+    a = sampling.generate_completions(model, tok, prompts, temperature=1.0, max_new_tokens=10, seed=3)
+    b = sampling.generate_completions(model, tok, prompts, temperature=1.0, max_new_tokens=10, seed=3)
     assert model.training
     model.eval()
     assert a == b and all(len(x) <= 10 for x in a)
-    g1 = tiny.generate_completions(model, tok, prompts, temperature=0.0, max_new_tokens=10)
-    g2 = tiny.generate_completions(
+    g1 = sampling.generate_completions(model, tok, prompts, temperature=0.0, max_new_tokens=10)
+    g2 = sampling.generate_completions(
         model, tok, prompts[::-1], temperature=0.0, max_new_tokens=10, batch_size=1
     )
     assert g1 == g2[::-1]  # greedy does not depend on batching or left padding
     with pytest.raises(ValueError, match="temperature"):
-        tiny.generate_completions(model, tok, prompts, temperature=-1.0)
+        sampling.generate_completions(model, tok, prompts, temperature=-1.0)
 
 
 def test_accuracy_counts_checked_completions(built, monkeypatch):
     _, model, tok, _ = built
     fake = ["<answer>6</answer>", "<answer>7</answer>", "<answer>14</answer>", "nope"]
-    monkeypatch.setattr(tiny, "generate_completions", lambda *a, **k: list(fake))
+    monkeypatch.setattr(sampling, "generate_completions", lambda *a, **k: list(fake))
     # Two problems x two samples: answers 6, 6, 14, 14 -> matches at 0 and 2.
-    assert tiny.accuracy(model, tok, ["p1", "p2"], ["6", "14"], samples=2) == pytest.approx(0.5)
+    assert sampling.accuracy(model, tok, ["p1", "p2"], ["6", "14"], samples=2) == pytest.approx(0.5)
     with pytest.raises(ValueError, match="samples"):
-        tiny.accuracy(model, tok, ["p1"], ["6"], samples=0)
+        sampling.accuracy(model, tok, ["p1"], ["6"], samples=0)
 
 
 def test_unwritable_cache_dir_is_a_clear_error(tmp_path):

@@ -12,7 +12,6 @@ from __future__ import annotations
 import copy
 import json
 import math
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -20,54 +19,12 @@ import torch
 from datasets import Dataset
 from trl import GRPOConfig, GRPOTrainer
 
+from conftest import ANSWERS, PROMPTS, digit_reward, make_args, make_trainer
+from oar_rl.config import OARConfig
 from oar_rl.importance import perturbation_importance
 from oar_rl.reshape import token_advantages
-from oar_rl.tiny import build_char_tokenizer, tiny_qwen2
-from oar_rl.trainer import OARConfig, OARTrainer
-
-PROMPTS = ["1+1=", "2+3=", "4+4=", "9-2=", "7*3=", "8+5=", "6-1=", "3*3="]
-ANSWERS = ["2", "5", "8", "7", "21", "13", "5", "9"]
-
-
-def digit_reward(completions: list[str], **kwargs: Any) -> list[float]:
-    """Deterministic toy reward: the fraction of digit characters in the completion."""
-    return [sum(ch.isdigit() for ch in c) / max(1, len(c)) for c in completions]
-
-
-@pytest.fixture(scope="module")
-def tokenizer():
-    return build_char_tokenizer()
-
-
-@pytest.fixture(scope="module")
-def dataset() -> Dataset:
-    return Dataset.from_dict({"prompt": PROMPTS, "answer": ANSWERS})
-
-
-def make_args(tmp_path: Path, cls: type = OARConfig, **overrides: Any):
-    kwargs: dict[str, Any] = dict(
-        output_dir=str(tmp_path / "out"),
-        learning_rate=0.01,
-        per_device_train_batch_size=4,
-        num_generations=4,
-        max_completion_length=8,
-        max_steps=2,
-        use_cpu=True,
-        bf16=False,
-        report_to=[],
-        logging_steps=1,
-        seed=0,
-        gradient_checkpointing=False,
-        save_strategy="no",
-        disable_tqdm=True,
-    )
-    kwargs.update(overrides)
-    return cls(**kwargs)
-
-
-def make_trainer(args, tokenizer, dataset, cls: type = OARTrainer, reward=digit_reward, seed: int = 0):
-    model = tiny_qwen2(len(tokenizer), seed=seed)
-    return cls(model=model, reward_funcs=reward, args=args, train_dataset=dataset, processing_class=tokenizer)
+from oar_rl.tiny import tiny_qwen2
+from oar_rl.trainer import OARTrainer
 
 
 def capture(trainer: OARTrainer) -> list[dict[str, Any]]:
@@ -378,7 +335,8 @@ import json, sys, torch
 torch.set_num_threads(1)
 from datasets import Dataset
 from oar_rl.tiny import build_char_tokenizer, tiny_qwen2
-from oar_rl.trainer import OARConfig, OARTrainer
+from oar_rl.config import OARConfig
+from oar_rl.trainer import OARTrainer
 
 def digit_reward(completions, **kwargs):
     return [sum(ch.isdigit() for ch in c) / max(1, len(c)) for c in completions]
@@ -451,16 +409,20 @@ def test_answer_span_probe_inputs_decode_completions(tmp_path, tokenizer, datase
 
 
 def test_oar_g_noise_options_reach_the_scorer(tmp_path, tokenizer, dataset, monkeypatch):
-    import oar_rl.trainer as trainer_module
+    import dataclasses
+
+    from oar_rl import credits
 
     seen: list[dict[str, Any]] = []
-    real = trainer_module.gradient_importance
+    real = credits.CREDIT_MODES["oar-g"].scorer
 
     def spy(*args, **kwargs):
         seen.append(kwargs)
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(trainer_module, "gradient_importance", spy)
+    monkeypatch.setitem(
+        credits.CREDIT_MODES, "oar-g", dataclasses.replace(credits.CREDIT_MODES["oar-g"], scorer=spy)
+    )
     args = make_args(
         tmp_path, credit="oar-g", oar_noise_draws=2, oar_noise_scale="rms", noise_std=0.05, max_steps=1
     )

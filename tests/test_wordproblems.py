@@ -291,8 +291,9 @@ def _toy_roles(text: str) -> list[str] | None:
 def _train_logs(tmp_path: Path, credit: str) -> list[dict[str, Any]]:
     from datasets import Dataset
 
+    from oar_rl.config import OARConfig
     from oar_rl.tiny import build_char_tokenizer, tiny_qwen2
-    from oar_rl.trainer import OARConfig, OARTrainer
+    from oar_rl.trainer import OARTrainer
 
     tokenizer = build_char_tokenizer()
     args = OARConfig(

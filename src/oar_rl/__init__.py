@@ -26,7 +26,7 @@ _EXPORTS: dict[str, str] = {
     "gradient_importance": "oar_rl.importance",
     "entropy_importance": "oar_rl.importance",
     "random_importance": "oar_rl.importance",
-    "answer_span_mask": "oar_rl.probes",
+    "answer_span_mask": "oar_rl.answer_span",
     # GRAIL (Pala, Toh & Poria 2026)
     "grail_importance": "oar_rl.importance",
     "grail_credit": "oar_rl.importance",
@@ -39,7 +39,7 @@ _EXPORTS: dict[str, str] = {
     "pass_at_k": "oar_rl.evaluation",
     "mean_at_n": "oar_rl.evaluation",
     # the TRL seam
-    "OARConfig": "oar_rl.trainer",
+    "OARConfig": "oar_rl.config",
     "OARTrainer": "oar_rl.trainer",
 }
 

@@ -1,5 +1,8 @@
 """Validation of a cached embedded-model entry, as a whole, before anything is built from it.
 
+Also where the cache is: `default_cache_dir()` (`$OAR_RL_CACHE/models` or ~/.cache/oar-rl/models), shared
+by the embedded models and `oar-rl fetch-model`.
+
 A cache entry (`oar_rl.tiny.load_default_model`) is a `save_pretrained` directory plus the recipe it was
 built from and a completion marker. Loading trusts none of it: a missing or foreign `config.json` would
 make transformers build its default Qwen2 (hidden 4096, 32 layers, ~24 GB), a truncated weights file
@@ -9,13 +12,22 @@ fails deep inside safetensors. `cache_problem` reads only small files and the sa
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any
 
+CACHE_ENV = "OAR_RL_CACHE"
 COMPLETE_MARKER = "OAR_RL_COMPLETE"
 RECIPE_FILE = "oar_rl_recipe.json"
 WEIGHTS_FILE = "model.safetensors"
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json")
+
+
+def default_cache_dir() -> Path:
+    """`$OAR_RL_CACHE/models` if set, else `~/.cache/oar-rl/models`."""
+    root = os.environ.get(CACHE_ENV)
+    base = Path(root).expanduser() if root else Path.home() / ".cache" / "oar-rl"
+    return base / "models"
 
 
 def safetensors_problem(path: Path) -> str | None:

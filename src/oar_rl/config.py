@@ -1,7 +1,8 @@
 """`OARConfig(GRPOConfig)`: oar-rl's credit-assignment fields, their validation, and the mode names.
 
-Split out of :mod:`oar_rl.trainer` (which re-exports everything here); the credit modes and where they
-depart from the paper are described there.
+The credit modes are registered in :mod:`oar_rl.credits` (the choices and help of `credit` come from
+there) and the outcome probes in :mod:`oar_rl.probes`; how the trainer uses them, and where it departs
+from the paper, is described in :mod:`oar_rl.trainer`.
 """
 
 from __future__ import annotations
@@ -11,20 +12,16 @@ from typing import Any, Literal
 
 from trl import GRPOConfig
 
-from oar_rl.importance.grail import check_grail_options
-from oar_rl.probes import compile_answer_pattern
+from oar_rl.answer_span import compile_answer_pattern
+from oar_rl.credits import CREDITS, credit_help
+from oar_rl.probes import PROBES, Probe
+from oar_rl.reshape import check_grail_options
 
-Credit = Literal["none", "random", "entropy", "oar-g", "oar-p", "grail", "oar-gp"]
-Probe = Literal["lt-logits", "as-mean", "as-joint"]
+Credit = Literal[CREDITS]  # the registered modes (oar_rl.credits), in registration order
 Threshold = Literal["quantile", "value"]
 GrailRollouts = Literal["wrong", "correct", "all"]  # credit="grail"
 
-CREDITS: tuple[str, ...] = ("none", "random", "entropy", "oar-g", "oar-p", "grail", "oar-gp")
-PROBES: tuple[str, ...] = ("lt-logits", "as-mean", "as-joint")
 THRESHOLDS: tuple[str, ...] = ("quantile", "value")
-MODEL_CREDITS: tuple[str, ...] = ("entropy", "oar-g", "oar-p", "grail", "oar-gp")  # need policy forwards
-ANSWER_SPAN_PROBES: tuple[str, ...] = ("as-mean", "as-joint")
-BOOST_EPS = 1e-6  # a weight counts as boosted when > 1 + BOOST_EPS (uniform weights can round to 1 + ulp)
 
 
 @dataclass
@@ -39,13 +36,7 @@ class OARConfig(GRPOConfig):
 
     credit: Credit = field(
         default="oar-g",
-        metadata={
-            "help": "Token-level credit assignment. 'none': plain GRPO (sequence advantage on every token); "
-            "'random': U(0,1) weights rescaled to sum to T (paper §4.2 baseline); 'entropy': Eq. 6 entropy "
-            "shaping (Cheng et al. 2025); 'oar-g': gradient importance (Eq. 9-13); 'oar-p': perturbation "
-            "importance (Eq. 7-8); 'grail': GRAIL, gradient-activation saliency of the answer span (Pala, "
-            "Toh & Poria 2026; needs answer spans, see answer_pattern and the grail_* fields).",
-        },
+        metadata={"help": credit_help()},
     )
     probe: Probe = field(
         default="lt-logits",

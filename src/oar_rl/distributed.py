@@ -46,7 +46,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from oar_rl.probes import base_model, body_hidden, decoder_body, eval_mode, head_logits, model_device
+from oar_rl.model_parts import base_model, body_hidden, decoder_body, eval_mode, head_logits, model_device
 
 # pass codes announced before each transformer-body forward (higher wins the all-reduce max)
 IDLE, FORWARD, BACKWARD = 0, 1, 2

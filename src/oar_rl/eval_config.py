@@ -1,6 +1,7 @@
 """`oar-rl eval`'s configuration: `EvalConfig` (one field per CLI flag) and the parser built from it.
 
-Split out of :mod:`oar_rl.evaluation` (which re-exports both); the sampling, files and pass@k live there.
+Also `BenchmarkJob`, one benchmark's data, files and resume state. The sampling lives in
+:mod:`oar_rl.eval_sampling`; the files, the run and pass@k in :mod:`oar_rl.evaluation`.
 """
 
 from __future__ import annotations
@@ -8,6 +9,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Literal
 
 Backend = Literal["transformers", "vllm"]
@@ -158,3 +160,18 @@ def build_parser() -> argparse.ArgumentParser:
             kwargs["choices"] = f.metadata["choices"]
         parser.add_argument(*flags, **kwargs)
     return parser
+
+
+@dataclass
+class BenchmarkJob:
+    """One benchmark of a run: its data, files and resume state."""
+
+    key: str
+    name: str
+    split: str | None
+    prompts: list[str]
+    answers: list[str]
+    records: dict[int, dict[str, Any]]
+    jsonl: Path
+    meta: Path
+    meta_data: dict[str, Any]

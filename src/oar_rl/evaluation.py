@@ -42,23 +42,15 @@ import json
 import os
 import sys
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from oar_rl.eval_config import BACKENDS, Backend, EvalConfig, build_parser  # noqa: F401  -- re-exported
-from oar_rl.eval_sampling import (  # noqa: F401  -- re-exported: evaluation.TransformersSampler etc.
-    TransformersSampler,
-    VLLMSampler,
-    build_sampler,
-    check_chat_template,
-    check_prompt_lengths,
-    format_prompts,
-    resolve_chat,
-)
-from oar_rl.io import resolve_model, write_text_atomic
+from oar_rl.eval_config import BenchmarkJob, EvalConfig, build_parser
+from oar_rl.eval_sampling import build_sampler, check_prompt_lengths, resolve_chat
+from oar_rl.fetch import resolve_model
+from oar_rl.io import write_text_atomic
 
 HASHED_FIELDS: tuple[str, ...] = (
     "model",
@@ -140,7 +132,7 @@ def mean_at_n(c: int | Sequence[int] | np.ndarray, n: int) -> float:
     return float(arr.mean() / n)
 
 
-# configuration and CLI: oar_rl.eval_config (EvalConfig, build_parser)
+# configuration, CLI and the job record: oar_rl.eval_config (EvalConfig, build_parser, BenchmarkJob)
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -181,21 +173,6 @@ def append_record(path: Path, record: dict[str, Any]) -> None:
 
 # ----------------------------------------------------------------------------------------------------
 # the run
-
-
-@dataclass
-class BenchmarkJob:
-    """One benchmark of a run: its data, files and resume state."""
-
-    key: str
-    name: str
-    split: str | None
-    prompts: list[str]
-    answers: list[str]
-    records: dict[int, dict[str, Any]]
-    jsonl: Path
-    meta: Path
-    meta_data: dict[str, Any]
 
 
 def parse_benchmark(spec: str) -> tuple[str, str | None, str]:
@@ -408,7 +385,7 @@ def results_markdown(results: dict[str, Any]) -> str:
     def pct(x: float | None) -> str:
         return "–" if x is None else f"{100 * x:.1f}"
 
-    from oar_rl.io import display_model_name
+    from oar_rl.fetch import display_model_name
 
     row = [display_model_name(cfg["model"])]
     row += [pct(results["benchmarks"][key][f"pass@{k}"]) for key in keys for k in ks]

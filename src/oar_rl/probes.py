@@ -1,4 +1,4 @@
-"""Outcome probes and the model plumbing the scorers share: what "the outcome" is and how it is read.
+"""Outcome probes: what "the outcome" is and how it is read, and the batch every scorer prepares.
 
 OAR scores a completion token by how much disturbing it moves an *outcome probe* φ(x, y), a summary
 of the model's final-answer prediction (paper §6.2, Appendix A.1.3). Three probes are implemented:
@@ -13,79 +13,26 @@ of the model's final-answer prediction (paper §6.2, Appendix A.1.3). Three prob
   φ − φ̃ and is silent on the sign; a negative importance cannot go through Eq. 14's log1p).
 
 Answer spans, the scored positions they leave and mask validation live in :mod:`oar_rl.answer_span`
-(re-exported here, where they used to be).
+(import them from there).
 
-Model plumbing:
-- Positions: every sequence is run at the positions it was generated with, counted from its first
-  real token (``cumsum(attention_mask) - 1``, as ``generate`` does), so a row's scores do not depend
-  on how much left padding its batch neighbours forced on it. For rotary models this is the default
-  ``arange`` shifted per row, which attention does not see; for absolute-position models (GPT-2) it is
-  the difference between right and wrong. (TRL's own log-prob pass passes no positions; for rotary
-  models that is the same thing.)
-- Logits: the LM head is applied only at probe positions (never [copies, L, V] logits), followed by the
-  model's own logit post-processing: Granite's ``logits_scaling``, Cohere's ``logit_scale``, Gemma's
-  final soft-capping. Once per model, :func:`verify_head` checks body + head against a plain
-  ``model(input_ids)`` forward and refuses, naming the architecture, if they differ: a model that
-  post-processes its logits some other way gets a clear error, never a silently wrong P_final.
-- AS-Mean averages hidden states before the head when the head is affine (an ``nn.Linear``, a scalar
-  logit scale, no soft-capping): mean(c(W h + b)) = c(W mean(h) + b) exactly; otherwise the logits are
-  computed per position and averaged.
-- Precision: probe math runs in float32, or float64 when the model is float64 (exact tests).
+The model plumbing the scorers share (body, LM head, positions, eval mode) is in
+:mod:`oar_rl.model_parts`.
 """
 
 from __future__ import annotations
 
-import weakref
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Literal
 
 import torch
 from torch import Tensor, nn
 
-from oar_rl.answer_span import (  # re-exported (`X as X`): answer spans used to live here
-    ANSWER_TAG_PATTERN as ANSWER_TAG_PATTERN,
-)
-from oar_rl.answer_span import (
-    BOXED as BOXED,
-)
-from oar_rl.answer_span import (
-    DEFAULT_ANSWER_PATTERN as DEFAULT_ANSWER_PATTERN,
-)
-from oar_rl.answer_span import (
-    REWARDED as REWARDED,
-)
-from oar_rl.answer_span import (
-    _check_ids_and_mask as _check_ids_and_mask,
-)
-from oar_rl.answer_span import (
-    _check_mask as _check_mask,
-)
-from oar_rl.answer_span import (
-    answer_span_mask as answer_span_mask,
-)
-from oar_rl.answer_span import (
-    check_answer_mask as check_answer_mask,
-)
-from oar_rl.answer_span import (
-    check_batch as check_batch,
-)
-from oar_rl.answer_span import (
-    compile_answer_pattern as compile_answer_pattern,
-)
-from oar_rl.answer_span import (
-    has_answer_span as has_answer_span,
-)
-from oar_rl.answer_span import (
-    last_boxed_span as last_boxed_span,
-)
-from oar_rl.answer_span import (
-    scored_positions as scored_positions,
-)
+from oar_rl.answer_span import check_batch
+from oar_rl.model_parts import base_model, head_is_affine, head_logits, model_device, verify_head, vocab_size
 
-Probe = Literal["lt-logits", "as-mean", "as-joint"]
 PROBES: tuple[str, ...] = ("lt-logits", "as-mean", "as-joint")
+Probe = Literal[PROBES]
+ANSWER_SPAN_PROBES: tuple[str, ...] = ("as-mean", "as-joint")  # need an answer span
 
 # Bound on the elements of one [rows, V] logits block (64 Mi float32 = 256 MiB).
 _MAX_HEAD_ELEMENTS = 1 << 26
@@ -101,170 +48,7 @@ def check_probe(probe: str) -> None:
 
 
 # ----------------------------------------------------------------------------------------------------
-# model plumbing: body, head, probe outcomes
-
-
-def base_model(model: nn.Module) -> nn.Module:
-    """The underlying ``PreTrainedModel`` (unwraps PEFT's ``get_base_model()`` when present)."""
-    get_base = getattr(model, "get_base_model", None)
-    return get_base() if callable(get_base) else model
-
-
-def decoder_body(model: nn.Module) -> nn.Module:
-    """The transformer body (embeddings -> final norm) that yields last hidden states.
-
-    Works for plain causal LMs (``get_decoder()`` or ``.model``) and PEFT-wrapped ones (LoRA layers are
-    injected into the body's modules, so calling the body still applies them).
-    """
-    base = base_model(model)
-    get_decoder = getattr(base, "get_decoder", None)
-    body = get_decoder() if callable(get_decoder) else None
-    if body is None:
-        body = getattr(base, "model", None)
-    if not isinstance(body, nn.Module):
-        raise ValueError(
-            f"cannot find the transformer body of {type(model).__name__}: "
-            "it has neither get_decoder() nor .model"
-        )
-    return body
-
-
-def lm_head(model: nn.Module) -> nn.Module:
-    """The output embedding (LM head) of `model`."""
-    head = base_model(model).get_output_embeddings()
-    if head is None:
-        raise ValueError(f"{type(model).__name__} has no output embeddings (LM head)")
-    return head
-
-
-def position_ids_from_mask(attention_mask: Tensor) -> Tensor:
-    """(N, L) positions counted from each row's first real token, as ``generate`` counts them.
-
-    ``cumsum(attention_mask) - 1``, clamped at 0 on the left padding (padding positions are never
-    attended to, so their value does not matter). For rotary models this equals the default
-    ``arange`` up to a per-row shift that attention does not see; for absolute-position models (GPT-2)
-    it is what makes a row's scores independent of how much left padding its batch needed.
-    """
-    return (attention_mask.long().cumsum(dim=-1) - 1).clamp(min=0)
-
-
-def body_hidden(
-    model: nn.Module,
-    attention_mask: Tensor,
-    *,
-    input_ids: Tensor | None = None,
-    inputs_embeds: Tensor | None = None,
-) -> Tensor:
-    """Last hidden states (N, L, H) of the body, at the positions the completion was generated with."""
-    body = decoder_body(model)
-    kwargs = {"input_ids": input_ids} if inputs_embeds is None else {"inputs_embeds": inputs_embeds}
-    try:
-        out = body(
-            attention_mask=attention_mask,
-            position_ids=position_ids_from_mask(attention_mask),
-            use_cache=False,
-            **kwargs,
-        )
-    except TypeError as err:
-        if "position_ids" not in str(err):
-            raise
-        raise ValueError(
-            f"the body of {architecture_name(model)} takes no position_ids, so oar-rl cannot run it at "
-            "the positions the completion was generated with"
-        ) from err
-    return out.last_hidden_state if hasattr(out, "last_hidden_state") else out[0]
-
-
-def _logit_transform(model: nn.Module) -> tuple[float, float | None]:
-    """(scale, soft cap) the model applies after its LM head, from the config fields transformers uses.
-
-    Granite divides by ``logits_scaling``, Cohere multiplies by ``logit_scale``, Gemma 2/3 soft-cap by
-    ``final_logit_softcapping``. :func:`verify_head` checks the result against the model's own forward.
-    """
-    config = getattr(base_model(model), "config", None)
-    scale = 1.0
-    div = getattr(config, "logits_scaling", None)
-    if div:
-        scale /= float(div)
-    mul = getattr(config, "logit_scale", None)
-    if mul:
-        scale *= float(mul)
-    cap = getattr(config, "final_logit_softcapping", None)
-    return scale, float(cap) if cap else None
-
-
-def head_logits(model: nn.Module, hidden: Tensor) -> Tensor:
-    """(..., V) logits from hidden states, in float32 (float64 for a float64 model).
-
-    Applies the output embedding, then the model's logit scaling and final-logit soft-capping (see
-    :func:`_logit_transform`); :func:`verify_head` checks it reproduces the model's own logits.
-    """
-    logits = lm_head(model)(hidden)
-    logits = logits.to(torch.promote_types(logits.dtype, torch.float32))
-    scale, cap = _logit_transform(model)
-    if scale != 1.0:
-        logits = logits * scale
-    if cap:
-        logits = torch.tanh(logits / cap) * cap
-    return logits
-
-
-def _head_is_affine(model: nn.Module) -> bool:
-    return isinstance(lm_head(model), nn.Linear) and _logit_transform(model)[1] is None
-
-
-# models whose body + head_logits were checked against their own forward (weak: models can be freed)
-_VERIFIED: weakref.WeakKeyDictionary[nn.Module, bool] = weakref.WeakKeyDictionary()
-_VERIFY_TOKENS = 16
-
-
-def architecture_name(model: nn.Module) -> str:
-    """``ClassName (model_type)`` of the underlying model, for error messages."""
-    base = base_model(model)
-    model_type = getattr(getattr(base, "config", None), "model_type", None)
-    return f"{type(base).__name__} (model_type={model_type!r})"
-
-
-def verify_head(model: nn.Module, input_ids: Tensor, attention_mask: Tensor) -> None:
-    """Check once per model that body + :func:`head_logits` give the model's own logits; raise if not.
-
-    The scorers apply the LM head themselves (only at probe positions), so a model that post-processes
-    its logits in a way :func:`head_logits` does not know would get silently wrong probes. This runs a
-    plain forward of the model's class (``type(model).forward``: an instance-level wrapper such as
-    accelerate's can point at another model after a deep copy) on the first row of the batch (its
-    first real tokens, at most 16, no padding) and compares its logits with the scorers' path. A mismatch
-    larger than the dtype's rounding raises ValueError naming the architecture. The result is cached
-    per model object.
-    """
-    base = base_model(model)
-    if _VERIFIED.get(base):
-        return
-    row = input_ids[0][attention_mask[0].bool()][:_VERIFY_TOKENS][None]  # (1, n)
-    if row.shape[1] == 0:
-        return  # nothing to check against yet; the next batch will
-    attn = torch.ones_like(row)
-    with torch.no_grad(), eval_mode(model):
-        # the class's forward: an instance-level wrapper (accelerate's) can be stale on a deep copy
-        ref = type(base).forward(base, input_ids=row, attention_mask=attn, use_cache=False).logits
-        got = head_logits(model, body_hidden(model, attn, input_ids=row))
-    ref = ref.to(got.dtype)
-    if got.shape != ref.shape:
-        raise ValueError(
-            f"oar-rl cannot verify the LM head of {architecture_name(model)}: its forward gives logits "
-            f"of shape {tuple(ref.shape)}, the scorers' head path {tuple(got.shape)}"
-        )
-    eps = torch.finfo(lm_head(model).weight.dtype).eps if hasattr(lm_head(model), "weight") else 1e-6
-    tol = 8 * max(eps, 1e-6) * (1.0 + float(ref.abs().max()))
-    err = float((got - ref).abs().max())
-    if not err <= tol:
-        raise ValueError(
-            f"oar-rl cannot verify the LM head of {architecture_name(model)}: the scorers' logits "
-            f"(body + lm_head + logit scaling/soft-capping) differ from the model's own forward by "
-            f"{err:.3g} (tolerance {tol:.3g}), so OAR-P/OAR-G would score against the wrong P_final. "
-            "This architecture post-processes its hidden states or logits in a way oar-rl does not "
-            "know; please report it."
-        )
-    _VERIFIED[base] = True
+# probe positions and outcomes
 
 
 @dataclass(frozen=True)
@@ -339,7 +123,9 @@ def build_probe_spec(
     )  # (B,) last non-pad position
     if probe == "lt-logits" or answer_mask is None:
         if probe != "lt-logits":
-            raise ValueError(f"probe={probe!r} needs an answer_mask (see oar_rl.probes.answer_span_mask)")
+            raise ValueError(
+                f"probe={probe!r} needs an answer_mask (see oar_rl.answer_span.answer_span_mask)"
+            )
         kind = torch.full((B,), KIND_DIST, dtype=torch.long, device=device)
         row_ptr = torch.arange(B + 1, dtype=torch.long, device=device)
         return ProbeSpec(kind, row_ptr, last.long(), torch.full((B,), -1, dtype=torch.long, device=device))
@@ -400,7 +186,7 @@ def probe_outcome(model: nn.Module, hidden: Tensor, spec: ProbeSpec) -> ProbeOut
     dist_rows = spec.kind == KIND_DIST  # (N,)
 
     # LT-Logits / AS-Mean: mean of the logits over each row's positions, then log-softmax
-    if _head_is_affine(model):  # mean(W h + b) = W mean(h) + b: one head row per sequence
+    if head_is_affine(model):  # mean(W h + b) = W mean(h) + b: one head row per sequence
         h_sum = torch.zeros(N, h.shape[-1], dtype=dtype, device=h.device)  # (N, H)
         h_sum.index_add_(0, seq[dist_entry], h[dist_entry].to(dtype))
         h_mean = (h_sum / counts[:, None]).to(hidden.dtype)  # (N, H)
@@ -425,17 +211,6 @@ def probe_outcome(model: nn.Module, hidden: Tensor, spec: ProbeSpec) -> ProbeOut
             phi = phi.index_add(0, jseq[lo : lo + blk.shape[0]], tok_lp)
         phi = phi / counts
     return ProbeOutcome(logp, phi)
-
-
-def vocab_size(model: nn.Module) -> int:
-    """Width of the LM head output."""
-    head = lm_head(model)
-    if isinstance(head, nn.Linear):
-        return head.out_features
-    size = getattr(getattr(model, "config", None), "vocab_size", None)
-    if size is None:
-        raise ValueError(f"cannot tell the vocabulary size of {type(model).__name__}")
-    return int(size)
 
 
 def _offset_blocks(x: Tensor, V: int) -> list[tuple[int, Tensor]]:
@@ -495,13 +270,6 @@ class ScoringBatch:
     completion_mask: Tensor
 
 
-def model_device(model: nn.Module) -> torch.device:
-    emb = base_model(model).get_input_embeddings()
-    return (
-        emb.weight.device if emb is not None and hasattr(emb, "weight") else next(model.parameters()).device
-    )
-
-
 def prepare_batch(
     model: nn.Module, prompt_ids: Tensor, prompt_mask: Tensor, completion_ids: Tensor, completion_mask: Tensor
 ) -> ScoringBatch:
@@ -524,15 +292,3 @@ def prepare_batch(
     attention_mask = torch.cat([prompt_mask.bool(), completion_mask.bool()], dim=1).to(device).long()
     verify_head(model, input_ids, attention_mask)
     return ScoringBatch(input_ids, attention_mask, prompt_ids.shape[1], completion_mask.bool().to(device))
-
-
-@contextmanager
-def eval_mode(model: nn.Module) -> Iterator[None]:
-    """Put every submodule in eval mode (no dropout) and restore each one's own flag afterwards."""
-    modes = [(m, m.training) for m in model.modules()]
-    try:
-        model.eval()
-        yield
-    finally:
-        for m, training in modes:
-            m.training = training

@@ -107,7 +107,7 @@ def role_statistics(
     ``mean_reasoning_tokens`` (per labelled completion), ``labelled`` and ``unlabelled`` counts.
     """
     from oar_rl.importance import entropy_importance
-    from oar_rl.tiny import sample_ids
+    from oar_rl.sampling import sample_ids
 
     samples = sample_ids(
         model, tokenizer, prompts, temperature=temperature, max_new_tokens=max_new_tokens, seed=seed

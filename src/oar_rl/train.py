@@ -38,7 +38,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from oar_rl.io import resolve_model
+from oar_rl.fetch import resolve_model
 
 REWARD_NAMES: tuple[str, ...] = ("accuracy", "format")
 
@@ -104,7 +104,7 @@ def build_parser():
     from trl import GRPOConfig, ModelConfig, TrlParser
 
     from oar_rl.argparsing import DATASET_ALIASES, dealias_config, group_options
-    from oar_rl.trainer import OARConfig
+    from oar_rl.config import OARConfig
 
     class Parser(TrlParser):
         def set_defaults_with_config(self, **kwargs):

@@ -4,8 +4,9 @@
 scores and returns the sequence advantages A_i (B,), then replaces them by token advantages A_t (B, C)
 (paper Eq. 15; TRL's `_compute_loss` accepts (B, C) advantages by design). Generation, vLLM, the
 clipped loss with clip-higher (Eq. 18), accelerate/DeepSpeed, PEFT, logging and checkpoints are TRL's.
-The math lives in `oar_rl.reshape` / `oar_rl.metrics`, the scorers in `oar_rl.importance`, the answer
-spans in `oar_rl.probes`; this module is glue.
+The math lives in `oar_rl.reshape` / `oar_rl.metrics`, the scorers in `oar_rl.importance` (which one each
+credit mode uses, and how it reshapes, in the registry `oar_rl.credits`), the answer spans in
+`oar_rl.probes`; this module is glue.
 
 Credit modes (`OARConfig.credit`):
 
@@ -60,32 +61,16 @@ import torch
 from trl import GRPOTrainer
 from trl.models import unwrap_model_for_generation
 
-from oar_rl.config import (  # noqa: F401  -- re-exported: oar_rl.trainer.OARConfig etc.
-    ANSWER_SPAN_PROBES,
-    BOOST_EPS,
-    CREDITS,
-    MODEL_CREDITS,
-    PROBES,
-    THRESHOLDS,
-    Credit,
-    GrailRollouts,
-    OARConfig,
-    Probe,
-    Threshold,
-)
+from oar_rl.answer_span import answer_span_mask, scored_positions
+from oar_rl.config import OARConfig
+from oar_rl.credits import CREDIT_MODES
 from oar_rl.distributed import ScoringSync, row_generators, row_uniform, scoring_params
-from oar_rl.importance import (
-    entropy_importance,
-    gradient_importance,
-    hybrid_importance,
-    perturbation_importance,
-)
 from oar_rl.importance.grail import grail_credit  # credit="grail"
 from oar_rl.metrics import ess_ratio, top_advantage_mass
-from oar_rl.probes import answer_span_mask, scored_positions
+from oar_rl.probes import ANSWER_SPAN_PROBES
 from oar_rl.reshape import entropy_shaped_advantages, rescale_sum, token_advantages
 
-NOISY_CREDITS: tuple[str, ...] = ("oar-g", "oar-gp")  # draw OAR-G noise (row-keyed generators)
+BOOST_EPS = 1e-6  # a weight counts as boosted when > 1 + BOOST_EPS (uniform weights can round to 1 + ulp)
 
 
 def _safe_rewards(funcs: Any) -> Any:
@@ -142,7 +127,7 @@ class OARTrainer(GRPOTrainer):
         if not isinstance(self.args, OARConfig):
             raise ValueError(f"OARTrainer needs an OARConfig as `args`, got {type(self.args).__name__}")
         zero3_sharded = self._dist.is_zero3 and not self.args.ds3_gather_for_generation
-        if self.args.credit in MODEL_CREDITS and zero3_sharded:
+        if CREDIT_MODES[self.args.credit].needs_model and zero3_sharded:
             raise ValueError(
                 f"credit={self.args.credit!r} under DeepSpeed ZeRO-3 needs "
                 "ds3_gather_for_generation=True (the importance passes run on gathered parameters; "
@@ -178,17 +163,18 @@ class OARTrainer(GRPOTrainer):
     def _assign_credit(self, output: dict[str, Any], mask: torch.Tensor) -> TokenCredit:
         """(B,) sequence advantages -> (B, C) token advantages for `self.args.credit`."""
         args = self.args
+        reshape = CREDIT_MODES[args.credit].reshape  # how this mode's scores become token advantages
         seq_adv = output["advantages"].float()  # (B,)
         token_adv = seq_adv[:, None] * mask  # (B, C): plain GRPO broadcast
         weights = mask.float()  # (B, C)
         fallback = torch.zeros_like(seq_adv, dtype=torch.bool)  # (B,)
         active = (seq_adv != 0) & mask.any(dim=1)  # (B,): rows whose credit matters
-        if args.credit == "none":
+        if reshape == "none":
             return TokenCredit(token_adv, weights, fallback, active)
         rows = active.nonzero(as_tuple=True)[0]  # (R,)
         signal = torch.zeros_like(weights)  # (B, C): the raw importance, for TokenCredit.importance
 
-        if args.credit == "random":
+        if reshape == "uniform":  # random credit, drawn with row-keyed generators (oar_rl.distributed)
             if rows.numel():
                 raw = row_uniform(mask[rows], self._credit_generators(rows, seq_adv.shape[0]))  # (R, C)
                 w = rescale_sum(raw.to(mask.device), mask[rows])  # (R, C), rows sum to T_i
@@ -208,10 +194,11 @@ class OARTrainer(GRPOTrainer):
         sync = self._scoring_sync()
         importance, scored_mask = None, None
         # drawn on every rank for every batch (also with no row): the batch counter keys the noise
-        generators = self._credit_generators(rows, seq_adv.shape[0]) if args.credit in NOISY_CREDITS else []
+        noisy = CREDIT_MODES[args.credit].noisy
+        generators = self._credit_generators(rows, seq_adv.shape[0]) if noisy else []
         with self._policy_for_scoring() as model, sync.joined(model):
             # --- GRAIL (credit="grail"): its own weights, no Eq. 14-17 ---
-            if args.credit == "grail":
+            if reshape == "grail":
                 if rows.numel():
                     answer_mask = answer_span_mask(
                         sub["completion_ids"],
@@ -235,9 +222,9 @@ class OARTrainer(GRPOTrainer):
                         batch_size=batch_size,
                     )  # (R, C), (R, C)
             # --- end GRAIL ---
-            elif args.credit == "entropy":
+            elif reshape == "entropy":
                 if rows.numel():
-                    entropies = entropy_importance(
+                    entropies = CREDIT_MODES[args.credit].scorer(
                         model, *sub.values(), batch_size=batch_size, temperature=args.temperature
                     )  # (R, C): H of the sampling distribution, as TRL computes its entropies
                     shaped = entropy_shaped_advantages(
@@ -252,9 +239,9 @@ class OARTrainer(GRPOTrainer):
                     signal[rows] = entropies.float().to(mask.device)
             elif rows.numel():
                 importance, scored_mask = self._model_importance(model, sub, rows, generators, fallback)
-        if args.credit == "grail":  # no raw importance signal to report (pivot recall is not logged)
+        if reshape == "grail":  # no raw importance signal to report (pivot recall is not logged)
             return TokenCredit(token_adv, weights, fallback, active)
-        if args.credit == "entropy":
+        if reshape == "entropy":
             return TokenCredit(token_adv, weights, fallback, active, signal)
         if importance is None:  # no row to score on this rank (it ran padding passes only)
             return TokenCredit(token_adv, weights, fallback, active, signal)
@@ -308,22 +295,18 @@ class OARTrainer(GRPOTrainer):
             batch_size=args.perturbation_batch_size,
             prefix_reuse=args.perturbation_prefix_reuse,
         )
-        common = dict(probe=probe, answer_mask=answer_mask)
-        if args.credit == "oar-g":
-            importance = gradient_importance(model, *sub.values(), **common, **gradient_kwargs)
-        elif args.credit == "oar-p":
-            importance = perturbation_importance(model, *sub.values(), **common, **perturbation_kwargs)
-        elif args.credit == "oar-gp":  # hybrid: OAR-G screens, OAR-P rescores the top fraction
-            importance = hybrid_importance(
-                model,
-                *sub.values(),
-                **common,
+        options = {  # each bi-level mode's scorer options from OARConfig
+            "oar-g": gradient_kwargs,
+            "oar-p": perturbation_kwargs,
+            "oar-gp": dict(  # hybrid: OAR-G screens, OAR-P rescores the top fraction
                 fraction=args.oar_gp_fraction,
                 gradient_kwargs=gradient_kwargs,
                 perturbation_kwargs=perturbation_kwargs,
-            )
-        else:  # pragma: no cover - OARConfig validates the choice
-            raise ValueError(f"credit={args.credit!r} is not valid; choose one of {', '.join(CREDITS)}")
+            ),
+        }
+        scorer = CREDIT_MODES[args.credit].scorer
+        common = dict(probe=probe, answer_mask=answer_mask)
+        importance = scorer(model, *sub.values(), **common, **options[args.credit])
         return importance, scored_mask  # (R, C), (R, C) or None
 
     def _probe_inputs(

@@ -21,11 +21,14 @@ from pathlib import Path
 
 import torch
 
-from oar_rl.io import ensure_writable_dir, resolve_model, write_text_atomic
+from oar_rl.credits import SCORED_CREDITS
+from oar_rl.fetch import resolve_model
+from oar_rl.io import ensure_writable_dir, write_text_atomic
+from oar_rl.probes import PROBES
 
-METHODS = ("oar-p", "oar-g", "entropy", "random", "grail")
+METHODS = ("oar-p", "oar-g", "entropy", "random", "grail")  # the display order of SCORED_CREDITS
+assert sorted(METHODS) == sorted(SCORED_CREDITS), "every standalone-scorable credit mode is a method"
 DEFAULT_METHODS = ("oar-p", "oar-g", "entropy", "random")  # "grail" on request (--methods ...,grail)
-PROBES = ("lt-logits", "as-mean", "as-joint")
 
 
 @dataclass
@@ -107,9 +110,9 @@ def sample_trajectories(
     model, tokenizer, prompts: list[str], answers: list[str], *, chat: bool = False, **kwargs
 ) -> list[Trajectory]:
     """One sampled completion per prompt, keeping the generated ids; `chat`: prompts go through the
-    chat template (`format_prompt`); other keyword arguments as `oar_rl.tiny.sample_ids` (temperature,
+    chat template (`format_prompt`); other keyword arguments as `oar_rl.sampling.sample_ids` (temperature,
     max_new_tokens, batch_size, seed, progress)."""
-    from oar_rl.tiny import sample_ids
+    from oar_rl.sampling import sample_ids
 
     shown = [format_prompt(tokenizer, p, chat) for p in prompts]
     pairs = sample_ids(model, tokenizer, shown, **kwargs)
@@ -140,7 +143,7 @@ def batch_layout(trajs: list[Trajectory], pad_id: int):
 
 def answer_spans(trajs: list[Trajectory], tokenizer, answer_pattern: str | None = None):
     """(TRL-layout batch, (B, C) answer-span mask) of `trajs`; None pattern: the rewarded span."""
-    from oar_rl.probes import answer_span_mask
+    from oar_rl.answer_span import answer_span_mask
 
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     batch = batch_layout(trajs, pad)
@@ -186,8 +189,8 @@ def method_scores(
     span): the tokens credit assignment is about. Answer-span probes score only those; every method's
     scores are normalised over them, so rankings are comparable across methods.
     """
-    from oar_rl.importance import compute_importance
-    from oar_rl.probes import scored_positions
+    from oar_rl.answer_span import scored_positions
+    from oar_rl.credits import compute_importance
     from oar_rl.reshape import normalize_importance
 
     batch, answer_mask = answer_spans(trajs, tokenizer, answer_pattern)
@@ -317,7 +320,7 @@ def main(argv: list[str] | None = None) -> int:
             raise ValueError("--completion needs --prompt")
         if a.n < 1:
             raise ValueError(f"--n must be >= 1, got {a.n}")
-        from oar_rl.probes import compile_answer_pattern
+        from oar_rl.answer_span import compile_answer_pattern
 
         compile_answer_pattern(a.answer_pattern)
         out = ensure_writable_dir(a.out)

@@ -34,7 +34,8 @@ import torch
 
 from oar_rl.importance import gradient_importance, hybrid_importance, perturbation_importance
 from oar_rl.importance.hybrid import topk_recall
-from oar_rl.probes import build_probe_spec, decoder_body, prepare_batch
+from oar_rl.model_parts import decoder_body
+from oar_rl.probes import build_probe_spec, prepare_batch
 
 CASES = ("train fwd+bwd", "forward", "oar-g", "oar-p", "oar-p-full", "oar-gp")
 WARMED = ("train fwd+bwd", "forward", "oar-g")

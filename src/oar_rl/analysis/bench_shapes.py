@@ -139,8 +139,8 @@ def build_shape(
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
         from oar_rl.data.arithmetic import load
-        from oar_rl.demo import arithmetic_reward
-        from oar_rl.io import resolve_model
+        from oar_rl.fetch import resolve_model
+        from oar_rl.tasks import exact_reward
 
         path = resolve_model(model_dir or "default")
         tok = AutoTokenizer.from_pretrained(path)
@@ -149,7 +149,7 @@ def build_shape(
             name=name,
             tokenizer=tok,
             dataset=load("train").select(range(rows)),
-            reward=arithmetic_reward,
+            reward=exact_reward,
             make_model=lambda: path,
             description=f"embedded default model ({n / 1e6:.2f}M parameters, arithmetic task)",
             num_parameters=n,

@@ -131,7 +131,7 @@ def main(argv: list[str] | None = None) -> int:
             raise ValueError(f"--n and --max-prompts must be >= 1, got {a.n} and {a.max_prompts}")
         if a.split not in ("train", "eval", "hard"):
             raise ValueError(f"--split {a.split!r} is not valid; choose train, eval or hard")
-        from oar_rl.probes import compile_answer_pattern
+        from oar_rl.answer_span import compile_answer_pattern
 
         compile_answer_pattern(a.answer_pattern)
         out = ensure_writable_dir(a.out)

@@ -16,7 +16,9 @@ import torch
 from torch import Tensor, nn
 from tqdm.auto import tqdm
 
-from oar_rl.probes import _check_mask, body_hidden, eval_mode, head_logits, prepare_batch, vocab_size
+from oar_rl.answer_span import _check_mask
+from oar_rl.model_parts import body_hidden, eval_mode, head_logits, vocab_size
+from oar_rl.probes import prepare_batch
 
 _HEAD_BLOCK_ELEMENTS = 1 << 24
 

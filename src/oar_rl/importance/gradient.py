@@ -63,20 +63,17 @@ import torch
 from torch import Tensor, nn
 from tqdm.auto import tqdm
 
+from oar_rl.answer_span import check_answer_mask, scored_positions
 from oar_rl.importance.prefix import clean_pass, suffix_hidden
+from oar_rl.model_parts import base_model, body_hidden, eval_mode
 from oar_rl.probes import (
     Probe,
     ProbeSpec,
-    base_model,
-    body_hidden,
     build_probe_spec,
-    check_answer_mask,
     check_probe,
-    eval_mode,
     outcome_divergence,
     prepare_batch,
     probe_outcome,
-    scored_positions,
 )
 
 NoiseScale = Literal["absolute", "rms"]
@@ -189,7 +186,9 @@ def gradient_importance(
         scored = batch.completion_mask  # (B, C)
     else:
         if answer_mask is None:
-            raise ValueError(f"probe={probe!r} needs an answer_mask (see oar_rl.probes.answer_span_mask)")
+            raise ValueError(
+                f"probe={probe!r} needs an answer_mask (see oar_rl.answer_span.answer_span_mask)"
+            )
         check_answer_mask(answer_mask, completion_mask)
         answer = answer_mask.bool().to(device)
         scored = scored_positions(batch.completion_mask, answer)  # (B, C)

@@ -54,7 +54,7 @@ method as issue 9 of this project specifies it):
 - The z-score runs over the reasoning tokens only; the span and later tokens keep weight 1. The released
   trainer z-scores over *all* valid completion tokens (span included), then sets the span's content
   tokens to w_max, its ``\\boxed{`` / ``}`` delimiters and the tokens after it to μ_w.
-- The span is this library's (:func:`oar_rl.probes.answer_span_mask`: the content of the *last* match of
+- The span is this library's (:func:`oar_rl.answer_span.answer_span_mask`: the content of the *last* match of
   ``answer_pattern``); the released code uses the first ``\\boxed{…}`` including the marker and braces.
 - The logits are divided by the sampling temperature, as TRL's log-probs and the released code do.
 - J sums over the span tokens (a mean would scale a row's s_t by 1/m and leave its weights unchanged).
@@ -75,17 +75,10 @@ import torch
 from torch import Tensor, nn
 from tqdm.auto import tqdm
 
-from oar_rl.probes import (
-    base_model,
-    body_hidden,
-    build_probe_spec,
-    check_answer_mask,
-    eval_mode,
-    has_answer_span,
-    head_logits,
-    prepare_batch,
-    scored_positions,
-)
+from oar_rl.answer_span import check_answer_mask, has_answer_span, scored_positions
+from oar_rl.importance.rows import score_rows
+from oar_rl.model_parts import base_model, body_hidden, eval_mode, head_logits
+from oar_rl.probes import build_probe_spec, prepare_batch
 from oar_rl.reshape import check_grail_options, grail_rollout_rows, grail_token_advantages
 
 
@@ -120,7 +113,7 @@ def grail_importance(
         prompt_mask: (B, P) 1 on real prompt tokens.
         completion_ids: (B, C) completion token ids, right-padded.
         completion_mask: (B, C) 1 on real completion tokens.
-        answer_mask: (B, C) answer-span mask (:func:`oar_rl.probes.answer_span_mask`), required.
+        answer_mask: (B, C) answer-span mask (:func:`oar_rl.answer_span.answer_span_mask`), required.
         temperature: the sampling temperature (> 0); the logits are divided by it.
         batch_size: rows per forward/backward (None: all rows at once). Does not change the result.
         progress: show a tqdm bar over the row chunks.
@@ -138,7 +131,7 @@ def grail_importance(
     ):
         raise ValueError(f"batch_size must be a positive int or None, got {batch_size!r}")
     if answer_mask is None:
-        raise ValueError("GRAIL needs an answer_mask (see oar_rl.probes.answer_span_mask)")
+        raise ValueError("GRAIL needs an answer_mask (see oar_rl.answer_span.answer_span_mask)")
     if torch.is_inference_mode_enabled():
         raise RuntimeError("grail_importance needs autograd; call it outside torch.inference_mode()")
     batch = prepare_batch(model, prompt_ids, prompt_mask, completion_ids, completion_mask)
@@ -207,8 +200,6 @@ def grail_credit(
     Returns:
         (token_advantages (B, C), weights (B, C)), float32 on `mask`'s device, 0 on padding.
     """
-    from oar_rl.importance import compute_importance  # the package imports this module
-
     check_grail_options(mu, sigma, w_min, w_max, rollouts)  # before any forward pass
     mask = completion_mask if mask is None else mask
     reasoning = reasoning_positions(completion_mask, answer_mask)  # (B, C)
@@ -216,14 +207,14 @@ def grail_credit(
         shape = tuple(advantages.shape) if isinstance(advantages, Tensor) else type(advantages).__name__
         raise ValueError(f"advantages must be a (B,) tensor with B={completion_mask.shape[0]}, got {shape}")
     selected = grail_rollout_rows(advantages.to(reasoning.device), rollouts) & reasoning.any(dim=1)  # (B,)
-    scores = compute_importance(
-        "grail",
+    scores = score_rows(
+        grail_importance,
         model,
         prompt_ids,
         prompt_mask,
         completion_ids,
         completion_mask,
-        rows=selected,
+        selected,
         answer_mask=answer_mask,
         temperature=temperature,
         batch_size=batch_size,

@@ -27,9 +27,10 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from oar_rl.answer_span import check_answer_mask, scored_positions
 from oar_rl.importance.gradient import gradient_importance
 from oar_rl.importance.perturbation import perturbation_importance
-from oar_rl.probes import Probe, check_answer_mask, prepare_batch, scored_positions
+from oar_rl.probes import Probe, prepare_batch
 
 
 def _check_fraction(value: float, name: str) -> float:
@@ -123,7 +124,9 @@ def hybrid_importance(
         scored = batch.completion_mask  # (B, C)
     else:
         if answer_mask is None:
-            raise ValueError(f"probe={probe!r} needs an answer_mask (see oar_rl.probes.answer_span_mask)")
+            raise ValueError(
+                f"probe={probe!r} needs an answer_mask (see oar_rl.answer_span.answer_span_mask)"
+            )
         check_answer_mask(answer_mask, completion_mask)
         scored = scored_positions(batch.completion_mask, answer_mask.bool().to(batch.completion_mask.device))
     common = dict(probe=probe, answer_mask=answer_mask)

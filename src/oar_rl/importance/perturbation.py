@@ -29,22 +29,19 @@ import torch
 from torch import Tensor, nn
 from tqdm.auto import tqdm
 
+from oar_rl.answer_span import check_answer_mask, scored_positions
 from oar_rl.importance.prefix import clean_pass, suffix_hidden
+from oar_rl.model_parts import base_model, body_hidden, eval_mode
 from oar_rl.probes import (
     Probe,
     ProbeOutcome,
     ProbeSpec,
     ScoringBatch,
-    base_model,
-    body_hidden,
     build_probe_spec,
-    check_answer_mask,
     check_probe,
-    eval_mode,
     outcome_divergence,
     prepare_batch,
     probe_outcome,
-    scored_positions,
 )
 
 
@@ -81,7 +78,7 @@ def perturbation_importance(
         completion_ids: (B, C) completion token ids, right-padded.
         completion_mask: (B, C) 1 on real completion tokens.
         probe: ``"lt-logits"``, ``"as-mean"`` or ``"as-joint"``.
-        answer_mask: (B, C) answer-span mask (:func:`oar_rl.probes.answer_span_mask`); required for AS
+        answer_mask: (B, C) answer-span mask (:func:`oar_rl.answer_span.answer_span_mask`); required for AS
             probes, ignored by LT-Logits.
         mask_token_id: the replacement token; default ``model.config.pad_token_id``.
         batch_size: perturbed copies per forward pass (results do not depend on it).
@@ -119,7 +116,9 @@ def perturbation_importance(
         scored = batch.completion_mask  # (B, C)
     else:
         if answer_mask is None:
-            raise ValueError(f"probe={probe!r} needs an answer_mask (see oar_rl.probes.answer_span_mask)")
+            raise ValueError(
+                f"probe={probe!r} needs an answer_mask (see oar_rl.answer_span.answer_span_mask)"
+            )
         check_answer_mask(answer_mask, completion_mask)
         answer = answer_mask.bool().to(batch.input_ids.device)
         scored = scored_positions(batch.completion_mask, answer)  # (B, C)

@@ -10,9 +10,9 @@ attending to the cached keys/values of its unchanged prefix.
 - :func:`suffix_hidden` runs suffix tokens of some rows (rows may repeat: a chunk of perturbed copies)
   on top of the first ``start`` cached positions of those rows and returns the suffix hidden states.
 
-Positions and masks are the ones :func:`oar_rl.probes.body_hidden` uses: the 2-D attention mask over
+Positions and masks are the ones :func:`oar_rl.model_parts.body_hidden` uses: the 2-D attention mask over
 prefix + suffix, and positions counted from each row's first real token
-(:func:`oar_rl.probes.position_ids_from_mask`, the suffix takes its slice), as ``generate`` counts
+(:func:`oar_rl.model_parts.position_ids_from_mask`, the suffix takes its slice), as ``generate`` counts
 them. The tests compare the cached path against the
 full-recompute path with left-padded prompts of different lengths; if the full path's positions ever
 change (e.g. mask-derived positions), those tests fail rather than letting the two paths disagree.
@@ -31,7 +31,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor, nn
 
-from oar_rl.probes import decoder_body, position_ids_from_mask
+from oar_rl.model_parts import decoder_body, position_ids_from_mask
 
 
 @dataclass

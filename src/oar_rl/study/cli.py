@@ -171,134 +171,219 @@ def run_study(
     tune_lr: bool = False,
     lr: float | None = None,
 ) -> dict[str, Any]:
-    """Run (or resume) a study end to end; returns the study.json data. StudyError on a protocol clash."""
-    from oar_rl.study.recall import recall_analysis
-    from oar_rl.study.report import aggregate, write_outputs
+    """Run (or resume) a study end to end; returns the study.json data. StudyError on a protocol clash.
+
+    The phases, in order: resolve the task and settings; clear `out` (`fresh`); check the stored runs'
+    protocol before anything heavy; load the warm start; choose the learning rate; measure the warm start;
+    train every missing run; the recall analysis; assemble and write study.json and the report.
+    """
+    from oar_rl.study.report import write_outputs
 
     t_start = time.perf_counter()
+    task, settings = _resolve(settings)
+    if fresh:
+        _clear_outputs(out)
+    if lr is None and not tune_lr:
+        _check_stored_protocol(settings, task, out)
+    phase(f"task {task.name}: loading warm start {settings.warm_start!r}")
+    ws = task.load_warm_start(settings.warm_start, cache_dir)
+    progress = Progress(_total_steps(settings, tune_lr))
+    try:
+        with tempfile.TemporaryDirectory(prefix="oar-rl-study-") as work:
+            settings, tuning = _choose_learning_rate(
+                task, ws, settings, out, progress, Path(work), tune_lr, lr
+            )
+            protocol = settings.protocol()
+            store = RunStore(out / "runs", protocol)
+            stored = store.check_all()
+            test_rows = task.prompts("test", settings.test_problems)
+            ws_rec = _measure_warm_start(task, ws, settings, test_rows, out, protocol)
+            stored.update(_train_runs(task, ws, settings, store, ws_rec, test_rows, progress, Path(work)))
+    finally:
+        progress.close()
+    recall = _recall(task, ws, settings, protocol, out)
+    study = _study_record(task, settings, tuning, ws_rec, stored, recall, out, t_start)
+    write_outputs(study, out)
+    if study["task"]["figures"] is not None:  # what `make demo` reports: summary.json["task"]
+        _write_json(out / "summary.json", {"task": study["task"]["figures"], "study": "study.json"})
+    return study
+
+
+# the phases of run_study, top to bottom
+
+
+def _resolve(settings: StudySettings) -> tuple[Any, StudySettings]:
+    """The task, and the settings with the task's defaults filled in; StudyError on a bad warm start."""
     task = get_task(settings.task)
     if settings.warm_start not in task.warm_starts:
         raise StudyError(
             f"warm start {settings.warm_start!r} is not valid for task {task.name!r}; "
             f"valid: {', '.join(task.warm_starts)}"
         )
-    settings = settings.resolved(task)
-    if fresh:
-        for name in ("runs", "lr"):
-            shutil.rmtree(out / name, ignore_errors=True)
-        for name in ("lr_tuning.json", "warm_start.json", "recall.json", "study.json"):
-            (out / name).unlink(missing_ok=True)
-    if lr is None and not tune_lr:
-        # fail on a changed protocol, or a method with no learning rate chosen, before loading anything heavy
-        lr_value, lr_source, tuning = resolve_learning_rate(settings, task, out, lr=None)
-        method_lrs(settings, tuning)
-        RunStore(
-            out / "runs", replace(settings, learning_rate=lr_value, lr_source=lr_source).protocol()
-        ).check_all()
-    phase(f"task {task.name}: loading warm start {settings.warm_start!r}")
-    ws = task.load_warm_start(settings.warm_start, cache_dir)
-    todo_steps = len(settings.runs()) * settings.steps + (
-        len(settings.method_list) * len(settings.lr_grid) * settings.tune_seeds * settings.steps
-        if tune_lr
-        else 0
+    return task, settings.resolved(task)
+
+
+def _clear_outputs(out: Path) -> None:
+    """--fresh: remove the stored runs, sweeps and records (the report files are rewritten anyway)."""
+    for name in ("runs", "lr"):
+        shutil.rmtree(out / name, ignore_errors=True)
+    for name in ("lr_tuning.json", "warm_start.json", "recall.json", "study.json"):
+        (out / name).unlink(missing_ok=True)
+
+
+def _check_stored_protocol(settings: StudySettings, task: Any, out: Path) -> None:
+    """Fail on a changed protocol, or a method with no learning rate chosen, before loading anything
+    heavy (only when the learning rate is not being chosen now)."""
+    lr_value, lr_source, tuning = resolve_learning_rate(settings, task, out, lr=None)
+    method_lrs(settings, tuning)
+    RunStore(
+        out / "runs", replace(settings, learning_rate=lr_value, lr_source=lr_source).protocol()
+    ).check_all()
+
+
+def _total_steps(settings: StudySettings, tune_lr: bool) -> int:
+    """Optimizer steps this invocation may run (the progress bar's total)."""
+    sweep = len(settings.method_list) * len(settings.lr_grid) * settings.tune_seeds * settings.steps
+    return len(settings.runs()) * settings.steps + (sweep if tune_lr else 0)
+
+
+def _choose_learning_rate(
+    task: Any,
+    ws: Any,
+    settings: StudySettings,
+    out: Path,
+    progress: Progress,
+    work: Path,
+    tune_lr: bool,
+    lr: float | None,
+) -> tuple[StudySettings, dict[str, Any] | None]:
+    """(settings with the learning rate, its source and the per-method rates, the sweep record or None):
+    the `--tune-lr` sweep now, else an earlier sweep in `out`, `--lr`, or the task's default."""
+    if tune_lr:
+        phase(f"learning-rate sweep of every method on the validation split: {list(settings.lr_grid)}")
+        tuning = tune_learning_rate(task, ws, settings, out, progress, work)
+        lr_value = tuning["chosen"]
+        lr_source = "tuned on the validation split (--tune-lr, lr_tuning.json)"
+        progress.write(f"learning rate chosen: {lr_value:g}")
+    else:
+        lr_value, lr_source, tuning = resolve_learning_rate(settings, task, out, lr=lr)
+    settings = replace(
+        settings, learning_rate=lr_value, lr_source=lr_source, method_lrs=method_lrs(settings, tuning)
     )
-    progress = Progress(todo_steps)
-    try:
-        with tempfile.TemporaryDirectory(prefix="oar-rl-study-") as work:
-            if tune_lr:
-                phase(
-                    f"learning-rate sweep of every method on the validation split: {list(settings.lr_grid)}"
-                )
-                tuning = tune_learning_rate(task, ws, settings, out, progress, Path(work))
-                lr_value = tuning["chosen"]
-                lr_source = "tuned on the validation split (--tune-lr, lr_tuning.json)"
-                progress.write(f"learning rate chosen: {lr_value:g}")
-            else:
-                lr_value, lr_source, tuning = resolve_learning_rate(settings, task, out, lr=lr)
-            settings = replace(
-                settings, learning_rate=lr_value, lr_source=lr_source, method_lrs=method_lrs(settings, tuning)
-            )
-            if tuning is None:
-                phase(f"learning rate {lr_value:g}: {lr_source}")
-            protocol = settings.protocol()
-            store = RunStore(out / "runs", protocol)
-            stored = store.check_all()
-            test_rows = task.prompts("test", settings.test_problems)
-            ws_rec = _read_json(out / "warm_start.json")
-            if ws_rec is not None:
-                _check_same(out / "warm_start.json", ws_rec, protocol)
-            else:
-                from oar_rl.study.runner import _accuracy
+    if tuning is None:
+        phase(f"learning rate {lr_value:g}: {lr_source}")
+    return settings, tuning
 
-                phase(f"evaluating the warm start on {len(test_rows)} test problems")
-                acc = {
-                    g: _accuracy(task, ws.model, ws.tokenizer, test_rows, settings, greedy=g == "greedy")
-                    for g in ("sampled", "greedy")
-                }
-                if curve_separate(settings):  # step 0 of the curves, on the curve's own sample
-                    n, k = settings.n_curve
-                    acc["curve"] = _accuracy(task, ws.model, ws.tokenizer, test_rows[:n], settings,
-                                             greedy=False, samples=k)  # fmt: skip
-                ws_rec = {
-                    "protocol": protocol,
-                    "recipe_hash": ws.recipe_hash,
-                    "recipe": ws.recipe,
-                    "accuracy": acc,
-                }
-                _write_json(out / "warm_start.json", ws_rec)
-            labeller = (task.trainer_kwargs() if task.trainer_kwargs else {}).get("token_roles")
-            if labeller is not None and "task_figures" not in ws_rec:
-                from oar_rl.roles import role_statistics
 
-                phase("measuring token roles and policy entropy on the warm start's own samples")
-                ws_rec["task_figures"] = role_statistics(
-                    ws.model, ws.tokenizer, [r["prompt"] for r in test_rows], labeller,
-                    temperature=settings.temperature, max_new_tokens=settings.max_completion_length,
-                    seed=settings.eval_seed,
-                )  # fmt: skip
-                _write_json(out / "warm_start.json", ws_rec)
-            train_rows = task.prompts("train", settings.n_train_prompts)
-            plan = settings.runs()
-            step0 = ws_rec["accuracy"].get("curve", ws_rec["accuracy"]["sampled"])
+def _measure_warm_start(
+    task: Any, ws: Any, settings: StudySettings, test_rows: list, out: Path, protocol: dict[str, Any]
+) -> dict[str, Any]:
+    """warm_start.json: the warm start's test accuracy (read back when stored under the same protocol)
+    and, for a task with a role labeller, its token-role figures."""
+    ws_rec = _read_json(out / "warm_start.json")
+    if ws_rec is not None:
+        _check_same(out / "warm_start.json", ws_rec, protocol)
+    else:
+        from oar_rl.study.runner import _accuracy
 
-            def train(item: tuple[int, Any, int]) -> dict[str, Any]:
-                i, variant, seed = item
-                progress.describe(f"[{i}/{len(plan)}] {variant.name} seed {seed}")
-                rec = train_and_evaluate(
-                    task, ws, settings, variant, seed, train_rows, test_rows,
-                    Path(work) / f"run{i}", progress,
-                    learning_rate=dict(variant.overrides).get("learning_rate", lr_value),
-                )  # fmt: skip
-                rec["curve"] = {"0": step0, **rec["curve"]}
-                progress.write(
-                    f"[{i}/{len(plan)}] {variant.name} seed {seed}: accuracy "
-                    f"{ws_rec['accuracy']['sampled']:.3f} -> {rec['final']['sampled']:.3f} "
-                    f"(greedy {rec['final']['greedy']:.3f}), "
-                    f"{rec['train_seconds']:.0f} s training"
-                )
-                return rec
+        phase(f"evaluating the warm start on {len(test_rows)} test problems")
+        acc = {
+            g: _accuracy(task, ws.model, ws.tokenizer, test_rows, settings, greedy=g == "greedy")
+            for g in ("sampled", "greedy")
+        }
+        if curve_separate(settings):  # step 0 of the curves, on the curve's own sample
+            n, k = settings.n_curve
+            acc["curve"] = _accuracy(task, ws.model, ws.tokenizer, test_rows[:n], settings,
+                                     greedy=False, samples=k)  # fmt: skip
+        ws_rec = {"protocol": protocol, "recipe_hash": ws.recipe_hash, "recipe": ws.recipe, "accuracy": acc}
+        _write_json(out / "warm_start.json", ws_rec)
+    labeller = (task.trainer_kwargs() if task.trainer_kwargs else {}).get("token_roles")
+    if labeller is not None and "task_figures" not in ws_rec:
+        from oar_rl.roles import role_statistics
 
-            items = [(v.name, seed, (i, v, seed)) for i, (v, seed) in enumerate(plan, 1)]
-            stored.update(run_claimed(store, items, train, progress, settings.steps))
-    finally:
-        progress.close()
-    recall: dict[str, Any] | None = None
-    if settings.recall_trajectories:
-        recall_protocol = {**protocol, "recall_format": 1}
-        cached = _read_json(out / "recall.json")
-        if cached is not None and cached.get("protocol_hash") == protocol_hash(recall_protocol):
-            recall = cached["result"]
-        else:
-            phase(f"recall@K%: oracle on {settings.recall_trajectories} correct warm-start trajectories")
-            t0 = time.perf_counter()
-            recall = recall_analysis(
-                task, ws.model, ws.tokenizer, n=settings.recall_trajectories,
-                max_new_tokens=settings.max_completion_length, seed=settings.eval_seed, probe=settings.probe,
-            )  # fmt: skip
-            recall["seconds"] = time.perf_counter() - t0
-            _write_json(
-                out / "recall.json", {"protocol_hash": protocol_hash(recall_protocol), "result": recall}
-            )
+        phase("measuring token roles and policy entropy on the warm start's own samples")
+        ws_rec["task_figures"] = role_statistics(
+            ws.model, ws.tokenizer, [r["prompt"] for r in test_rows], labeller,
+            temperature=settings.temperature, max_new_tokens=settings.max_completion_length,
+            seed=settings.eval_seed,
+        )  # fmt: skip
+        _write_json(out / "warm_start.json", ws_rec)
+    return ws_rec
+
+
+def _train_runs(
+    task: Any,
+    ws: Any,
+    settings: StudySettings,
+    store: RunStore,
+    ws_rec: dict[str, Any],
+    test_rows: list,
+    progress: Progress,
+    work: Path,
+) -> dict[str, Any]:
+    """Train and evaluate every (variant, seed) run not stored yet, seed-major; the new run records."""
+    train_rows = task.prompts("train", settings.n_train_prompts)
+    plan = settings.runs()
+    step0 = ws_rec["accuracy"].get("curve", ws_rec["accuracy"]["sampled"])
+
+    def train(item: tuple[int, Any, int]) -> dict[str, Any]:
+        i, variant, seed = item
+        progress.describe(f"[{i}/{len(plan)}] {variant.name} seed {seed}")
+        rec = train_and_evaluate(
+            task, ws, settings, variant, seed, train_rows, test_rows,
+            work / f"run{i}", progress,
+            learning_rate=dict(variant.overrides).get("learning_rate", settings.learning_rate),
+        )  # fmt: skip
+        rec["curve"] = {"0": step0, **rec["curve"]}
+        progress.write(
+            f"[{i}/{len(plan)}] {variant.name} seed {seed}: accuracy "
+            f"{ws_rec['accuracy']['sampled']:.3f} -> {rec['final']['sampled']:.3f} "
+            f"(greedy {rec['final']['greedy']:.3f}), "
+            f"{rec['train_seconds']:.0f} s training"
+        )
+        return rec
+
+    items = [(v.name, seed, (i, v, seed)) for i, (v, seed) in enumerate(plan, 1)]
+    return run_claimed(store, items, train, progress, settings.steps)
+
+
+def _recall(
+    task: Any, ws: Any, settings: StudySettings, protocol: dict[str, Any], out: Path
+) -> dict[str, Any] | None:
+    """recall.json: recall@K% of every signal on the warm start (read back under the same protocol)."""
+    from oar_rl.study.recall import recall_analysis
+
+    if not settings.recall_trajectories:
+        return None
+    recall_protocol = {**protocol, "recall_format": 1}
+    cached = _read_json(out / "recall.json")
+    if cached is not None and cached.get("protocol_hash") == protocol_hash(recall_protocol):
+        return cached["result"]
+    phase(f"recall@K%: oracle on {settings.recall_trajectories} correct warm-start trajectories")
+    t0 = time.perf_counter()
+    recall = recall_analysis(
+        task, ws.model, ws.tokenizer, n=settings.recall_trajectories,
+        max_new_tokens=settings.max_completion_length, seed=settings.eval_seed, probe=settings.probe,
+    )  # fmt: skip
+    recall["seconds"] = time.perf_counter() - t0
+    _write_json(out / "recall.json", {"protocol_hash": protocol_hash(recall_protocol), "result": recall})
+    return recall
+
+
+def _study_record(
+    task: Any,
+    settings: StudySettings,
+    tuning: dict[str, Any] | None,
+    ws_rec: dict[str, Any],
+    stored: dict[str, Any],
+    recall: dict[str, Any] | None,
+    out: Path,
+    t_start: float,
+) -> dict[str, Any]:
+    """study.json's data: the protocol, scope, task, learning rate, warm start, groups, recall and runs."""
+    from oar_rl.study.report import aggregate
+
+    protocol = settings.protocol()
     groups = {g: [v.name for v in vs] for g, vs in settings.variants().items()}
     in_scope = {f"{v.name}/seed{s}" for v, s in settings.runs()}
     runs = {k: r for k, r in stored.items() if k in in_scope}
@@ -327,8 +412,8 @@ def run_study(
             "figures": ws_rec.get("task_figures"),
         },
         "learning_rate": {
-            "value": lr_value,
-            "source": lr_source,
+            "value": settings.learning_rate,
+            "source": settings.lr_source,
             "per_method": {m: settings.lr_for(m) for m in settings.method_list},
             "tuning": tuning,
         },
@@ -347,9 +432,6 @@ def run_study(
             "machine": _machine(),
         },
     }
-    write_outputs(study, out)
-    if study["task"]["figures"] is not None:  # what `make demo` reports: summary.json["task"]
-        _write_json(out / "summary.json", {"task": study["task"]["figures"], "study": "study.json"})
     return study
 
 

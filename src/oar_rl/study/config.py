@@ -8,7 +8,7 @@ Two parts, kept apart on purpose:
 - the *scope* (which methods, how many seeds, which ablation groups): may grow between invocations,
   finished runs are reused.
 
-Methods are read from the trainer's credit modes (`oar_rl.trainer.CREDITS`), so a credit mode added to
+Methods are read from the credit registry (`oar_rl.credits.CREDITS`), so a credit mode added to
 the library joins the study without an edit here; credit "none" is called "grpo".
 """
 
@@ -29,8 +29,8 @@ ABLATIONS: dict[str, str] = {
 
 
 def all_methods() -> tuple[str, ...]:
-    """Study method names: the trainer's credit modes, with "none" called "grpo" (listed first)."""
-    from oar_rl.trainer import CREDITS
+    """Study method names: the registered credit modes, with "none" called "grpo" (listed first)."""
+    from oar_rl.credits import CREDITS
 
     return ("grpo", *(c for c in CREDITS if c != "none"))
 
@@ -40,7 +40,7 @@ def credit_of(method: str) -> str:
 
 
 def probes() -> tuple[str, ...]:
-    from oar_rl.trainer import PROBES
+    from oar_rl.probes import PROBES
 
     return tuple(PROBES)
 

@@ -36,7 +36,7 @@ def recall_analysis(
     `prompts_pool` prompts are sampled, one completion each; default 10·n, within [20, 1000])."""
     from oar_rl.analysis.attribute import METHODS, method_scores, sample_trajectories
     from oar_rl.analysis.oracle import causal_recall, counterfactual_oracle
-    from oar_rl.trainer import PROBES
+    from oar_rl.probes import PROBES
 
     pool = prompts_pool if prompts_pool is not None else min(max(10 * n, 20), 1000)
     rows = task.prompts("test", pool)

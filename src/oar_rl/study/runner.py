@@ -26,7 +26,7 @@ from typing import Any
 
 from oar_rl.io import write_text_atomic
 from oar_rl.study.config import StudySettings, Variant, protocol_diff, protocol_hash
-from oar_rl.study.tasks import StudyTask, WarmStart
+from oar_rl.study.task import StudyTask, WarmStart
 
 TUNE_SEED_BASE = 1000
 

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from oar_rl.data.arithmetic import check
-from oar_rl.study.tasks import SPLITS, StudyTask, WarmStart
+from oar_rl.study.task import SPLITS, StudyTask, WarmStart
 from oar_rl.tasks import exact_reward
 
 _TEST_MAX = 1000

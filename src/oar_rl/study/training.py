@@ -48,7 +48,7 @@ def heldout_accuracy(
     """
     import torch
 
-    from oar_rl.tiny import generate_completions
+    from oar_rl.sampling import generate_completions
 
     if samples < 1:
         raise ValueError(f"samples={samples} must be >= 1")
@@ -136,8 +136,9 @@ def train_policy(
     import torch
     from transformers import AutoModelForCausalLM, PreTrainedTokenizerFast
 
+    from oar_rl.config import OARConfig
     from oar_rl.console import attach, no_load_bars
-    from oar_rl.trainer import OARConfig, OARTrainer
+    from oar_rl.trainer import OARTrainer
 
     batch = prompts_per_step * num_generations
     config = OARConfig(

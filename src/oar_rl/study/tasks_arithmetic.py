@@ -1,0 +1,66 @@
+"""The arithmetic task (`oar_rl.data.arithmetic`) as a `StudyTask`: char-level tiny Qwen2, cached warm start.
+
+Splits: `train` is the arithmetic train stream; validation and test both come from its held-out `eval`
+stream (test: the first items; validation: items from position 1000 on, minus any expression that also
+occurs in the first 1000).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from oar_rl.data.arithmetic import check
+from oar_rl.study.task import SPLITS, StudyTask, WarmStart
+from oar_rl.tasks import exact_reward
+
+_VALIDATION_OFFSET = 1000  # validation rows come from this position of the eval stream on
+
+
+def _arithmetic_prompts(split: str, n: int) -> list[dict[str, Any]]:
+    from oar_rl.data.arithmetic import split_problems
+
+    if split not in SPLITS:
+        raise ValueError(f"unknown split {split!r}; valid splits: {', '.join(SPLITS)}")
+    if n < 0:
+        raise ValueError(f"n={n} must be >= 0")
+    if split == "train":
+        problems = split_problems("train", n)
+    elif split == "test":
+        if n > _VALIDATION_OFFSET:
+            raise ValueError(f"at most {_VALIDATION_OFFSET} test problems (the rest is validation), got {n}")
+        problems = split_problems("eval", n)
+    else:
+        stream = split_problems("eval", _VALIDATION_OFFSET + 4 * n + 64)
+        test_exprs = {p.expression for p in stream[:_VALIDATION_OFFSET]}
+        problems = [p for p in stream[_VALIDATION_OFFSET:] if p.expression not in test_exprs][:n]
+        if len(problems) < n:  # pragma: no cover - the stream is ~20x larger than needed
+            raise RuntimeError(f"could not draw {n} validation problems disjoint from the test split")
+    return [{"prompt": p.prompt, "answer": str(p.answer)} for p in problems]
+
+
+def _arithmetic_warm_start(variant: str, cache_dir: str | None) -> WarmStart:
+    from oar_rl.tiny import DEFAULT_RECIPE, TEST_RECIPE, load_default_model
+
+    recipes = {"default": DEFAULT_RECIPE, "test": TEST_RECIPE}
+    if variant not in recipes:
+        raise ValueError(f"warm start {variant!r} is not valid for 'arithmetic'; valid: {', '.join(recipes)}")
+    recipe = recipes[variant]
+    model, tok, path = load_default_model(recipe, cache_dir=cache_dir, progress=True)
+    return WarmStart(model, tok, Path(path), recipe.hash(), recipe.to_dict())
+
+
+ARITHMETIC = StudyTask(
+    name="arithmetic",
+    description="synthetic multi-step integer arithmetic, char-level tiny Qwen2 (oar_rl.data.arithmetic)",
+    prompts=_arithmetic_prompts,
+    reward=exact_reward,
+    check=check,
+    load_warm_start=_arithmetic_warm_start,
+    warm_starts=("default", "test"),
+    label_roles=None,  # the arithmetic generator does not label roles
+    max_completion_length=72,
+    probe="as-mean",
+    learning_rate=5e-5,
+    learning_rate_note="oar_rl.demo's hand tuning on the arithmetic eval split (see its module docstring)",
+)
