@@ -153,3 +153,8 @@ def main(out_dir: str, credits: list[str]) -> None:
 if __name__ == "__main__":
     torch.set_num_threads(1)
     main(sys.argv[1], sys.argv[2:])
+    # tear the process group down before exit: left to interpreter shutdown, gloo's threads can abort a
+    # rank ("terminate called without an active exception") on a loaded machine
+    if torch.distributed.is_available() and torch.distributed.is_initialized():
+        torch.distributed.barrier()
+        torch.distributed.destroy_process_group()

@@ -356,6 +356,10 @@ checksum = sum(float(p.double().sum()) for p in trainer.model.parameters())
 with open(f"{out}/rank{rank}.json", "w") as f:
     json.dump({"world": trainer.accelerator.num_processes, "checksum": checksum,
                "logs": [h for h in trainer.state.log_history if "loss" in h]}, f)
+# tear the process group down before exit: left to interpreter shutdown, gloo's threads can abort a rank
+# ("terminate called without an active exception") on a loaded machine
+trainer.accelerator.wait_for_everyone()
+torch.distributed.destroy_process_group()
 """
 
 
