@@ -350,7 +350,7 @@ def test_trainer_rejects_a_non_callable_labeller(tmp_path):
 
 
 # ---------------------------------------------------------------------------------------------------
-# the task API and the demo
+# the task API and the warm start's role figures
 
 
 def test_task_api():
@@ -366,18 +366,25 @@ def test_task_api():
         get_task("chess")
 
 
-def test_demo_runs_the_wordproblems_task(tmp_path):
-    from oar_rl import demo
+def test_role_statistics_of_the_shipped_warm_start():
+    """The word-problem warm start's role figures (what the study and `oar-rl demo` write to
+    summary.json["task"]), on its own samples of 4 held-out problems."""
+    from oar_rl.roles import role_statistics
+    from oar_rl.tasks import get_task
 
-    out = tmp_path / "demo"
-    assert demo.main(["--tiny", "--task", "wordproblems", "--methods", "grpo", "--out", str(out)]) == 0
-    summary = json.loads((out / "summary.json").read_text())
-    assert summary["config"]["task"] == "wordproblems"
-    stats = summary["task"]
+    task = get_task("wordproblems")
+    model, tokenizer, _ = task.load_model()
+    problems = task.split_problems("eval", 4)
+    stats = role_statistics(
+        model,
+        tokenizer,
+        [p.prompt for p in problems],
+        task.token_roles,
+        max_new_tokens=task.max_completion_length,
+        seed=1234,
+    )
     assert set(stats) >= {"pivot_fraction", "entropy_by_role", "mean_reasoning_tokens"}
-    assert stats["labelled"] + stats["unlabelled"] == summary["config"]["eval_problems"]
-    history = summary["runs"]["grpo/seed0"]["history"]
-    assert all("oar/roles_unknown_frac" in h for h in history if "oar/ess_ratio" in h)
+    assert stats["labelled"] + stats["unlabelled"] == 4
 
 
 def test_completion_token_roles(tok):

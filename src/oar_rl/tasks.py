@@ -1,4 +1,4 @@
-"""The embedded tasks behind one interface, for the demo and the study: data, reward, warm start, roles.
+"""The embedded tasks behind one interface, for the study and the tools: data, reward, warm start, roles.
 
     task = get_task("wordproblems")              # or "arithmetic"
     train = task.load("train", 640)              # datasets.Dataset: prompt, answer, solution
