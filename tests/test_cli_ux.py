@@ -113,17 +113,17 @@ def test_eval_on_empty_or_columnless_file_is_one_clear_line(tiny_model_dir, tmp_
 # ----------------------------------------------------------------------------------------------------
 def test_two_step_demo_run_logs_to_tensorboard_and_a_jsonl_file(tiny_model_dir, tmp_path, capsys):
     from oar_rl.answer_span import ANSWER_TAG_PATTERN
+    from oar_rl.data.arithmetic import load
     from oar_rl.study.training import train_policy
-    from oar_rl.tasks import get_task
+    from oar_rl.tasks import exact_reward
 
-    task = get_task("arithmetic")
     logs = tmp_path / "logs"
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         train_policy(  # two steps of 2x2 completions, as the removed arithmetic demo's test preset ran them
             tiny_model_dir,
-            task.load("train", 8),
-            task.reward,
+            load("train", 8),
+            exact_reward,
             credit="oar-g",
             seed=0,
             steps=2,

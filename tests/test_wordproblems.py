@@ -354,14 +354,16 @@ def test_trainer_rejects_a_non_callable_labeller(tmp_path):
 
 
 def test_task_api():
-    from oar_rl.tasks import get_task
+    from oar_rl.study.task import SPLITS
+    from oar_rl.study.tasks import get_task
 
     task = get_task("wordproblems")
-    assert task.token_roles is wp.label_roles and task.validation_split == "validation"
-    ds = task.load("train", 4)
-    assert task.reward([f"x <answer>{a}</answer>" for a in ds["answer"]], answer=ds["answer"]) == [1.0] * 4
+    assert task.trainer_kwargs()["token_roles"] is wp.label_roles and "validation" in SPLITS
+    rows = task.prompts("train", 4)
+    answers = [r["answer"] for r in rows]
+    assert task.reward([f"x <answer>{a}</answer>" for a in answers], answer=answers) == [1.0] * 4
     assert task.reward(["<answer>-1</answer>"], answer=["3"]) == [0.0]
-    assert get_task("arithmetic").token_roles is None
+    assert get_task("arithmetic").label_roles is None
     with pytest.raises(ValueError, match="unknown task 'chess'"):
         get_task("chess")
 
@@ -370,16 +372,15 @@ def test_role_statistics_of_the_shipped_warm_start():
     """The word-problem warm start's role figures (what the study and `oar-rl demo` write to
     summary.json["task"]), on its own samples of 4 held-out problems."""
     from oar_rl.roles import role_statistics
-    from oar_rl.tasks import get_task
+    from oar_rl.study.tasks import get_task
 
     task = get_task("wordproblems")
-    model, tokenizer, _ = task.load_model()
-    problems = task.split_problems("eval", 4)
+    ws = task.load_warm_start("default", None)
     stats = role_statistics(
-        model,
-        tokenizer,
-        [p.prompt for p in problems],
-        task.token_roles,
+        ws.model,
+        ws.tokenizer,
+        [r["prompt"] for r in task.prompts("test", 4)],  # the held-out eval split's first problems
+        task.trainer_kwargs()["token_roles"],
         max_new_tokens=task.max_completion_length,
         seed=1234,
     )
