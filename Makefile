@@ -36,7 +36,7 @@ demo: setup
 	$(VENV)/bin/oar-rl study --quick --task wordproblems --out demo_out
 
 demo-quick: setup
-	$(VENV)/bin/oar-rl demo --out demo_out --quick
+	$(VENV)/bin/oar-rl demo --out demo_out
 
 lint: setup
 	$(VENV)/bin/ruff check src tests benchmarks

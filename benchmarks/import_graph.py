@@ -63,8 +63,6 @@ TIERS: dict[str, int] = {
     "oar_rl.study": 5,
     "oar_rl.analysis": 5,
     # 6 the command line and the public facade
-    "oar_rl.demo": 6,
-    "oar_rl.demo_config": 6,
     "oar_rl.cli": 6,
     "oar_rl": 6,
 }

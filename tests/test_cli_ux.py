@@ -112,14 +112,34 @@ def test_eval_on_empty_or_columnless_file_is_one_clear_line(tiny_model_dir, tmp_
 # trackers and terminal output
 # ----------------------------------------------------------------------------------------------------
 def test_two_step_demo_run_logs_to_tensorboard_and_a_jsonl_file(tiny_model_dir, tmp_path, capsys):
-    from oar_rl import demo, demo_config
+    from oar_rl.answer_span import ANSWER_TAG_PATTERN
+    from oar_rl.data.arithmetic import load
+    from oar_rl.study.training import train_policy
+    from oar_rl.tasks import exact_reward
 
-    settings = demo_config.PRESETS["tiny"]
     logs = tmp_path / "logs"
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        demo.train_one(
-            "oar-g", 0, settings, tiny_model_dir, tmp_path / "work", report_to="tensorboard", log_dir=logs
+        train_policy(  # two steps of 2x2 completions, as the removed arithmetic demo's test preset ran them
+            tiny_model_dir,
+            load("train", 8),
+            exact_reward,
+            credit="oar-g",
+            seed=0,
+            steps=2,
+            prompts_per_step=2,
+            num_generations=2,
+            learning_rate=5e-5,
+            max_completion_length=12,
+            temperature=1.0,
+            workdir=tmp_path / "work",
+            probe="as-mean",
+            tau=0.4,
+            oar_beta=2.0,
+            answer_pattern=ANSWER_TAG_PATTERN,
+            report_to="tensorboard",
+            log_dir=logs,
+            desc="oar-g",
         )
     deprecations = [str(w.message) for w in caught if issubclass(w.category, FutureWarning)]
     assert not [m for m in deprecations if "checkpointing" in m], deprecations  # known harmless: silenced
@@ -138,19 +158,16 @@ def test_two_step_demo_run_logs_to_tensorboard_and_a_jsonl_file(tiny_model_dir, 
     assert "Loading weights" not in captured.err  # the warm start's load showed the one bar
 
 
-def test_missing_tracker_is_refused_before_any_loading(monkeypatch, tmp_path, capsys):
+def test_missing_tracker_is_refused_before_any_loading(monkeypatch):
     import importlib.util
 
-    from oar_rl import console, demo
+    from oar_rl import console
 
     real = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec", lambda n, *a: None if n == "trackio" else real(n, *a))
     with pytest.raises(ValueError, match=r"oar-rl\[trackers\]"):
         console.check_trackers("tensorboard,trackio")
     assert console.check_trackers("none") == [] and console.check_trackers(["tensorboard"]) == ["tensorboard"]
-    assert demo.main(["--tiny", "--out", str(tmp_path / "d"), "--report-to", "trackio"]) == 2
-    assert "trackio" in capsys.readouterr().err
-    assert not (tmp_path / "d" / "summary.json").exists()
 
 
 def test_summary_lines():
@@ -316,20 +333,17 @@ def test_typos_get_a_suggestion(tmp_path, capsys):
     assert "--credt (did you mean --credit?)" in capsys.readouterr().err
 
 
-def test_demo_passes_report_to_and_a_per_run_log_dir(tmp_path, monkeypatch):
-    from oar_rl import demo
+def test_demo_is_the_quick_study_on_wordproblems(tmp_path, monkeypatch, capsys):
+    from oar_rl.study import cli as study_cli
 
     seen = []
-
-    def fake_train(method, seed, settings, model_path, workdir, **kwargs):
-        seen.append(kwargs)
-        return object(), [{"step": 1, "reward": 0.5}], 0.1
-
-    monkeypatch.setattr(tiny, "load_default_model", lambda *a, **k: (object(), object(), "unused"))
-    monkeypatch.setattr(demo, "train_one", fake_train)
-    monkeypatch.setattr(demo, "evaluate", lambda *a, **k: {"sampled": 0.25, "greedy": 0.5})
-    monkeypatch.setattr(demo, "token_heatmap", lambda *a, **k: None)
-    out = tmp_path / "d"
-    argv = ["--tiny", "--methods", "grpo", "--out", str(out), "--report_to", "tensorboard"]
-    assert demo.main(argv) == 0
-    assert seen == [{"report_to": ["tensorboard"], "log_dir": out / "runs" / "grpo-seed0", "verbose": False}]
+    monkeypatch.setattr(study_cli, "main", lambda argv: seen.append(argv) or 0)
+    out = str(tmp_path / "d")
+    extra = ["--methods", "grpo", "--seeds", "1", "--steps", "2", "--fresh"]
+    assert cli.main(["demo", "--out", out]) == 0
+    assert cli.main(["demo", "--out", out, *extra]) == 0
+    quick = ["--quick", "--task", "wordproblems", "--out", out, "--threads", "1"]
+    assert seen == [quick, [*quick, *extra]]
+    assert "the quick study" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        cli.main(["demo", "--task", "arithmetic"])  # the demo is the word-problem study only

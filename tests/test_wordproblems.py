@@ -350,34 +350,42 @@ def test_trainer_rejects_a_non_callable_labeller(tmp_path):
 
 
 # ---------------------------------------------------------------------------------------------------
-# the task API and the demo
+# the task API and the warm start's role figures
 
 
 def test_task_api():
-    from oar_rl.tasks import get_task
+    from oar_rl.study.task import SPLITS
+    from oar_rl.study.tasks import get_task
 
     task = get_task("wordproblems")
-    assert task.token_roles is wp.label_roles and task.validation_split == "validation"
-    ds = task.load("train", 4)
-    assert task.reward([f"x <answer>{a}</answer>" for a in ds["answer"]], answer=ds["answer"]) == [1.0] * 4
+    assert task.trainer_kwargs()["token_roles"] is wp.label_roles and "validation" in SPLITS
+    rows = task.prompts("train", 4)
+    answers = [r["answer"] for r in rows]
+    assert task.reward([f"x <answer>{a}</answer>" for a in answers], answer=answers) == [1.0] * 4
     assert task.reward(["<answer>-1</answer>"], answer=["3"]) == [0.0]
-    assert get_task("arithmetic").token_roles is None
+    assert get_task("arithmetic").label_roles is None
     with pytest.raises(ValueError, match="unknown task 'chess'"):
         get_task("chess")
 
 
-def test_demo_runs_the_wordproblems_task(tmp_path):
-    from oar_rl import demo
+def test_role_statistics_of_the_shipped_warm_start():
+    """The word-problem warm start's role figures (what the study and `oar-rl demo` write to
+    summary.json["task"]), on its own samples of 4 held-out problems."""
+    from oar_rl.roles import role_statistics
+    from oar_rl.study.tasks import get_task
 
-    out = tmp_path / "demo"
-    assert demo.main(["--tiny", "--task", "wordproblems", "--methods", "grpo", "--out", str(out)]) == 0
-    summary = json.loads((out / "summary.json").read_text())
-    assert summary["config"]["task"] == "wordproblems"
-    stats = summary["task"]
+    task = get_task("wordproblems")
+    ws = task.load_warm_start("default", None)
+    stats = role_statistics(
+        ws.model,
+        ws.tokenizer,
+        [r["prompt"] for r in task.prompts("test", 4)],  # the held-out eval split's first problems
+        task.trainer_kwargs()["token_roles"],
+        max_new_tokens=task.max_completion_length,
+        seed=1234,
+    )
     assert set(stats) >= {"pivot_fraction", "entropy_by_role", "mean_reasoning_tokens"}
-    assert stats["labelled"] + stats["unlabelled"] == summary["config"]["eval_problems"]
-    history = summary["runs"]["grpo/seed0"]["history"]
-    assert all("oar/roles_unknown_frac" in h for h in history if "oar/ess_ratio" in h)
+    assert stats["labelled"] + stats["unlabelled"] == 4
 
 
 def test_completion_token_roles(tok):

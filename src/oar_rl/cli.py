@@ -11,7 +11,7 @@ import importlib
 import sys
 
 COMMANDS: dict[str, tuple[str, str]] = {
-    "demo": ("oar_rl.demo", "train GRPO, OAR-G and OAR-P on the embedded arithmetic task and write a report"),
+    "demo": ("oar_rl.study.demo", "the quick study on the word-problem task: what make demo runs"),
     "train": ("oar_rl.train", "GRPO/OAR training from a YAML recipe (TRL's parser; --key value overrides)"),
     "eval": ("oar_rl.evaluation", "sample n completions per problem and report unbiased pass@k"),
     "attribute": ("oar_rl.analysis.attribute", "token-importance heatmaps (HTML), one row per scorer"),

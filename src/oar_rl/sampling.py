@@ -1,7 +1,7 @@
 """Sampling completions from a causal LM: seeded, batched, left-padded, the caller's RNG untouched.
 
 `sample_ids` gives (prompt ids, completion ids) pairs, `generate_completions` their texts and `accuracy`
-the fraction that pass the embedded tasks' exact `<answer>` checker. Used by the demo, the study, the
+the fraction that pass the embedded tasks' exact `<answer>` checker. Used by the study, the
 role statistics and the attribution heatmaps; any `generate`-capable model and tokenizer work.
 """
 

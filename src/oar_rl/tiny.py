@@ -127,7 +127,7 @@ def tiny_qwen2(vocab_size: int, *, seed: int = 0, **config_kwargs) -> Qwen2ForCa
 # The embedded default model: a tiny Qwen2 warm-started by supervised fine-tuning on worked solutions.
 #
 # Not in the paper, which starts RL from Qwen2.5 checkpoints. A char-level model trained here for a few
-# minutes on the synthetic arithmetic task plays that role so `oar-rl demo` and the tests need no
+# minutes on the synthetic arithmetic task plays that role so the arithmetic task and the tests need no
 # download. The recipe is tuned so the warm start solves a fraction of held-out problems when sampling at
 # temperature 1.0, leaving RL headroom. Measured for DEFAULT_RECIPE (342k parameters, 750 SFT steps of 64
 # solutions; cold build 1 min 34 s - 1 min 50 s on 2 CPU cores shared with other light jobs, 4 min 9 s

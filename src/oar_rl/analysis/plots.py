@@ -1,4 +1,4 @@
-"""Training-curve plots for `oar-rl demo`: one PNG per metric, one line per method, mean ± spread over seeds.
+"""Training-curve plots: one PNG per metric, one line per method, mean ± spread over seeds.
 
 The curves are read from `Trainer.state.log_history` (a list of dicts with a "step" key); seeds of one
 method are aligned on the optimizer step. The band is the min–max over seeds (with one seed: no band).

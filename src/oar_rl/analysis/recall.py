@@ -9,12 +9,17 @@ expectation; the `random` method measures that empirically.
 
 Writes `recall.json` (per-K recall of each method, pivot statistics, settings), `recall.md`,
 `recall.png` and `heatmaps.html` (a few traces coloured by each method, with the oracle row).
+
+The one recall implementation: `oracle_labels` (Eq. 19 per trajectory), `label_matrix`,
+`scores_per_probe` and `recall_curves` are also what the study (`oar_rl.study.recall`) and the
+real-model figure (`oar_rl.analysis.real_recall`) call.
 """
 
 from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 import torch
@@ -38,6 +43,80 @@ from oar_rl.argparsing import add, new_parser
 from oar_rl.io import ensure_writable_dir, savefig_atomic, write_text_atomic
 
 KS = (0.05, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0)
+PROBE_METHODS = ("oar-g", "oar-p")
+"""The scorers whose importance depends on the outcome probe."""
+
+
+def oracle_labels(
+    model,
+    tokenizer,
+    trajectories: Sequence,
+    check: Callable[[str, str], bool],
+    *,
+    max_new_tokens: int,
+    progress: bool = False,
+) -> list[torch.Tensor]:
+    """The counterfactual oracle's pivot labels (Eq. 19) of each trajectory's completion tokens; a
+    continuation counts as correct when `check(text, trajectory.answer)`."""
+    return [
+        counterfactual_oracle(
+            model,
+            tokenizer,
+            t.prompt_ids,
+            t.completion_ids,
+            lambda text, ans=t.answer: check(text, ans),
+            max_new_tokens=max_new_tokens,
+        )
+        for t in (tqdm(trajectories, desc="oracle") if progress else trajectories)
+    ]
+
+
+def label_matrix(labels: Sequence[torch.Tensor], like: torch.Tensor) -> torch.Tensor:
+    """Per-trajectory label rows, right-padded with False to the (B, C) shape of `like` (the scoring mask)."""
+    out = torch.zeros_like(like)
+    for i, lab in enumerate(labels):
+        out[i, : lab.numel()] = lab
+    return out
+
+
+def scores_per_probe(
+    model,
+    tokenizer,
+    trajectories: Sequence,
+    methods: Sequence[str],
+    probes: Sequence[str],
+    *,
+    model_free_probe: str,
+    seed: int,
+    answer_pattern: str | None = None,
+) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
+    """`method_scores` of the probe-dependent `methods` under every probe (named 'oar-g/as-mean') and of
+    the others once, alongside `model_free_probe` (named plainly); returns (scores, reasoning mask)."""
+    scores: dict[str, torch.Tensor] = {}
+    mask = None
+    for p in probes:
+        wanted = [m for m in methods if m in PROBE_METHODS]
+        wanted += [m for m in methods if m not in PROBE_METHODS] if p == model_free_probe else []
+        s, mask = method_scores(
+            model, tokenizer, list(trajectories), wanted, probe=p, seed=seed, answer_pattern=answer_pattern
+        )
+        for name, v in s.items():
+            scores[f"{name}/{p}" if name in PROBE_METHODS else name] = v
+    if mask is None:
+        raise ValueError("scores_per_probe needs at least one probe")
+    return scores, mask
+
+
+def recall_curves(
+    scores: Mapping[str, torch.Tensor], truth: torch.Tensor, mask: torch.Tensor, ks: Sequence[float] = KS
+) -> dict[str, dict[float, float]]:
+    """Recall@K% (`causal_recall`) of the `truth` tokens under each score, per K."""
+    return {name: causal_recall(s, truth, mask, ks) for name, s in scores.items()}
+
+
+def curve_json(curve: Mapping[float, float]) -> dict[str, float]:
+    """A recall curve with its K fractions as JSON keys ('0.05')."""
+    return {f"{k:g}": v for k, v in curve.items()}
 
 
 def _plot(
@@ -160,18 +239,7 @@ def main(argv: list[str] | None = None) -> int:
             flush=True,
         )
     print(f"[oracle] {len(correct)} correct trajectories (of {len(trajs)} sampled)", flush=True)
-    labels = []
-    for t in tqdm(correct, desc="oracle"):
-        labels.append(
-            counterfactual_oracle(
-                model,
-                tok,
-                t.prompt_ids,
-                t.completion_ids,
-                lambda text, ans=t.answer: check(text, ans),
-                max_new_tokens=a.max_new_tokens,
-            )
-        )
+    labels = oracle_labels(model, tok, correct, check, max_new_tokens=a.max_new_tokens, progress=True)
     _, answer_mask = answer_spans(correct, tok, a.answer_pattern)
     notes = span_notes(answer_mask.any(dim=1), methods, a.probe, a.answer_pattern)
     for note in notes:
@@ -179,10 +247,8 @@ def main(argv: list[str] | None = None) -> int:
     scores, mask = method_scores(  # mask: the reasoning tokens
         model, tok, correct, methods, probe=a.probe, seed=a.seed, answer_pattern=a.answer_pattern
     )
-    oracle = torch.zeros_like(mask)
-    for i, lab in enumerate(labels):
-        oracle[i, : lab.numel()] = lab
-    recalls = {name: causal_recall(s, oracle, mask, KS) for name, s in scores.items()}
+    oracle = label_matrix(labels, mask)
+    recalls = recall_curves(scores, oracle, mask)
     intervals = {name: recall_interval(s, oracle, mask, KS, seed=a.seed) for name, s in scores.items()}
     n_tokens = int(mask.sum())
     n_pivots = int((oracle & mask).sum())
@@ -197,7 +263,7 @@ def main(argv: list[str] | None = None) -> int:
         "chat_template": chat,
         "rows_without_answer_span": int((~answer_mask.any(dim=1)).sum()),
         "notes": notes,
-        "recall": {name: {f"{k:g}": v for k, v in curve.items()} for name, curve in recalls.items()},
+        "recall": {name: curve_json(curve) for name, curve in recalls.items()},
         "recall_ci95": {
             name: {f"{k:g}": list(v) for k, v in band.items()} for name, band in intervals.items()
         },

@@ -1,4 +1,4 @@
-"""A synthetic multi-step integer arithmetic task: the embedded default of `oar-rl demo`.
+"""A synthetic multi-step integer arithmetic task: the first embedded task.
 
 A problem is an expression such as ``37+15-8*2``; its worked solution reads like a short reasoning
 trace that computes every intermediate result and ends in ``<answer>N</answer>``::

@@ -1,7 +1,7 @@
 """`oar-rl study`: the comparison of credit-assignment methods, done under a fixed protocol.
 
 Modules: `tasks` (the task registry), `config` (settings, presets, methods, ablation groups, the
-protocol), `training` (one RL run with held-out evaluation; also the demo's training function),
+protocol), `training` (one RL run with held-out evaluation), `demo` (`oar-rl demo`: the quick study),
 `runner` (resumable run store, learning-rate sweep), `recall` (recall@K% vs the oracle and the
 ground truth), `stats` (t-intervals, paired differences), `report` (study.json, plots, HTML), `cli`.
 

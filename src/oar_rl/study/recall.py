@@ -1,11 +1,11 @@
 """Recall@K% of each importance signal on the warm start: vs the counterfactual oracle (paper §5.1,
 Eq. 19) and, when the task labels roles, vs its ground-truth pivot tokens.
 
-Reuses `oar_rl.analysis`: trajectories are sampled with `sample_trajectories`, the correct ones
-labelled by `counterfactual_oracle`, scored by `method_scores` (normalised importance over the
-reasoning tokens, those before the answer span) and ranked by `causal_recall`. The OAR scorers are
-run with every probe (the probe ablation's attribution side, paper Fig. 5b); random and entropy do not
-depend on the probe and are scored once.
+A caller of `oar_rl.analysis.recall` (the one recall implementation): trajectories are sampled with
+`sample_trajectories`, the correct ones labelled by the counterfactual oracle (`oracle_labels`), scored
+by `scores_per_probe` (normalised importance over the reasoning tokens, those before the answer span)
+and ranked by `recall_curves`. The OAR scorers are run with every probe (the probe ablation's
+attribution side, paper Fig. 5b); random and entropy do not depend on the probe and are scored once.
 
 Ground truth: the task's `label_roles` gives each completion token a role; the pivots are the tokens
 labelled `pivot` among the reasoning tokens. A trajectory the labeller cannot label (None) or whose
@@ -34,8 +34,14 @@ def recall_analysis(
 ) -> dict[str, Any]:
     """Recall curves of every signal on `n` correct warm-start trajectories of the test prompts (at most
     `prompts_pool` prompts are sampled, one completion each; default 10·n, within [20, 1000])."""
-    from oar_rl.analysis.attribute import METHODS, method_scores, sample_trajectories
-    from oar_rl.analysis.oracle import causal_recall, counterfactual_oracle
+    from oar_rl.analysis.attribute import METHODS, sample_trajectories
+    from oar_rl.analysis.recall import (
+        curve_json,
+        label_matrix,
+        oracle_labels,
+        recall_curves,
+        scores_per_probe,
+    )
     from oar_rl.probes import PROBES
 
     pool = prompts_pool if prompts_pool is not None else min(max(10 * n, 20), 1000)
@@ -53,37 +59,23 @@ def recall_analysis(
     if not correct:
         result["skipped"] = f"none of {len(trajs)} sampled warm-start completions is correct"
         return result
-    oracle_rows = [
-        counterfactual_oracle(
-            model,
-            tokenizer,
-            t.prompt_ids,
-            t.completion_ids,
-            lambda text, ans=t.answer: task.check(text, ans),
-            max_new_tokens=max_new_tokens,
-        )
-        for t in correct
-    ]
-    scores: dict[str, torch.Tensor] = {}
-    mask = None
-    model_free = [m for m in METHODS if m not in ("oar-g", "oar-p")]
-    oar = [m for m in METHODS if m in ("oar-g", "oar-p")]
-    for p in PROBES:
-        wanted = oar + (model_free if p == probe else [])
-        s, mask = method_scores(
-            model, tokenizer, correct, wanted, probe=p, seed=seed, answer_pattern=task.answer_pattern
-        )
-        for name, v in s.items():
-            scores[name if name in model_free else f"{name}/{p}"] = v
-    assert mask is not None
-    oracle = torch.zeros_like(mask)
-    for i, lab in enumerate(oracle_rows):
-        oracle[i, : lab.numel()] = lab
+    oracle_rows = oracle_labels(model, tokenizer, correct, task.check, max_new_tokens=max_new_tokens)
+    scores, mask = scores_per_probe(
+        model,
+        tokenizer,
+        correct,
+        METHODS,
+        PROBES,
+        model_free_probe=probe,
+        seed=seed,
+        answer_pattern=task.answer_pattern,
+    )
+    oracle = label_matrix(oracle_rows, mask)
     tokens = int(mask.sum())
     result["reasoning_tokens"] = tokens
     result["oracle"] = {
         "pivot_fraction": int((oracle & mask).sum()) / max(tokens, 1),
-        "recall": {name: _fmt(causal_recall(s, oracle, mask, KS)) for name, s in scores.items()},
+        "recall": {name: curve_json(c) for name, c in recall_curves(scores, oracle, mask, KS).items()},
     }
     if task.label_roles is not None:
         truth = torch.zeros_like(mask)
@@ -102,10 +94,6 @@ def recall_analysis(
             "trajectories": int(keep.sum()),
             "unlabelled": unlabelled,
             "pivot_fraction": int((truth & gt_mask).sum()) / max(g_tokens, 1),
-            "recall": {name: _fmt(causal_recall(s, truth, gt_mask, KS)) for name, s in scores.items()},
+            "recall": {name: curve_json(c) for name, c in recall_curves(scores, truth, gt_mask, KS).items()},
         }
     return result
-
-
-def _fmt(curve: dict[float, float]) -> dict[str, float]:
-    return {f"{k:g}": v for k, v in curve.items()}

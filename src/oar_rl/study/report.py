@@ -23,6 +23,14 @@ from oar_rl.study.stats import curve_ci, mean_ci, paired_difference, steps_to_re
 
 REFERENCE = "grpo"
 
+_CSS = """
+body{font-family:system-ui,sans-serif;max-width:1100px;margin:2em auto;padding:0 1em;color:#222}
+table{border-collapse:collapse;margin:1em 0}th,td{border:1px solid #ccc;padding:4px 10px;text-align:left}
+th{background:#f4f4f4}td.num{text-align:right;font-variant-numeric:tabular-nums}
+.plots img{width:48%;min-width:380px;margin:4px}code{font-size:14px}
+.oar-heatmap td{line-height:1.9}.note{color:#666;font-size:90%}
+"""
+
 
 def _curve(run: Mapping[str, Any]) -> dict[int, float]:
     return {int(k): float(v) for k, v in run["curve"].items()}
@@ -200,8 +208,6 @@ def _img(path: Path) -> str:
 
 
 def render(study: Mapping[str, Any], plots: Mapping[str, Path]) -> str:
-    from oar_rl.analysis.report import _CSS
-
     p = study["protocol"]
     lr = study["learning_rate"]
     parts = [

@@ -50,6 +50,13 @@ def _arithmetic_warm_start(variant: str, cache_dir: str | None) -> WarmStart:
     return WarmStart(model, tok, Path(path), recipe.hash(), recipe.to_dict())
 
 
+# The default learning rate, tuned by hand for the first (arithmetic) demo: GRPO from the default warm
+# start, held-out accuracy sampled at T=1, 300 problems x 4 samples. With Adam, lr 1e-3 collapses accuracy
+# to ~0 within 4 steps and lr 2e-4 for 30 steps lowers it (0.50 -> 0.44); policy entropy rises as it does
+# (0.098 -> 0.118 at lr 3e-4), so the likely cause is the negative-advantage samples spreading probability
+# mass faster than the positive ones sharpen it; SGD (lr 1.0) collapses too, and lr 7e-5 is already
+# neutral. At lr 5e-5 and 40 steps, 8 prompts x 8 completions per step gained +1.5..+1.8 points (2 seeds),
+# 4 x 16 gained -2.0..+2.6, 16 x 8 gained +4.2..+4.5 (greedy +6.3); 60 steps of 8 x 8 gained less than 40.
 ARITHMETIC = StudyTask(
     name="arithmetic",
     description="synthetic multi-step integer arithmetic, char-level tiny Qwen2 (oar_rl.data.arithmetic)",
@@ -62,5 +69,5 @@ ARITHMETIC = StudyTask(
     max_completion_length=72,
     probe="as-mean",
     learning_rate=5e-5,
-    learning_rate_note="oar_rl.demo's hand tuning on the arithmetic eval split (see its module docstring)",
+    learning_rate_note="hand tuning on the arithmetic eval split (notes in oar_rl.study.tasks_arithmetic)",
 )

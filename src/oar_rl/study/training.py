@@ -1,6 +1,6 @@
 """One RL run from a saved warm start with `OARTrainer`, and held-out accuracy during and after it.
 
-`train_policy` is the training function of both `oar-rl demo` and `oar-rl study`: it loads the warm
+`train_policy` is the training function of `oar-rl study` (and so of `oar-rl demo`): it loads the warm
 start from its directory, builds an `OARConfig` from the shared hyperparameters plus the credit mode
 (and any per-run overrides such as τ or the probe), and trains. Every method of one seed sees the same
 prompts in the same order: TRL's sampler is seeded by `seed`, which does not depend on the method.
