@@ -158,7 +158,7 @@ def run_scorers(
     full_stride: int = 1,
     progress: Callable[[str], None] | None = None,
 ) -> dict[str, Any]:
-    """Interleaved timings of :data:`CASES` on `batch`, the OAR-P floor and the recall figures."""
+    """Interleaved timings of :data:`CASES` on `batch`, the OAR-G and OAR-P floors and the recall figures."""
     device = batch[0].device
     ids, attn = torch.cat([batch[0], batch[2]], 1), torch.cat([batch[1], batch[3]], 1)
     C = batch[2].shape[1]
