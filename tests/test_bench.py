@@ -83,7 +83,17 @@ def test_bench_smoke_random_shape(tmp_path, capsys):
     for m in methods:
         assert f"| {m} |" in md
     assert "compute floor" in md and "recall" in md
+    assert {"oar-g floor: clean", "oar-g floor: noisy"} <= set(sc["seconds"])
+    assert sc["oar_g_over_floor"] > 0 and "OAR-G compute floor" in md
     assert "'loss'" not in capsys.readouterr().out  # a table, not log dicts
+
+
+def test_bench_scorers_only(tmp_path):
+    report, md = _run(
+        tmp_path, ["--shape", "qwen2-tiny", "--completion-len", "5", "--prompt-len", "3", "--scorers-only"]
+    )
+    assert report["steps"] is None and report["records"] == [] and report["generation_parity"] is None
+    assert report["scorers"]["oar_g_floor_seconds"] > 0 and "scorer part only" in md
 
 
 def test_bench_smoke_embedded_model_dir(tiny_model_dir, tmp_path):
@@ -255,6 +265,7 @@ def test_shape_parameter_count():
         (["--num-generations", "1"], "--num-generations"),
         (["--oar-gp-fraction", "0"], "--oar-gp-fraction"),
         (["--shape", "qwen2-30m", "--model", "x"], "--model goes with --shape embedded"),
+        (["--no-scorers", "--scorers-only"], "not allowed with"),
     ],
 )
 def test_bench_argument_errors(argv, needle, capsys):
