@@ -64,7 +64,8 @@ from trl.models import unwrap_model_for_generation
 from oar_rl.answer_span import answer_span_mask, scored_positions
 from oar_rl.config import OARConfig
 from oar_rl.credits import CREDIT_MODES
-from oar_rl.distributed import ScoringSync, row_generators, row_uniform, scoring_params
+from oar_rl.distributed import ScoringSync, row_generators, scoring_params
+from oar_rl.importance.baselines import random_importance  # credit="random"
 from oar_rl.importance.grail import grail_credit  # credit="grail"
 from oar_rl.metrics import ess_ratio, top_advantage_mass
 from oar_rl.probes import ANSWER_SPAN_PROBES
@@ -176,7 +177,8 @@ class OARTrainer(GRPOTrainer):
 
         if reshape == "uniform":  # random credit, drawn with row-keyed generators (oar_rl.distributed)
             if rows.numel():
-                raw = row_uniform(mask[rows], self._credit_generators(rows, seq_adv.shape[0]))  # (R, C)
+                gens = self._credit_generators(rows, seq_adv.shape[0])
+                raw = random_importance(mask[rows], generator=gens)  # (R, C), one generator per row
                 w = rescale_sum(raw.to(mask.device), mask[rows])  # (R, C), rows sum to T_i
                 weights[rows] = w
                 token_adv[rows] = seq_adv[rows, None] * w

@@ -4,13 +4,15 @@
   i.e. the softmax of the logits at full position P + t − 1 (divided by the sampling temperature, as
   TRL does for its entropies). The body runs ``batch_size`` rows at a time and the LM head
   ``chunk_size`` positions at a time, so memory is O(chunk_size · V), never (B, C, V).
-- :func:`random_importance`: w ~ U(0, 1) per valid token (the paper's "GRPO + Random Credit"); the
-  sum-preserving rescale of Eq. 17 is applied downstream like for every other score.
+- :func:`random_importance`: w ~ U(0, 1) per valid token (the paper's "GRPO + Random Credit"), from one
+  generator or from one generator per row (the trainer's row-keyed draws); the sum-preserving rescale of
+  Eq. 17 is applied downstream like for every other score.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 
 import torch
 from torch import Tensor, nn
@@ -90,12 +92,35 @@ def entropy_importance(
     return out
 
 
-def random_importance(completion_mask: Tensor, *, generator: torch.Generator | None = None) -> Tensor:
-    """(B, C) float32: U(0, 1) on valid tokens (drawn on the CPU with `generator`), 0 on padding."""
+def random_importance(
+    completion_mask: Tensor, *, generator: torch.Generator | Sequence[torch.Generator] | None = None
+) -> Tensor:
+    """(B, C) float32: U(0, 1) on valid tokens, 0 on padding, drawn on the CPU.
+
+    The one definition of random credit, for the trainer and the analyses alike. `generator`: one CPU
+    generator (None: the global RNG) that draws the whole (B, C) block, or a sequence of B of them, one per
+    row: row i then draws T_i values (up to its last valid token) from its own generator, so its weights do
+    not depend on the batch it sits in or on its padding (the trainer's row-keyed generators,
+    :func:`oar_rl.distributed.row_generators`).
+    """
     _check_mask(completion_mask, "completion_mask")
     if completion_mask.ndim != 2:
         raise ValueError(f"completion_mask must be 2-D (B, C), got shape {tuple(completion_mask.shape)}")
-    if generator is not None and generator.device.type != "cpu":
-        raise ValueError(f"generator must be a CPU torch.Generator, got {generator.device}")
-    u = torch.rand(completion_mask.shape, generator=generator, dtype=torch.float32)  # (B, C)
-    return (u * completion_mask.bool().cpu()).to(completion_mask.device)
+    per_row = isinstance(generator, (list, tuple))
+    for gen in generator if per_row else [generator]:
+        if gen is not None and gen.device.type != "cpu":
+            raise ValueError(f"generator must be a CPU torch.Generator, got {gen.device}")
+    valid = completion_mask.bool().cpu()  # (B, C)
+    if not per_row:
+        u = torch.rand(completion_mask.shape, generator=generator, dtype=torch.float32)  # (B, C)
+        return (u * valid).to(completion_mask.device)
+    B = completion_mask.shape[0]
+    if len(generator) != B:
+        raise ValueError(f"got {len(generator)} generators for {B} rows; pass one per row")
+    u = torch.zeros(completion_mask.shape, dtype=torch.float32)  # (B, C)
+    for i, gen in enumerate(generator):
+        idx = valid[i].nonzero()
+        if idx.numel():
+            T = int(idx.max()) + 1
+            u[i, :T] = torch.rand(T, generator=gen)
+    return (u * valid).to(completion_mask.device)
