@@ -20,7 +20,7 @@ from tqdm.auto import tqdm
 
 from oar_rl.answer_span import _check_mask
 from oar_rl.model_parts import body_hidden, eval_mode, head_logits, vocab_size
-from oar_rl.probes import prepare_batch
+from oar_rl.probes import ScoringBatch, check_rows_per_pass, prepare_batch
 
 _HEAD_BLOCK_ELEMENTS = 1 << 24
 
@@ -54,17 +54,30 @@ def entropy_importance(
     Returns:
         (B, C) float32 on the model's device; 0 on padding.
     """
-    if chunk_size is not None and (
-        isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size < 1
-    ):
-        raise ValueError(f"chunk_size must be a positive int or None, got {chunk_size!r}")
-    if batch_size is not None and (
-        isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1
-    ):
-        raise ValueError(f"batch_size must be a positive int or None, got {batch_size!r}")
+    return entropy_scores(
+        model,
+        prepare_batch(model, prompt_ids, prompt_mask, completion_ids, completion_mask),
+        chunk_size=chunk_size,
+        batch_size=batch_size,
+        temperature=temperature,
+        progress=progress,
+    )
+
+
+def entropy_scores(
+    model: nn.Module,
+    batch: ScoringBatch,
+    *,
+    chunk_size: int | None = None,
+    batch_size: int | None = None,
+    temperature: float = 1.0,
+    progress: bool = False,
+) -> Tensor:
+    """:func:`entropy_importance` of a prepared batch (the registry's scorer for ``entropy``)."""
+    check_rows_per_pass(chunk_size, "chunk_size")
+    check_rows_per_pass(batch_size)
     if not isinstance(temperature, (int, float)) or not math.isfinite(temperature) or temperature <= 0:
         raise ValueError(f"temperature must be a finite number > 0, got {temperature!r}")
-    batch = prepare_batch(model, prompt_ids, prompt_mask, completion_ids, completion_mask)
     P = batch.prompt_len
     B, C = batch.completion_mask.shape
     out = torch.zeros(B, C, dtype=torch.float32, device=batch.input_ids.device)
@@ -124,3 +137,14 @@ def random_importance(
             T = int(idx.max()) + 1
             u[i, :T] = torch.rand(T, generator=gen)
     return (u * valid).to(completion_mask.device)
+
+
+def random_scores(
+    model: nn.Module,
+    batch: ScoringBatch,
+    *,
+    generator: torch.Generator | Sequence[torch.Generator] | None = None,
+) -> Tensor:
+    """:func:`random_importance` of a prepared batch's completion mask (the registry's scorer for
+    ``random``; the model is not run)."""
+    return random_importance(batch.completion_mask, generator=generator)
