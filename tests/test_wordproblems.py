@@ -354,8 +354,7 @@ def test_trainer_rejects_a_non_callable_labeller(tmp_path):
 
 
 def test_task_api():
-    from oar_rl.study.task import SPLITS
-    from oar_rl.study.tasks import get_task
+    from oar_rl.tasks import SPLITS, get_task
 
     task = get_task("wordproblems")
     assert task.trainer_kwargs()["token_roles"] is wp.label_roles and "validation" in SPLITS
@@ -372,7 +371,7 @@ def test_role_statistics_of_the_shipped_warm_start():
     """The word-problem warm start's role figures (what the study and `oar-rl demo` write to
     summary.json["task"]), on its own samples of 4 held-out problems."""
     from oar_rl.roles import role_statistics
-    from oar_rl.study.tasks import get_task
+    from oar_rl.tasks import get_task
 
     task = get_task("wordproblems")
     ws = task.load_warm_start("default", None)
@@ -400,7 +399,7 @@ def test_completion_token_roles(tok):
 
 
 def test_study_task_adapter(tok):
-    from oar_rl.study.tasks_wordproblems import WORDPROBLEMS
+    from oar_rl.tasks.wordproblems import WORDPROBLEMS
 
     test = WORDPROBLEMS.prompts("test", 20)
     val = WORDPROBLEMS.prompts("validation", 20)
