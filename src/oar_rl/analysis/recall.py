@@ -12,8 +12,8 @@ Writes `recall.json` (per-K recall of each method, pivot statistics, settings), 
 `recall.png` and `heatmaps.html` (a few traces coloured by each method, with the oracle row).
 
 The one recall implementation: `oracle_labels` (Eq. 19 per trajectory), `label_matrix`,
-`scores_per_probe` and `recall_curves` are also what the study (`oar_rl.study.recall`) and the
-real-model figure (`oar_rl.analysis.real_recall`) call.
+`scores_per_probe`, `recall_curves` and `recall_bands` (with `curve_json`/`band_json`) are also what the
+study (`oar_rl.study.recall`) and the real-model figure (`oar_rl.analysis.real_recall`) call.
 """
 
 from __future__ import annotations
@@ -117,9 +117,26 @@ def recall_curves(
     return {name: causal_recall(s, truth, mask, ks) for name, s in scores.items()}
 
 
+def recall_bands(
+    scores: Mapping[str, torch.Tensor],
+    truth: torch.Tensor,
+    mask: torch.Tensor,
+    ks: Sequence[float] = KS,
+    *,
+    seed: int,
+) -> dict[str, dict[float, tuple[float, float]]]:
+    """95% bootstrap intervals (`recall_interval`, over trajectories) of each score's recall curve."""
+    return {name: recall_interval(s, truth, mask, ks, seed=seed) for name, s in scores.items()}
+
+
 def curve_json(curve: Mapping[float, float]) -> dict[str, float]:
     """A recall curve with its K fractions as JSON keys ('0.05')."""
     return {f"{k:g}": v for k, v in curve.items()}
+
+
+def band_json(band: Mapping[float, tuple[float, float]]) -> dict[str, list[float]]:
+    """A curve's intervals with its K fractions as JSON keys ('0.05': [low, high])."""
+    return {f"{k:g}": list(v) for k, v in band.items()}
 
 
 def _plot(
@@ -266,7 +283,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     oracle = label_matrix(labels, mask)
     recalls = recall_curves(scores, oracle, mask)
-    intervals = {name: recall_interval(s, oracle, mask, KS, seed=a.seed) for name, s in scores.items()}
+    intervals = recall_bands(scores, oracle, mask, seed=a.seed)
     n_tokens = int(mask.sum())
     n_pivots = int((oracle & mask).sum())
     result = {
@@ -281,9 +298,7 @@ def main(argv: list[str] | None = None) -> int:
         "rows_without_answer_span": int((~answer_mask.any(dim=1)).sum()),
         "notes": notes,
         "recall": {name: curve_json(curve) for name, curve in recalls.items()},
-        "recall_ci95": {
-            name: {f"{k:g}": list(v) for k, v in band.items()} for name, band in intervals.items()
-        },
+        "recall_ci95": {name: band_json(band) for name, band in intervals.items()},
     }
     write_text_atomic(out / "recall.json", json.dumps(result, indent=2))
     head = "| method | " + " | ".join(f"top {100 * k:g}%" for k in KS) + " |"
