@@ -290,7 +290,7 @@ def add_scoring_arguments(p: argparse.ArgumentParser) -> None:
         "--probe",
         default="as-mean",
         choices=PROBES,
-        help="outcome probe of oar-p/oar-g; as-mean because on the arithmetic task every completion ends in "
+        help="outcome probe of oar-p/oar-g; as-mean because on the embedded tasks every completion ends in "
         "the fixed text '</answer>', which leaves lt-logits almost no signal",
     )
     add(
