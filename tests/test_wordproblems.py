@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 import torch
 
+from conftest import ANSWERS, PROMPTS, make_args, make_trainer
 from oar_rl.data import wordproblems as wp
 from oar_rl.metrics import pivot_advantage_share, pivot_fraction, pivot_recall_at_k
 from oar_rl.roles import role_masks, token_roles_from_chars
@@ -291,40 +292,17 @@ def _toy_roles(text: str) -> list[str] | None:
 def _train_logs(tmp_path: Path, credit: str) -> list[dict[str, Any]]:
     from datasets import Dataset
 
-    from oar_rl.config import OARConfig
-    from oar_rl.tiny import build_char_tokenizer, tiny_qwen2
-    from oar_rl.trainer import OARTrainer
+    from oar_rl.tiny import build_char_tokenizer
 
-    tokenizer = build_char_tokenizer()
-    args = OARConfig(
-        output_dir=str(tmp_path / credit),
+    args = make_args(
+        tmp_path / credit,
         credit=credit,
-        learning_rate=0.01,
         per_device_train_batch_size=8,
-        num_generations=4,
         max_completion_length=10,
-        max_steps=2,
-        use_cpu=True,
-        bf16=False,
-        report_to=[],
-        logging_steps=1,
-        seed=0,
-        save_strategy="no",
-        disable_tqdm=True,
+        gradient_checkpointing=True,  # GRPOConfig's default, which this test always ran with
     )
-    ds = Dataset.from_dict({"prompt": ["1+1=", "2+3=", "4+4=", "9-2="], "answer": ["2", "5", "8", "7"]})
-
-    def reward(completions: list[str], **kwargs: Any) -> list[float]:
-        return [sum(c.isdigit() for c in x) / max(1, len(x)) for x in completions]
-
-    trainer = OARTrainer(
-        model=tiny_qwen2(len(tokenizer), seed=0),
-        reward_funcs=reward,
-        args=args,
-        train_dataset=ds,
-        processing_class=tokenizer,
-        token_roles=_toy_roles,
-    )
+    ds = Dataset.from_dict({"prompt": PROMPTS[:4], "answer": ANSWERS[:4]})
+    trainer = make_trainer(args, build_char_tokenizer(), ds, token_roles=_toy_roles)
     trainer.train()
     return [h for h in trainer.state.log_history if "oar/pivot_frac" in h]
 
