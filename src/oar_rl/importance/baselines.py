@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from typing import Any
 
 import torch
 from torch import Tensor, nn
@@ -31,11 +32,7 @@ def entropy_importance(
     prompt_mask: Tensor,
     completion_ids: Tensor,
     completion_mask: Tensor,
-    *,
-    chunk_size: int | None = None,
-    batch_size: int | None = None,
-    temperature: float = 1.0,
-    progress: bool = False,
+    **options: Any,
 ) -> Tensor:
     """Entropy H_t = −Σ_v π(v) log π(v) of the distribution that sampled completion token t.
 
@@ -45,23 +42,14 @@ def entropy_importance(
         prompt_mask: (B, P).
         completion_ids: (B, C) right-padded.
         completion_mask: (B, C).
-        chunk_size: completion positions per LM-head call (None: as many as keep one block of logits
-            under 2**24 elements, 64 MiB in float32).
-        batch_size: rows per body forward (None: all rows at once).
-        temperature: sampling temperature (> 0); logits are divided by it.
-        progress: show a tqdm bar over the row chunks.
+        **options: the options of :func:`entropy_scores` (listed there), which scores the batch once
+            :func:`~oar_rl.probes.prepare_batch` has validated and laid it out.
 
     Returns:
         (B, C) float32 on the model's device; 0 on padding.
     """
-    return entropy_scores(
-        model,
-        prepare_batch(model, prompt_ids, prompt_mask, completion_ids, completion_mask),
-        chunk_size=chunk_size,
-        batch_size=batch_size,
-        temperature=temperature,
-        progress=progress,
-    )
+    batch = prepare_batch(model, prompt_ids, prompt_mask, completion_ids, completion_mask)
+    return entropy_scores(model, batch, **options)
 
 
 def entropy_scores(
@@ -73,7 +61,15 @@ def entropy_scores(
     temperature: float = 1.0,
     progress: bool = False,
 ) -> Tensor:
-    """:func:`entropy_importance` of a prepared batch (the registry's scorer for ``entropy``)."""
+    """:func:`entropy_importance` of a prepared batch (the registry's scorer for ``entropy``).
+
+    Args:
+        chunk_size: completion positions per LM-head call (None: as many as keep one block of logits
+            under 2**24 elements, 64 MiB in float32).
+        batch_size: rows per body forward (None: all rows at once).
+        temperature: sampling temperature (> 0); logits are divided by it.
+        progress: show a tqdm bar over the row chunks.
+    """
     check_rows_per_pass(chunk_size, "chunk_size")
     check_rows_per_pass(batch_size)
     if not isinstance(temperature, (int, float)) or not math.isfinite(temperature) or temperature <= 0:

@@ -57,7 +57,7 @@ from __future__ import annotations
 import math
 import warnings
 from collections.abc import Sequence
-from typing import Literal
+from typing import Any, Literal
 
 import torch
 from torch import Tensor, nn
@@ -136,13 +136,7 @@ def gradient_importance(
     *,
     probe: Probe = "lt-logits",
     answer_mask: Tensor | None = None,
-    noise_std: float = 1e-3,
-    noise_scale: NoiseScale = "absolute",
-    num_draws: int = 1,
-    generator: torch.Generator | Sequence[torch.Generator] | None = None,
-    batch_size: int | None = None,
-    progress: bool = False,
-    prefix_reuse: bool = True,
+    **options: Any,
 ) -> Tensor:
     """OAR-G raw importance I_t = mean over draws of |⟨∂J/∂e_t, e_t⟩| (Eq. 9-13).
 
@@ -154,19 +148,8 @@ def gradient_importance(
         completion_mask: (B, C) 1 on real completion tokens.
         probe: ``"lt-logits"``, ``"as-mean"`` or ``"as-joint"``.
         answer_mask: (B, C) answer-span mask; required for AS probes, ignored by LT-Logits.
-        noise_std: σ of the embedding noise (finite, ≥ 0).
-        noise_scale: ``"absolute"`` (σ = noise_std, the paper) or ``"rms"`` (σ = noise_std times the RMS
-            of the row's clean completion embeddings).
-        num_draws: K independent noise draws per row, run in the same batched pass (each row repeated
-            K times); the score is the mean of the K values of |⟨g_t, e_t⟩|.
-        generator: a CPU ``torch.Generator`` for the per-row noise seeds (None: the global CPU RNG), or
-            a sequence of B of them, one per row (noise independent of batching and padding).
-        batch_size: sequences per forward/backward, where each row counts K (so memory does not grow
-            with K); at least one row per chunk. None: all rows at once. Does not change the result.
-        progress: show a tqdm bar over the row chunks.
-        prefix_reuse: the noisy pass reuses the clean pass's key/value cache of the prompt (noise is
-            zero there) and runs forward and backward over the completion only; same result within
-            float rounding. False: the noisy pass runs over the whole sequence.
+        **options: the options of :func:`gradient_scores` (listed there), which scores the batch once
+            :func:`~oar_rl.probes.prepare_batch` has validated and laid it out.
 
     Returns:
         (B, C) float32 on the model's device; 0 on padding and unscored positions.
@@ -174,18 +157,7 @@ def gradient_importance(
     batch = prepare_probe_batch(
         model, prompt_ids, prompt_mask, completion_ids, completion_mask, probe, answer_mask
     )
-    return gradient_scores(
-        model,
-        batch,
-        probe=probe,
-        noise_std=noise_std,
-        noise_scale=noise_scale,
-        num_draws=num_draws,
-        generator=generator,
-        batch_size=batch_size,
-        progress=progress,
-        prefix_reuse=prefix_reuse,
-    )
+    return gradient_scores(model, batch, probe=probe, **options)
 
 
 def gradient_scores(
@@ -202,7 +174,23 @@ def gradient_scores(
     prefix_reuse: bool = True,
 ) -> Tensor:
     """:func:`gradient_importance` of a prepared batch (the registry's scorer for ``oar-g``); the answer
-    span, for the AS probes, is the batch's."""
+    span, for the AS probes, is the batch's.
+
+    Args:
+        noise_std: σ of the embedding noise (finite, ≥ 0).
+        noise_scale: ``"absolute"`` (σ = noise_std, the paper) or ``"rms"`` (σ = noise_std times the RMS
+            of the row's clean completion embeddings).
+        num_draws: K independent noise draws per row, run in the same batched pass (each row repeated
+            K times); the score is the mean of the K values of |⟨g_t, e_t⟩|.
+        generator: a CPU ``torch.Generator`` for the per-row noise seeds (None: the global CPU RNG), or
+            a sequence of B of them, one per row (noise independent of batching and padding).
+        batch_size: sequences per forward/backward, where each row counts K (so memory does not grow
+            with K); at least one row per chunk. None: all rows at once. Does not change the result.
+        progress: show a tqdm bar over the row chunks.
+        prefix_reuse: the noisy pass reuses the clean pass's key/value cache of the prompt (noise is
+            zero there) and runs forward and backward over the completion only; same result within
+            float rounding. False: the noisy pass runs over the whole sequence.
+    """
     check_probe(probe)
     _check_options(noise_std, noise_scale, num_draws, batch_size, generator)
     if torch.is_inference_mode_enabled():

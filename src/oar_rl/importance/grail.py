@@ -72,6 +72,7 @@ method as issue 9 of this project specifies it):
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import torch
 from torch import Tensor, nn
@@ -106,9 +107,7 @@ def grail_importance(
     completion_mask: Tensor,
     *,
     answer_mask: Tensor | None = None,
-    temperature: float = 1.0,
-    batch_size: int | None = None,
-    progress: bool = False,
+    **options: Any,
 ) -> Tensor:
     """GRAIL saliency s_t = ‖∂J/∂e_t ⊙ e_t‖₂, J the answer span's negative log-likelihood.
 
@@ -119,16 +118,15 @@ def grail_importance(
         completion_ids: (B, C) completion token ids, right-padded.
         completion_mask: (B, C) 1 on real completion tokens.
         answer_mask: (B, C) answer-span mask (:func:`oar_rl.answer_span.answer_span_mask`), required.
-        temperature: the sampling temperature (> 0); the logits are divided by it.
-        batch_size: rows per forward/backward (None: all rows at once). Does not change the result.
-        progress: show a tqdm bar over the row chunks.
+        **options: the options of :func:`grail_scores` (listed there), which scores the batch once
+            :func:`~oar_rl.probes.prepare_batch` has validated and laid it out.
 
     Returns:
         (B, C) float32 on the model's device: s_t on the reasoning tokens (:func:`reasoning_positions`),
         0 elsewhere (padding, the span and later tokens, rows without a span).
     """
     batch = prepare_batch(model, prompt_ids, prompt_mask, completion_ids, completion_mask, answer_mask)
-    return grail_scores(model, batch, temperature=temperature, batch_size=batch_size, progress=progress)
+    return grail_scores(model, batch, **options)
 
 
 def grail_scores(
@@ -140,7 +138,13 @@ def grail_scores(
     progress: bool = False,
 ) -> Tensor:
     """:func:`grail_importance` of a prepared batch with an answer span (the registry's scorer for
-    ``grail``)."""
+    ``grail``).
+
+    Args:
+        temperature: the sampling temperature (> 0); the logits are divided by it.
+        batch_size: rows per forward/backward (None: all rows at once). Does not change the result.
+        progress: show a tqdm bar over the row chunks.
+    """
     if isinstance(temperature, bool) or not isinstance(temperature, (int, float)) or not temperature > 0:
         raise ValueError(f"temperature must be a number > 0, got {temperature!r}")
     if not math.isfinite(temperature):

@@ -96,9 +96,7 @@ def hybrid_importance(
     *,
     probe: Probe = "lt-logits",
     answer_mask: Tensor | None = None,
-    fraction: float = 0.25,
-    gradient_kwargs: dict[str, Any] | None = None,
-    perturbation_kwargs: dict[str, Any] | None = None,
+    **options: Any,
 ) -> Tensor:
     """OAR-GP raw importance: OAR-G everywhere, OAR-P on each row's top `fraction` by OAR-G.
 
@@ -106,9 +104,8 @@ def hybrid_importance(
         model, prompt_ids, prompt_mask, completion_ids, completion_mask, probe, answer_mask: as for
             :func:`~oar_rl.importance.gradient_importance` and
             :func:`~oar_rl.importance.perturbation_importance` (the same probe for both).
-        fraction: share of each row's scored tokens rescored by OAR-P, in (0, 1] (at least one token).
-        gradient_kwargs: extra arguments for the OAR-G pass (noise_std, generator, batch_size, ...).
-        perturbation_kwargs: extra arguments for the OAR-P pass (mask_token_id, batch_size, ...).
+        **options: the options of :func:`hybrid_scores` (listed there), which scores the batch once
+            :func:`~oar_rl.probes.prepare_batch` has validated and laid it out.
 
     Returns:
         (B, C) float32 on the model's device; 0 on padding and on unscored positions.
@@ -116,14 +113,7 @@ def hybrid_importance(
     batch = prepare_probe_batch(
         model, prompt_ids, prompt_mask, completion_ids, completion_mask, probe, answer_mask
     )
-    return hybrid_scores(
-        model,
-        batch,
-        probe=probe,
-        fraction=fraction,
-        gradient_kwargs=gradient_kwargs,
-        perturbation_kwargs=perturbation_kwargs,
-    )
+    return hybrid_scores(model, batch, probe=probe, **options)
 
 
 def hybrid_scores(
@@ -136,7 +126,13 @@ def hybrid_scores(
     perturbation_kwargs: dict[str, Any] | None = None,
 ) -> Tensor:
     """:func:`hybrid_importance` of a prepared batch (the registry's scorer for ``oar-gp``): both passes
-    score the same batch, validated once."""
+    score the same batch, validated once.
+
+    Args:
+        fraction: share of each row's scored tokens rescored by OAR-P, in (0, 1] (at least one token).
+        gradient_kwargs: extra arguments for the OAR-G pass (noise_std, generator, batch_size, ...).
+        perturbation_kwargs: extra arguments for the OAR-P pass (mask_token_id, batch_size, ...).
+    """
     fraction = _check_fraction(fraction, "fraction")
     for name, kw in (("gradient_kwargs", gradient_kwargs), ("perturbation_kwargs", perturbation_kwargs)):
         clash = {"probe", "answer_mask", "positions"} & set(kw or {})

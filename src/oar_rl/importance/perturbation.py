@@ -25,6 +25,8 @@ Departures from the paper:
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 from torch import Tensor, nn
 from tqdm.auto import tqdm
@@ -63,11 +65,7 @@ def perturbation_importance(
     *,
     probe: Probe = "lt-logits",
     answer_mask: Tensor | None = None,
-    mask_token_id: int | None = None,
-    batch_size: int = 64,
-    progress: bool = False,
-    prefix_reuse: bool = True,
-    positions: Tensor | None = None,
+    **options: Any,
 ) -> Tensor:
     """OAR-P raw importance I_t = D(P ‖ P^(t)) for every scored completion token (Eq. 7-8).
 
@@ -80,14 +78,8 @@ def perturbation_importance(
         probe: ``"lt-logits"``, ``"as-mean"`` or ``"as-joint"``.
         answer_mask: (B, C) answer-span mask (:func:`oar_rl.answer_span.answer_span_mask`); required for AS
             probes, ignored by LT-Logits.
-        mask_token_id: the replacement token; default ``model.config.pad_token_id``.
-        batch_size: perturbed copies per forward pass (results do not depend on it).
-        progress: show a tqdm bar over the chunks.
-        prefix_reuse: run each clean row once with its key/value cache and recompute a perturbed copy
-            only from the perturbed position on (:func:`_prefix_reuse_scores`); False recomputes every
-            copy from position 0 (the paper's batching). Same result within float rounding.
-        positions: optional (B, C) bool; only these tokens (among the scored ones) are perturbed, the
-            others get 0 (the hybrid ``oar-gp`` rescoring a pre-selected subset). None: all of them.
+        **options: the options of :func:`perturbation_scores` (listed there), which scores the batch once
+            :func:`~oar_rl.probes.prepare_batch` has validated and laid it out.
 
     Returns:
         (B, C) float32 on the model's device; 0 on padding and on unscored positions.
@@ -95,16 +87,7 @@ def perturbation_importance(
     batch = prepare_probe_batch(
         model, prompt_ids, prompt_mask, completion_ids, completion_mask, probe, answer_mask
     )
-    return perturbation_scores(
-        model,
-        batch,
-        probe=probe,
-        mask_token_id=mask_token_id,
-        batch_size=batch_size,
-        progress=progress,
-        prefix_reuse=prefix_reuse,
-        positions=positions,
-    )
+    return perturbation_scores(model, batch, probe=probe, **options)
 
 
 def perturbation_scores(
@@ -119,7 +102,18 @@ def perturbation_scores(
     positions: Tensor | None = None,
 ) -> Tensor:
     """:func:`perturbation_importance` of a prepared batch (the registry's scorer for ``oar-p``); the
-    answer span, for the AS probes, is the batch's."""
+    answer span, for the AS probes, is the batch's.
+
+    Args:
+        mask_token_id: the replacement token; default ``model.config.pad_token_id``.
+        batch_size: perturbed copies per forward pass (results do not depend on it).
+        progress: show a tqdm bar over the chunks.
+        prefix_reuse: run each clean row once with its key/value cache and recompute a perturbed copy
+            only from the perturbed position on (:func:`_prefix_reuse_scores`); False recomputes every
+            copy from position 0 (the paper's batching). Same result within float rounding.
+        positions: optional (B, C) bool; only these tokens (among the scored ones) are perturbed, the
+            others get 0 (the hybrid ``oar-gp`` rescoring a pre-selected subset). None: all of them.
+    """
     check_probe(probe)
     check_rows_per_pass(batch_size, optional=False)
     if mask_token_id is None:
