@@ -1,16 +1,23 @@
 """`oar-rl bench` (oar_rl.analysis.bench*): smoke runs print figures, which are never asserted; the
-bookkeeping (interleaving, pairwise ratios, token-forward counts) is checked exactly."""
+bookkeeping (one process per method, interleaving, worker failures, pairwise ratios, the generation
+parity flag, token-forward counts, OAR-G's floor) is checked exactly."""
 
 from __future__ import annotations
 
+import argparse
 import json
+import multiprocessing
+import os
 
 import pytest
 import torch
 
+from bench_workers import fake_worker
 from oar_rl.analysis import bench
-from oar_rl.analysis.bench_scorers import oarp_token_forwards
+from oar_rl.analysis.bench_scorers import oar_g_floor, oarp_token_forwards
 from oar_rl.analysis.bench_shapes import _count_params, build_shape, qwen2_config
+from oar_rl.analysis.bench_steps import BenchWorkerError, run_interleaved
+from oar_rl.importance import gradient_importance
 from oar_rl.tiny import tiny_qwen2
 
 
@@ -27,6 +34,8 @@ def _run(tmp_path, argv):
             "1",
             "--num-generations",
             "2",
+            "--threads",
+            "1",
             "--out",
             str(out),
         ]
@@ -58,8 +67,15 @@ def test_bench_smoke_random_shape(tmp_path, capsys):
     for m in methods:
         assert steps[m]["steps"] == 2 and steps[m]["tokens_per_step"]["median"] == 2 * 6  # forced length
     assert steps["none"]["importance_seconds"]["max"] < steps["oar-gp"]["importance_seconds"]["min"]
-    # interleaved: A B C A B C
+    # interleaved: A B C A B C, each method in a process of its own
     assert [r["method"] for r in report["records"]] == methods * 2
+    pids = {m: w["pid"] for m, w in report["workers"].items()}
+    assert set(pids) == set(methods) and len(set(pids.values())) == 3 and os.getpid() not in pids.values()
+    assert all(w["torch_threads"] == 1 for w in report["workers"].values())  # --threads 1
+    for m in methods:
+        assert steps[m]["generate_seconds_per_token"]["median"] > 0
+    assert set(report["generation_parity"]["ratios"]) == set(methods)
+    assert "Generation parity" in md
     sc = report["scorers"]
     assert sc["oar_p_token_forwards"]["floor"] < sc["oar_p_token_forwards"]["full"]
     assert set(sc["recall_top20_of_oar_p"]) == {"oar-g", "oar-gp"}
@@ -67,15 +83,142 @@ def test_bench_smoke_random_shape(tmp_path, capsys):
     for m in methods:
         assert f"| {m} |" in md
     assert "compute floor" in md and "recall" in md
+    assert {"oar-g floor: clean", "oar-g floor: noisy"} <= set(sc["seconds"])
+    assert sc["oar_g_over_floor"] > 0 and "OAR-G compute floor" in md
     assert "'loss'" not in capsys.readouterr().out  # a table, not log dicts
 
 
+def test_bench_scorers_only(tmp_path):
+    report, md = _run(
+        tmp_path, ["--shape", "qwen2-tiny", "--completion-len", "5", "--prompt-len", "3", "--scorers-only"]
+    )
+    assert report["steps"] is None and report["records"] == [] and report["generation_parity"] is None
+    assert report["scorers"]["oar_g_floor_seconds"] > 0 and "scorer part only" in md
+
+
 def test_bench_smoke_embedded_model_dir(tiny_model_dir, tmp_path):
+    """The embedded shape (a model dir) end to end through the worker processes: every mode's records."""
+    methods = ["none", "oar-g", "random"]
     report, md = _run(
         tmp_path,
-        ["--model", str(tiny_model_dir), "--methods", "none,random", "--completion-len", "8", "--no-scorers"],
+        [
+            "--model",
+            str(tiny_model_dir),
+            "--methods",
+            ",".join(methods),
+            "--completion-len",
+            "8",
+            "--no-scorers",
+        ],
     )
     assert report["scorers"] is None and "| random |" in md
+    assert [r["method"] for r in report["records"]] == methods * 2
+    for r in report["records"]:
+        assert r["step_seconds"] > 0 and r["generate"] > 0 and r["tokens"] >= 1
+        assert r["peak_mib"] is None or r["peak_mib"] >= 0  # the worker's own process
+    by = {m: [r for r in report["records"] if r["method"] == m] for m in methods}
+    assert all(r["importance"] > 0 for r in by["oar-g"])
+    assert len({w["pid"] for w in report["workers"].values()}) == 3
+
+
+def _fake_args(methods, crash_method=None, crash_step=None, crash=None):
+    return argparse.Namespace(
+        methods=methods,
+        warmup=1,
+        repeats=2,
+        threads=None,
+        crash_method=crash_method,
+        crash_step=crash_step,
+        crash=crash,
+    )
+
+
+class _Bar:
+    def set_description(self, msg):
+        pass
+
+    def update(self, n):
+        pass
+
+
+def test_worker_processes_take_turns():
+    records, info = run_interleaved({}, _fake_args(["none", "oar-g", "oar-p"]), _Bar(), worker=fake_worker)
+    assert [(r["method"], r["step"]) for r in records] == [
+        (m, s) for s in range(3) for m in ("none", "oar-g", "oar-p")
+    ]
+    assert {m: w["pid"] for m, w in info.items()} == {r["method"]: r["pid"] for r in records}
+    assert len({w["pid"] for w in info.values()}) == 3
+    assert not multiprocessing.active_children()
+
+
+@pytest.mark.parametrize(
+    ("crash", "needle"),
+    [
+        ("exit", r"'oar-g' \(pid \d+\) died with exit code 3"),
+        ("raise", r"(?s)'oar-g' failed.*ValueError: boom"),
+    ],
+)
+def test_worker_failure_is_a_clear_error_not_a_hang(crash, needle):
+    args = _fake_args(["none", "oar-g", "oar-p"], crash_method="oar-g", crash_step=1, crash=crash)
+    with pytest.raises(BenchWorkerError, match=needle):
+        run_interleaved({}, args, _Bar(), worker=fake_worker)
+    assert not multiprocessing.active_children()  # the other workers were stopped
+
+
+def _records(gen_per_token: dict[str, list[float]]) -> list[dict]:
+    recs = []
+    for i in range(3):
+        for m, gens in gen_per_token.items():
+            g = gens[i] * 10.0
+            recs.append(
+                {"method": m, "step_seconds": g + 1.0, "tokens": 10.0, "generate": g, "peak_mib": 1.0}
+            )
+    return recs
+
+
+def test_generation_parity_flags_modes_off_by_more_than_ten_percent():
+    recs = _records(
+        {
+            "none": [1.0, 2.0, 1.0],  # median 1.0
+            "oar-g": [1.09, 0.5, 5.0],  # median 1.09: within 10%
+            "oar-p": [1.2, 1.11, 0.1],  # median 1.11: flagged
+            "oar-gp": [0.85, 0.89, 2.0],  # median 0.89: flagged (slower or faster alike)
+        }
+    )
+    s = bench.summarize(recs, ["none", "oar-g", "oar-p", "oar-gp"], warmup=0)
+    assert s["oar-p"]["generate_seconds_per_token"]["median"] == pytest.approx(1.11)
+    parity = bench.generation_parity(s)
+    assert parity["ratios"] == pytest.approx({"none": 1.0, "oar-g": 1.09, "oar-p": 1.11, "oar-gp": 0.89})
+    assert parity["flagged"] == ["oar-p", "oar-gp"] and not parity["ok"]
+    lines = "\n".join(bench.parity_lines(parity))
+    assert "FAILED" in lines and "oar-p, oar-gp" in lines
+    ok = bench.generation_parity(
+        bench.summarize(_records({"none": [1, 1, 1], "oar-g": [1.05, 0.96, 1]}), ["none", "oar-g"], 0)
+    )
+    assert ok["ok"] and ok["flagged"] == [] and "OK" in bench.parity_lines(ok)[0]
+    # GRPO's generation time 0: no ratio can be taken, which is flagged, never silently passed
+    zero = bench.summarize(_records({"none": [0, 0, 0], "oar-g": [1, 1, 1]}), ["none", "oar-g"], 0)
+    assert bench.generation_parity(zero)["flagged"] == ["none", "oar-g"]
+
+
+def test_oar_g_floor_is_oar_gs_own_work():
+    """The floor's two passes are OAR-G's work and nothing else: its gradient, dotted with the clean
+    embeddings, gives OAR-G's scores (same noise); parameters' requires_grad is restored."""
+    model = tiny_qwen2(40, seed=0, hidden_size=32).eval()
+    g = torch.Generator().manual_seed(1)
+    batch = [torch.randint(4, 40, (3, 5), generator=g), torch.ones(3, 5, dtype=torch.long)]
+    batch += [torch.randint(4, 40, (3, 7), generator=g), torch.ones(3, 7, dtype=torch.long)]
+    flags = [p.requires_grad for p in model.parameters()]
+    clean, noisy = oar_g_floor(model, batch, noise_std=1e-2, seed=0)
+    clean()
+    grad = noisy()
+    assert grad.shape == (3, 7, 32)
+    assert [p.requires_grad for p in model.parameters()] == flags
+    with torch.no_grad():
+        floor_scores = (grad * model.get_input_embeddings()(batch[2])).sum(-1).abs()
+    ref = gradient_importance(model, *batch, noise_std=1e-2, generator=torch.Generator().manual_seed(0))
+    assert float(ref.min()) > 0
+    torch.testing.assert_close(floor_scores, ref, rtol=1e-4, atol=1e-9)
 
 
 def test_pairwise_ratios_and_spread():
@@ -122,6 +265,7 @@ def test_shape_parameter_count():
         (["--num-generations", "1"], "--num-generations"),
         (["--oar-gp-fraction", "0"], "--oar-gp-fraction"),
         (["--shape", "qwen2-30m", "--model", "x"], "--model goes with --shape embedded"),
+        (["--no-scorers", "--scorers-only"], "not allowed with"),
     ],
 )
 def test_bench_argument_errors(argv, needle, capsys):

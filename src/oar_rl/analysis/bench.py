@@ -1,24 +1,35 @@
-"""`oar-rl bench`: what each credit mode costs per completion token, as a ratio to plain GRPO (paper §5.2).
+"""`oar-rl bench`: what each credit mode costs per completion token, as a ratio to GRPO (paper §5.2).
 
 Every method trains its own copy of the same policy (same weights, prompts and seed) through
-`OARTrainer`. The methods' steps are *interleaved*: A B C A B C …, one optimizer step each in turn
-(each trainer runs in its own thread; only the thread holding the baton runs, the others wait), so
-a load change on a shared machine hits every method alike. Per step it records
+`OARTrainer`, in a process of its own, as a real training run does (one trainer per process). The
+methods' steps are *interleaved*: A B C A B C …, one optimizer step each in turn (the parent process
+hands the turn to one worker at a time; the others wait idle), so a load change on a shared machine
+hits every method alike. Per step it records
 
 - the whole step's seconds per completion token (generation, rewards, importance, loss, update),
+- generation alone (TRL's ``_generate``) per completion token,
 - the update sweep alone: the step minus generation, the paper's Fig. 7 definition,
-- the importance seconds (the credit assignment, inside the step), and peak memory above the step's
-  starting level (CUDA allocator peak on a GPU, resident-set high-water mark on the CPU).
+- the importance seconds (the credit assignment, inside the step), and peak memory of the method's own
+  process above the step's starting level (CUDA allocator peak on a GPU, resident-set high-water mark on
+  the CPU).
 
 Ratios to GRPO are taken pair by pair (repeat r of a method over repeat r of ``none``), then the
 median and min–max over repeats are reported. The first ``--warmup`` steps of each method are dropped.
 ``oar-p-full`` recomputes every perturbed copy from position 0 (no prefix reuse) and
 ``oar-p-serial`` also runs one copy per forward pass, the paper's "naive serial implementation".
-The interleaved steps and the memory readings are in :mod:`oar_rl.analysis.bench_steps`.
+The worker processes, the interleaving and the memory readings are in
+:mod:`oar_rl.analysis.bench_steps`.
+
+Generation parity check. Generation is the same code on the same weights for every credit mode, so its
+median time per token should match GRPO's. The bench flags any mode whose median generation seconds
+per token differ from GRPO's by more than 10% (bench.md, the console and ``generation_parity`` in
+bench.json): its "step" figures then carry something other than the credit mode's cost, and the
+update-sweep figures are the ones to use.
 
 After the steps, a scorer-level part (:mod:`oar_rl.analysis.bench_scorers`, skip with
-``--no-scorers``) times the importance functions on one batch of the same shape, OAR-P's compute
-floor, and recall of OAR-P's top-20% tokens. Shapes are in :mod:`oar_rl.analysis.bench_shapes`.
+``--no-scorers``; ``--scorers-only`` skips the steps instead) times the importance functions on one batch
+of the same shape, OAR-G's and OAR-P's compute floors, and recall of OAR-P's top-20% tokens. Shapes are
+in :mod:`oar_rl.analysis.bench_shapes`.
 
 Ratios are only meaningful within one run on one machine; the outputs name the machine.
 """
@@ -36,7 +47,7 @@ from pathlib import Path
 from typing import Any
 
 from oar_rl.analysis.bench_shapes import SHAPE_NAMES
-from oar_rl.analysis.bench_steps import METHOD_CONFIG, run_interleaved
+from oar_rl.analysis.bench_steps import METHOD_CONFIG, BenchWorkerError, run_interleaved
 from oar_rl.argparsing import add, new_parser
 from oar_rl.credits import CREDITS
 from oar_rl.io import ensure_writable_dir, write_text_atomic
@@ -72,7 +83,9 @@ def _parse(argv: list[str]) -> argparse.Namespace:
     add(p, "--probe", default="lt-logits", choices=("lt-logits", "as-mean", "as-joint"))
     add(p, "--oar-gp-fraction", type=float, default=0.25, help="OAR-P share of oar-gp, in (0, 1]")
     add(p, "--copies", type=int, default=64, help="OAR-P perturbed copies per forward pass")
-    add(p, "--no-scorers", action="store_true", help="skip the scorer-level part (floor, recall)")
+    scope = p.add_mutually_exclusive_group()
+    add(scope, "--no-scorers", action="store_true", help="skip the scorer-level part (floors, recall)")
+    add(scope, "--scorers-only", action="store_true", help="skip the training steps; scorer part only")
     add(
         p,
         "--full-stride",
@@ -134,8 +147,11 @@ def _spread(values: list[float]) -> dict[str, float]:
     return {"median": statistics.median(values), "min": min(values), "max": max(values)}
 
 
+GENERATION_TOLERANCE = 0.10  # a mode's median generation s/token may differ from GRPO's by this share
+
+
 def summarize(records: list[dict], methods: list[str], warmup: int) -> dict[str, dict]:
-    """Per method: median [min–max] of s/token (step, update), importance s, peak MiB, pairwise ratios."""
+    """Per method: median [min–max] of s/token (step, generation, update), importance s, peak MiB, ratios."""
     by = {m: [r for r in records if r["method"] == m][warmup:] for m in methods}
     n = min(len(v) for v in by.values())
     if n == 0:
@@ -143,12 +159,15 @@ def summarize(records: list[dict], methods: list[str], warmup: int) -> dict[str,
     out = {}
     for m in methods:
         rs = by[m][:n]
-        spt = [r["step_seconds"] / max(r.get("tokens", 0.0), 1.0) for r in rs]
-        upd = [(r["step_seconds"] - r.get("generate", 0.0)) / max(r.get("tokens", 0.0), 1.0) for r in rs]
+        tok = [max(r.get("tokens", 0.0), 1.0) for r in rs]
+        spt = [r["step_seconds"] / t for r, t in zip(rs, tok, strict=True)]
+        gen = [r.get("generate", 0.0) / t for r, t in zip(rs, tok, strict=True)]
+        upd = [(r["step_seconds"] - r.get("generate", 0.0)) / t for r, t in zip(rs, tok, strict=True)]
         out[m] = {
             "steps": n,
             "tokens_per_step": _spread([r.get("tokens", 0.0) for r in rs]),
             "seconds_per_token": _spread(spt),
+            "generate_seconds_per_token": _spread(gen),
             "update_seconds_per_token": _spread(upd),
             "importance_seconds": _spread([r.get("importance", 0.0) for r in rs]),
             "generate_seconds": _spread([r.get("generate", 0.0) for r in rs]),
@@ -165,9 +184,40 @@ def summarize(records: list[dict], methods: list[str], warmup: int) -> dict[str,
         out[m]["update_ratio_vs_grpo"] = _spread(
             [a / b for a, b in zip(out[m]["_upd"], out["none"]["_upd"], strict=True)]
         )
+        base = out["none"]["generate_seconds_per_token"]["median"]
+        mine = out[m]["generate_seconds_per_token"]["median"]
+        out[m]["generation_ratio_vs_grpo"] = mine / base if base > 0 else None
     for m in methods:
         del out[m]["_spt"], out[m]["_upd"]
     return out
+
+
+def generation_parity(summary: dict[str, dict], tolerance: float = GENERATION_TOLERANCE) -> dict[str, Any]:
+    """Flag every mode whose median generation s/token differs from GRPO's by more than `tolerance`.
+
+    Generation is the same code on the same weights for every mode, so a difference is the harness or
+    the machine, not the credit mode; the step figures of a flagged mode are then not its cost. A ratio
+    that cannot be taken (GRPO's generation time is 0) is flagged too.
+    """
+    ratios = {m: s.get("generation_ratio_vs_grpo") for m, s in summary.items()}
+    flagged = [m for m, r in ratios.items() if r is None or abs(r - 1.0) > tolerance]
+    return {"tolerance": tolerance, "ratios": ratios, "flagged": flagged, "ok": not flagged}
+
+
+def parity_lines(parity: dict[str, Any]) -> list[str]:
+    tol = f"{100 * parity['tolerance']:.0f}%"
+    ratios = ", ".join(f"{m} {'n/a' if r is None else f'{r:.2f}×'}" for m, r in parity["ratios"].items())
+    if parity["ok"]:
+        return [
+            f"Generation parity: OK -- every mode's median generation time per token is within {tol} "
+            f"of GRPO's ({ratios})."
+        ]
+    return [
+        f"**Generation parity: FAILED** -- median generation time per token differs from GRPO's by more "
+        f"than {tol} for {', '.join(parity['flagged'])} ({ratios}). Generation is the same work in every "
+        "mode, so those modes' step figures include something other than their credit cost; use the "
+        "update-sweep columns, and rerun on an idle machine."
+    ]
 
 
 def _fmt(s: dict[str, float] | None, scale: float = 1.0, digits: int = 2) -> str:
@@ -178,13 +228,14 @@ def _fmt(s: dict[str, float] | None, scale: float = 1.0, digits: int = 2) -> str
 
 def table_lines(summary: dict[str, dict]) -> list[str]:
     lines = [
-        "| method | ms/token, step | × GRPO, step | ms/token, update | × GRPO, update | importance s/step "
-        "| peak MiB |",
-        "|---|---:|---:|---:|---:|---:|---:|",
+        "| method | ms/token, step | × GRPO, step | ms/token, generation | ms/token, update "
+        "| × GRPO, update | importance s/step | peak MiB |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for m, s in summary.items():
         lines.append(
             f"| {m} | {_fmt(s['seconds_per_token'], 1000)} | {_fmt(s['ratio_vs_grpo'])} "
+            f"| {_fmt(s['generate_seconds_per_token'], 1000)} "
             f"| {_fmt(s['update_seconds_per_token'], 1000)} | {_fmt(s['update_ratio_vs_grpo'])} "
             f"| {_fmt(s['importance_seconds'])} | {_fmt(s['peak_mib'], 1, 0)} |"
         )
@@ -204,6 +255,40 @@ def machine_info() -> dict[str, Any]:
     }
 
 
+def _run_scorers(shape, args: argparse.Namespace) -> dict[str, Any]:
+    import torch
+    from tqdm.auto import tqdm
+
+    from oar_rl.analysis.bench_scorers import random_batch, run_scorers
+
+    model = shape.make_model()
+    if isinstance(model, str):
+        from transformers import AutoModelForCausalLM
+
+        model = AutoModelForCausalLM.from_pretrained(model)
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    model.to(device)
+    vocab = model.get_input_embeddings().num_embeddings
+    rows = args.prompts * args.num_generations
+    batch = random_batch(vocab, rows, args.prompt_len, args.completion_len, args.seed, device)
+    with tqdm(total=None, unit="case", file=sys.stderr) as bar:
+
+        def progress(msg: str) -> None:
+            bar.set_description(msg)
+            bar.update(1)
+
+        return run_scorers(
+            model,
+            batch,
+            repeats=args.scorer_repeats,
+            noise_std=1e-3,
+            fraction=args.oar_gp_fraction,
+            copies=args.copies,
+            full_stride=args.full_stride,
+            progress=progress,
+        )
+
+
 def main(argv: list[str] | None = None) -> int:
     args = _parse(list(sys.argv[1:] if argv is None else argv))
     try:
@@ -216,57 +301,40 @@ def main(argv: list[str] | None = None) -> int:
     import torch
     from tqdm.auto import tqdm
 
-    from oar_rl.analysis.bench_scorers import random_batch, run_scorers, scorer_lines
+    from oar_rl.analysis.bench_scorers import scorer_lines
     from oar_rl.analysis.bench_shapes import build_shape
 
     if args.threads:
         torch.set_num_threads(args.threads)
     started = time.perf_counter()
-    rows = args.prompts * args.num_generations
     steps = args.warmup + args.repeats
-    shape = build_shape(
-        args.shape,
+    shape_kwargs = dict(
+        name=args.shape,
         prompt_len=args.prompt_len,
         completion_len=args.completion_len,
         rows=args.prompts * steps * 2,
         seed=args.seed,
         model_dir=args.model,
     )
-    print(
-        f"[bench] {shape.description}; {len(args.methods)} methods × ({args.warmup} + {args.repeats}) "
-        f"interleaved steps of {args.prompts}×{args.num_generations} completions",
-        flush=True,
-    )
-    with tqdm(total=len(args.methods) * steps, unit="step", file=sys.stderr) as bar:
-        records = run_interleaved(shape, args, bar)
-    summary = summarize(records, args.methods, args.warmup)
-    scorers = None
-    if not args.no_scorers:
-        model = shape.make_model()
-        if isinstance(model, str):
-            from transformers import AutoModelForCausalLM
-
-            model = AutoModelForCausalLM.from_pretrained(model)
-        device = "cuda" if torch.cuda.is_available() else "cpu"
-        model.to(device)
-        vocab = model.get_input_embeddings().num_embeddings
-        batch = random_batch(vocab, rows, args.prompt_len, args.completion_len, args.seed, device)
-        with tqdm(total=None, unit="case", file=sys.stderr) as bar:
-
-            def progress(msg: str) -> None:
-                bar.set_description(msg)
-                bar.update(1)
-
-            scorers = run_scorers(
-                model,
-                batch,
-                repeats=args.scorer_repeats,
-                noise_std=1e-3,
-                fraction=args.oar_gp_fraction,
-                copies=args.copies,
-                full_stride=args.full_stride,
-                progress=progress,
-            )
+    shape = build_shape(**shape_kwargs)
+    summary = parity = None
+    records: list[dict] = []
+    workers: dict[str, dict] = {}
+    if not args.scorers_only:
+        print(
+            f"[bench] {shape.description}; {len(args.methods)} methods × ({args.warmup} + {args.repeats}) "
+            f"interleaved steps of {args.prompts}×{args.num_generations} completions, one process each",
+            flush=True,
+        )
+        with tqdm(total=len(args.methods) * steps, unit="step", file=sys.stderr) as bar:
+            try:
+                records, workers = run_interleaved(shape_kwargs, args, bar)
+            except BenchWorkerError as exc:
+                print(f"oar-rl bench: {exc}", file=sys.stderr)
+                return 1
+        summary = summarize(records, args.methods, args.warmup)
+        parity = generation_parity(summary)
+    scorers = None if args.no_scorers else _run_scorers(shape, args)
     wall = time.perf_counter() - started
     machine = machine_info()
     report = {
@@ -276,24 +344,36 @@ def main(argv: list[str] | None = None) -> int:
         "machine": machine,
         "wall_seconds": wall,
         "steps": summary,
+        "generation_parity": parity,
+        "workers": workers,
         "scorers": scorers,
         "records": records,
     }
-    header = (
-        f"`oar-rl bench {' '.join(argv if argv is not None else sys.argv[1:])}` — {shape.description}; "
-        f"{args.prompts}×{args.num_generations} completions of ≤ {args.completion_len} tokens per step; "
-        f"{summary['none']['steps']} measured steps per method, interleaved; "
+    command = f"`oar-rl bench {' '.join(argv if argv is not None else sys.argv[1:])}` — {shape.description}; "
+    where = (
         f"machine: {machine['device']}, {machine['cpu_count']} CPUs, "
-        f"torch threads {machine['torch_threads']}; "
-        f"wall time {wall / 60:.1f} min. Median [min–max] over repeats; ratios pair by pair."
+        f"torch threads {machine['torch_threads']}; wall time {wall / 60:.1f} min."
     )
-    lines = [header, "", *table_lines(summary)]
+    lines = []
+    if summary is not None:
+        header = (
+            f"{command}{args.prompts}×{args.num_generations} completions of ≤ {args.completion_len} tokens "
+            f"per step; {summary['none']['steps']} measured steps per method, interleaved, one process "
+            f"per method; {where} Median [min–max] over repeats; ratios pair by pair."
+        )
+        lines += [header, "", *table_lines(summary), "", *parity_lines(parity)]
+    else:
+        lines += [f"{command}scorer part only; {where}"]
     if scorers:
         lines += ["", *scorer_lines(scorers)]
     table = "\n".join(lines) + "\n"
     write_text_atomic(out / "bench.json", json.dumps(report, indent=2))
     write_text_atomic(out / "bench.md", table)
     print(table)
+    if parity is not None and not parity["ok"]:
+        print(
+            f"[bench] WARNING: generation parity failed for {', '.join(parity['flagged'])}", file=sys.stderr
+        )
     print(f"[bench] wrote {out / 'bench.json'} and {out / 'bench.md'} ({wall / 60:.1f} min)")
     return 0
 

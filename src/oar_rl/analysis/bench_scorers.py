@@ -1,15 +1,21 @@
-"""Scorer-level part of `oar-rl bench`: importance cost on one fixed batch, OAR-P's compute floor, recall.
+"""Scorer-level part of `oar-rl bench`: importance cost on one fixed batch, OAR-G's and OAR-P's compute
+floors, recall.
 
 On a batch of the step's shape (rows = prompts × generations, prompt ``P`` and completion ``C`` random
 tokens, all valid), each case below is timed ``repeats`` times, interleaved (A B C A B C …), after one
-warm-up call of the cheap cases (``train fwd+bwd``, ``forward``, ``oar-g``); the OAR-P cases are not
-warmed up separately (the step-level part has already run them on this shape in this process, and
-one OAR-P call at L = 256 is hundreds of forward passes):
+warm-up call of the cheap cases (:data:`WARMED`); the OAR-P cases are not warmed up separately (one
+OAR-P call at L = 256 is hundreds of forward passes, and the cheap cases have warmed up the kernels):
 
 - ``train fwd+bwd``: one training forward + backward of the batch (full logits, log-probs of the
   completion tokens, parameter gradients) -- what one GRPO loss pass costs.
 - ``forward``: one no-grad body forward of the batch; its tokens/s is the model's forward throughput.
 - ``oar-g``, ``oar-p`` (prefix reuse), ``oar-p-full`` (whole copies recomputed), ``oar-gp``.
+- ``oar-g floor: clean`` and ``oar-g floor: noisy``: OAR-G's compute floor in its two parts
+  (:func:`oar_g_floor`): the clean probe pass (one no-grad forward of prompt + completion keeping the
+  prompt's keys/values, the probe at the last position), and one noisy forward over the completion on
+  that cached prompt plus the backward to the noisy input embeddings only, with every parameter's
+  ``requires_grad`` off (so autograd cannot do any parameter work). No scorer that needs the clean probe
+  and the gradient at a noisy point can do less; OAR-G / floor says how close the implementation is.
   ``oar-p-full`` costs the same per perturbed position, so ``full_stride`` k > 1 times it on every
   k-th completion position and scales the time by (all copies / timed copies).
 
@@ -33,12 +39,23 @@ from typing import Any
 import torch
 
 from oar_rl.importance import gradient_importance, hybrid_importance, perturbation_importance
+from oar_rl.importance.gradient import row_noise, row_seeds
 from oar_rl.importance.hybrid import topk_recall
-from oar_rl.model_parts import decoder_body
-from oar_rl.probes import build_probe_spec, prepare_batch
+from oar_rl.importance.prefix import clean_pass, suffix_hidden
+from oar_rl.model_parts import base_model, body_hidden, decoder_body
+from oar_rl.probes import ProbeSpec, build_probe_spec, outcome_divergence, prepare_batch, probe_outcome
 
-CASES = ("train fwd+bwd", "forward", "oar-g", "oar-p", "oar-p-full", "oar-gp")
-WARMED = ("train fwd+bwd", "forward", "oar-g")
+CASES = (
+    "train fwd+bwd",
+    "forward",
+    "oar-g",
+    "oar-g floor: clean",
+    "oar-g floor: noisy",
+    "oar-p",
+    "oar-p-full",
+    "oar-gp",
+)
+WARMED = ("train fwd+bwd", "forward", "oar-g", "oar-g floor: clean", "oar-g floor: noisy")
 
 
 def random_batch(vocab: int, rows: int, prompt_len: int, completion_len: int, seed: int, device) -> list:
@@ -70,6 +87,61 @@ def oarp_token_forwards(model, batch: list) -> dict[str, int]:
     return {"clean": clean, "floor": clean + suffix, "full": clean + int(end[pairs[:, 0]].sum())}
 
 
+def oar_g_floor(model, batch: list, noise_std: float, seed: int = 0) -> tuple[Callable, Callable]:
+    """OAR-G's compute floor (LT-Logits, one draw) on `batch`, as two callables to time in this order.
+
+    ``clean()``: the clean probe pass -- a no-grad forward of prompt + completion that keeps the prompt's
+    keys/values, and the probe at each row's last position. ``noisy()``: a forward over the completion
+    embeddings plus Gaussian noise, on top of the cached prompt, and the gradient of Σ KL(P_0 ‖ P_ε)
+    with respect to those noisy embeddings only, with every parameter's ``requires_grad`` off for the
+    pass (restored after). Returns the (B, C, H) gradient. The noise is OAR-G's for a generator seeded
+    with `seed`, so on an all-valid batch |⟨gradient, clean embedding⟩| is
+    ``gradient_importance(..., generator=torch.Generator().manual_seed(seed))``. Where the model's cache
+    cannot be reused the noisy pass runs over the whole sequence, as OAR-G does then.
+    """
+    sb = prepare_batch(model, *batch)
+    P = sb.prompt_len
+    spec = build_probe_spec(P, sb.attention_mask, sb.input_ids[:, P:], None, "lt-logits")
+    embed = base_model(model).get_input_embeddings()
+    state: dict[str, Any] = {}
+
+    def clean() -> None:
+        with torch.no_grad():
+            emb = embed(sb.input_ids)  # (B, L, H)
+            hidden, cache = clean_pass(model, sb.attention_mask, inputs_embeds=emb)
+            state.update(emb=emb, cache=cache, clean=probe_outcome(model, hidden, spec))
+
+    def noisy() -> torch.Tensor:
+        emb, cache = state["emb"], state["cache"]
+        B, C, H = emb[:, P:].shape
+        seeds = row_seeds(torch.Generator().manual_seed(seed), B)  # OAR-G's own noise for this seed
+        eps = torch.cat([row_noise(s, 1, C, H) for s in seeds]).to(emb.device)  # (B, C, H)
+        x = (emb[:, P:].float() + noise_std * eps).requires_grad_(True)  # (B, C, H) leaf
+        live = [p for p in model.parameters() if p.requires_grad]
+        for p in live:
+            p.requires_grad_(False)
+        try:
+            with torch.enable_grad():
+                if cache is not None:
+                    rows = torch.arange(x.shape[0], device=x.device)
+                    hidden = suffix_hidden(model, cache, rows, P, sb.attention_mask, inputs_embeds=x.to(emb))
+                    shifted = ProbeSpec(spec.kind, spec.row_ptr, spec.index - P, spec.target)
+                    pert = probe_outcome(model, hidden, shifted)
+                else:
+                    full = torch.cat([emb[:, :P], x.to(emb)], dim=1)
+                    pert = probe_outcome(
+                        model, body_hidden(model, sb.attention_mask, inputs_embeds=full), spec
+                    )
+                J = outcome_divergence(state["clean"], pert, spec.kind, mode="gradient").sum()
+                (grad,) = torch.autograd.grad(J, x)
+        finally:
+            for p in live:
+                p.requires_grad_(True)
+        return grad
+
+    return clean, noisy
+
+
 def _sync(device) -> None:
     if torch.device(device).type == "cuda":
         torch.cuda.synchronize()
@@ -86,7 +158,7 @@ def run_scorers(
     full_stride: int = 1,
     progress: Callable[[str], None] | None = None,
 ) -> dict[str, Any]:
-    """Interleaved timings of :data:`CASES` on `batch`, the OAR-P floor and the recall figures."""
+    """Interleaved timings of :data:`CASES` on `batch`, the OAR-G and OAR-P floors and the recall figures."""
     device = batch[0].device
     ids, attn = torch.cat([batch[0], batch[2]], 1), torch.cat([batch[1], batch[3]], 1)
     C = batch[2].shape[1]
@@ -127,10 +199,13 @@ def run_scorers(
             perturbation_kwargs=dict(batch_size=copies),
         )
 
+    floor_clean, floor_noisy = oar_g_floor(model, batch, noise_std)
     cases: dict[str, Callable[[], Any]] = {
         "train fwd+bwd": fwd_bwd,
         "forward": forward,
         "oar-g": oar_g,
+        "oar-g floor: clean": floor_clean,
+        "oar-g floor: noisy": floor_noisy,
         "oar-p": oar_p,
         "oar-p-full": oar_p_full,
         "oar-gp": oar_gp,
@@ -153,7 +228,11 @@ def run_scorers(
                 if r:
                     scale = full_scale if name == "oar-p-full" else 1.0
                     times[name].append((time.perf_counter() - t0) * scale)
-                if isinstance(out, torch.Tensor) and name not in outputs and name != "oar-p-full":
+                if (
+                    isinstance(out, torch.Tensor)
+                    and name in ("oar-g", "oar-p", "oar-gp")
+                    and name not in outputs
+                ):
                     outputs[name] = out.float().cpu()
         model.zero_grad(set_to_none=True)
     finally:
@@ -163,6 +242,7 @@ def run_scorers(
     throughput = int(ids.numel()) / med["forward"]  # tokens per second, no-grad body forward
     floor_s = tf["floor"] / throughput
     mask = batch[3].bool().cpu()
+    g_floor = med["oar-g floor: clean"] + med["oar-g floor: noisy"]
     return {
         "rows": int(ids.shape[0]),
         "prompt_len": int(batch[0].shape[1]),
@@ -175,6 +255,9 @@ def run_scorers(
         "oar_p_full_measured_over_floor": med["oar-p-full"] / floor_s,
         "prefix_speedup": med["oar-p-full"] / med["oar-p"],
         "oar_g_over_train_fwd_bwd": med["oar-g"] / med["train fwd+bwd"],
+        "oar_g_floor_seconds": g_floor,
+        "oar_g_over_floor": med["oar-g"] / g_floor,
+        "oar_g_floor_over_train_fwd_bwd": g_floor / med["train fwd+bwd"],
         "oar_gp_fraction": fraction,
         "oar_p_full_stride": full_stride,
         "recall_top20_of_oar_p": {
@@ -214,7 +297,11 @@ def scorer_lines(s: dict[str, Any]) -> list[str]:
         f"- OAR-P compute floor {s['oar_p_floor_seconds']:.3f} s; measured/floor: prefix reuse "
         f"{s['oar_p_measured_over_floor']:.2f}, whole copies {s['oar_p_full_measured_over_floor']:.2f}; "
         f"prefix reuse speed-up {s['prefix_speedup']:.2f}×",
-        f"- OAR-G importance / train fwd+bwd: {s['oar_g_over_train_fwd_bwd']:.2f}",
+        f"- OAR-G importance / train fwd+bwd: {s['oar_g_over_train_fwd_bwd']:.2f}; OAR-G compute floor "
+        f"{s['oar_g_floor_seconds']:.3f} s (clean probe pass {sec['oar-g floor: clean']['median']:.3f} s "
+        f"+ noisy forward and input-only backward over the completion "
+        f"{sec['oar-g floor: noisy']['median']:.3f} s) = {s['oar_g_floor_over_train_fwd_bwd']:.2f}× train "
+        f"fwd+bwd; OAR-G / floor {s['oar_g_over_floor']:.2f}",
         f"- recall of exact OAR-P's top-20% tokens: OAR-G {rec['oar-g']:.2f}, "
         f"OAR-GP (fraction {s['oar_gp_fraction']:g}) {rec['oar-gp']:.2f}",
     ]

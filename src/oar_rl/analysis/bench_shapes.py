@@ -9,6 +9,10 @@ weights) plus a tokenizer, a prompt set and a reward:
   parameters: hidden 384, 6 layers, 6 heads / 2 KV heads, MLP 2048, vocabulary 32,768 (the one
   departure from Qwen2's 151,936, so the LM head does not dwarf a body this small: embeddings are
   43% of the parameters here, 28% in Qwen2.5-0.5B). float32, for the CPU.
+- ``qwen2-10m``: Qwen2's architecture at 9.97M parameters, body-heavy as real Qwen2 models are
+  (embeddings 21% of the parameters; 28% in Qwen2.5-0.5B, 15% in 1.5B): hidden 256, 8 layers, 4 heads /
+  2 KV heads, MLP 1024, vocabulary 8,192. float32, for the CPU. The shape of OAR-G's cost target
+  (``--prompts 1 --num-generations 4 --prompt-len 32 --completion-len 128``).
 - ``qwen2-tiny``: the same at 40k parameters, for smoke tests.
 - ``qwen2.5-0.5b`` / ``qwen2.5-1.5b``: Qwen2.5-0.5B / 1.5B configurations (vocabulary 151,936), random
   weights, bfloat16, SDPA attention; for a GPU.
@@ -34,6 +38,16 @@ SHAPES: dict[str, dict[str, Any]] = {
         num_key_value_heads=2,
         intermediate_size=2048,
         vocab_size=32768,
+        dtype="float32",
+        attn="sdpa",
+    ),
+    "qwen2-10m": dict(
+        hidden_size=256,
+        num_hidden_layers=8,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        intermediate_size=1024,
+        vocab_size=8192,
         dtype="float32",
         attn="sdpa",
     ),

@@ -1,20 +1,35 @@
-"""The step-level part of `oar-rl bench`: one `OARTrainer` per method, their steps interleaved, timed and
-their memory read (see :mod:`oar_rl.analysis.bench` for what is measured and how it is reported).
+"""The step-level part of `oar-rl bench`: one `OARTrainer` per method, each in its own process, their
+steps interleaved, timed and their memory read (see :mod:`oar_rl.analysis.bench` for what is measured
+and how it is reported).
 
-Each trainer runs in its own thread; a `Baton` lets only one of them run a step at a time, in turn
-(A B C A B C ...), so a load change on a shared machine hits every method alike. `PeakMemory` reads the
-CUDA allocator peak on a GPU, the resident-set high-water mark on the CPU.
+Each method runs in a worker process of its own (``multiprocessing``, spawn context), as a real training
+run does: it builds the shape and its trainer, sets its torch threads from ``--threads``, and blocks in its
+step-begin turn until the parent hands it the turn over a pipe. After each step it sends the step's
+record back and waits again. The parent hands the turn round robin (none, oar-g, oar-p, ... , none, ...),
+so only one method computes at a time and a load change on a shared machine hits every method alike.
+A worker that raises sends its traceback, and one that dies is noticed by the parent: either ends the
+bench with a :class:`BenchWorkerError` naming the method (the other workers are stopped), never a hang.
+
+(The first harness ran every trainer in a thread of one process, taking turns. It made the *generation*
+part of every scoring mode's step ~6× slower than GRPO's, which one process per trainer does not.)
+
+`PeakMemory` reads, in each worker, that process's own CUDA allocator peak on a GPU, or its own
+resident-set high-water mark on the CPU, above its level at the step's start.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import functools
 import gc
+import multiprocessing
 import os
 import re
 import tempfile
-import threading
 import time
+import traceback
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +37,7 @@ METHOD_CONFIG: dict[str, dict[str, Any]] = {  # bench-only variants of a credit 
     "oar-p-full": {"credit": "oar-p", "perturbation_prefix_reuse": False},
     "oar-p-serial": {"credit": "oar-p", "perturbation_prefix_reuse": False, "perturbation_batch_size": 1},
 }
+_POLL_SECONDS = 0.5  # how often the parent checks that the worker it waits on is alive
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -74,48 +90,33 @@ class PeakMemory:
 
 
 # ----------------------------------------------------------------------------------------------------
-# interleaving
+# the worker: one method's trainer in its own process
 
 
-class Baton:
-    """Round-robin turns among named threads: only the holder runs; errors release everyone."""
+class BenchWorkerError(RuntimeError):
+    """A method's worker process failed (its traceback is in the message) or died."""
 
-    def __init__(self, names: list[str]) -> None:
-        self.cond = threading.Condition()
-        self.order = list(names)
-        self.active = set(names)
-        self.turn: str | None = None
-        self.error: BaseException | None = None
 
-    def start(self) -> None:
-        with self.cond:
-            self.turn = self.order[0]
-            self.cond.notify_all()
+class _Stopped(Exception):
+    """The parent ended the bench early (or went away): the worker leaves quietly."""
 
-    def wait(self, name: str) -> None:
-        with self.cond:
-            self.cond.wait_for(lambda: self.turn == name or self.error is not None)
-            if self.error is not None and self.turn != name:
-                raise RuntimeError("another benchmark thread failed") from self.error
 
-    def pass_on(self, name: str) -> None:
-        with self.cond:
-            i = self.order.index(name)
-            nxt = [self.order[(i + k) % len(self.order)] for k in range(1, len(self.order) + 1)]
-            self.turn = next((n for n in nxt if n in self.active), None)
-            self.cond.notify_all()
+class WorkerTurns:
+    """The worker's side of the pipe: send a message, block until the parent hands the turn back."""
 
-    def finish(self, name: str) -> None:
-        with self.cond:
-            self.active.discard(name)
-            if self.turn == name:
-                self.pass_on(name)
-            self.cond.notify_all()
+    def __init__(self, conn) -> None:
+        self.conn = conn
 
-    def fail(self, exc: BaseException) -> None:
-        with self.cond:
-            self.error = self.error or exc
-            self.cond.notify_all()
+    def send(self, kind: str, payload: Any = None) -> None:
+        self.conn.send((kind, payload))
+
+    def wait(self) -> None:
+        try:
+            msg = self.conn.recv()
+        except (EOFError, OSError) as exc:  # the parent is gone
+            raise _Stopped from exc
+        if msg != "go":
+            raise _Stopped
 
 
 def _make_trainer(method: str, shape, args: argparse.Namespace, workdir: str):
@@ -157,8 +158,8 @@ def _make_trainer(method: str, shape, args: argparse.Namespace, workdir: str):
     )
 
 
-def _instrument(trainer, method: str, baton: Baton, records: list[dict], memory: PeakMemory):
-    """Time generation, credit and whole steps of `trainer`; take turns through `baton`."""
+def _instrument(trainer, method: str, turns: WorkerTurns, memory: PeakMemory) -> None:
+    """Time generation, credit and whole steps of `trainer`; take turns through `turns`."""
     import torch
     from transformers import TrainerCallback
 
@@ -188,9 +189,10 @@ def _instrument(trainer, method: str, baton: Baton, records: list[dict], memory:
 
     trainer._generate_and_score_completions = count_tokens
 
-    class Turns(TrainerCallback):
+    class TakeTurns(TrainerCallback):
         def on_train_begin(self, *a, **k):
-            baton.wait(method)
+            turns.send("ready", {"pid": os.getpid(), "torch_threads": torch.get_num_threads()})
+            turns.wait()
 
         def on_step_begin(self, *a, **k):
             gc.collect()
@@ -202,54 +204,147 @@ def _instrument(trainer, method: str, baton: Baton, records: list[dict], memory:
         def on_step_end(self, *a, **k):
             sync()
             step = time.perf_counter() - cur.pop("t0")
-            records.append({"method": method, "step_seconds": step, "peak_mib": memory.peak(), **cur})
-            baton.pass_on(method)
-            baton.wait(method)
-
-        def on_train_end(self, *a, **k):
-            baton.finish(method)
+            turns.send("record", {"method": method, "step_seconds": step, "peak_mib": memory.peak(), **cur})
+            turns.wait()  # also after the last step: the end of training must not overlap a timed step
 
     from transformers.trainer_callback import PrinterCallback, ProgressCallback
 
     trainer.remove_callback(PrinterCallback)  # the bench prints its own progress and table, not log dicts
     trainer.remove_callback(ProgressCallback)
-    trainer.add_callback(Turns())
+    trainer.add_callback(TakeTurns())
 
 
-def run_interleaved(shape, args: argparse.Namespace, bar) -> list[dict]:
-    """Train every method for warmup + repeats steps, interleaved; one record per step."""
-    records: list[dict] = []
-    baton = Baton(args.methods)
-    memory = PeakMemory()
-    threads: list[threading.Thread] = []
+def serve(conn, body: Callable[[WorkerTurns], None]) -> None:
+    """Run ``body(turns)`` as a worker process's whole life: then say 'done', or send the traceback."""
+    turns = WorkerTurns(conn)
+    try:
+        body(turns)
+        turns.send("done")
+    except _Stopped:
+        pass
+    except BaseException:
+        with contextlib.suppress(OSError, ValueError):
+            turns.send("error", traceback.format_exc())
+        raise SystemExit(1) from None
+    finally:
+        conn.close()
+
+
+def _train(method: str, shape_kwargs: dict[str, Any], args: argparse.Namespace, turns: WorkerTurns) -> None:
+    import warnings
+
+    import torch
+
+    # each worker would print the libraries' deprecation notices again; they say nothing about cost
+    warnings.filterwarnings("ignore", category=FutureWarning)
+    warnings.filterwarnings("ignore", category=DeprecationWarning)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    from oar_rl.analysis.bench_shapes import build_shape
+
+    shape = build_shape(**shape_kwargs)
     with tempfile.TemporaryDirectory() as work:
-        trainers = {}
+        trainer = _make_trainer(method, shape, args, work)
+        _instrument(trainer, method, turns, PeakMemory())
+        trainer.train()
+
+
+def method_worker(method: str, shape_kwargs: dict[str, Any], args: argparse.Namespace, conn) -> None:
+    """Entry point of one method's process: build the shape and the trainer, train in turns, report."""
+    serve(conn, functools.partial(_train, method, shape_kwargs, args))
+
+
+# ----------------------------------------------------------------------------------------------------
+# the parent: round-robin turns
+
+
+class _Worker:
+    def __init__(self, ctx, method: str, target: Callable, shape_kwargs: dict, args) -> None:
+        self.method = method
+        self.conn, child = ctx.Pipe()
+        self.proc = ctx.Process(
+            target=target, args=(method, shape_kwargs, args, child), name=f"oar-rl-bench-{method}"
+        )
+        self.proc.start()
+        child.close()  # the parent keeps one end only, so a dead worker reads as EOF
+
+    def expect(self, kind: str) -> Any:
+        """The payload of the worker's next message, which must be `kind`; raise if it fails or dies."""
+        while True:
+            if self.conn.poll(_POLL_SECONDS):
+                try:
+                    got, payload = self.conn.recv()
+                except (EOFError, OSError):
+                    self.proc.join(timeout=5)
+                    break
+                if got == "error":
+                    raise BenchWorkerError(f"the bench worker for {self.method!r} failed:\n{payload}")
+                if got != kind:
+                    raise BenchWorkerError(f"the bench worker for {self.method!r} sent {got!r}, not {kind!r}")
+                return payload
+            if not self.proc.is_alive() and not self.conn.poll(0):
+                break
+        raise BenchWorkerError(
+            f"the bench worker for {self.method!r} (pid {self.proc.pid}) died with exit code "
+            f"{self.proc.exitcode} while the bench waited for its {kind!r}"
+            + (" (killed by a signal: out of memory?)" if (self.proc.exitcode or 0) < 0 else "")
+        )
+
+    def go(self) -> None:
+        try:
+            self.conn.send("go")
+        except OSError as exc:
+            raise BenchWorkerError(f"the bench worker for {self.method!r} is gone: {exc}") from exc
+
+    def stop(self) -> None:
+        if self.proc.is_alive():
+            with contextlib.suppress(OSError):
+                self.conn.send("stop")
+            self.proc.join(timeout=10)
+        if self.proc.is_alive():
+            self.proc.terminate()
+            self.proc.join(timeout=10)
+        if self.proc.is_alive():
+            self.proc.kill()
+            self.proc.join()
+        self.conn.close()
+
+
+def run_interleaved(
+    shape_kwargs: dict[str, Any],
+    args: argparse.Namespace,
+    bar,
+    worker: Callable = method_worker,
+) -> tuple[list[dict], dict[str, dict]]:
+    """Train every method for warmup + repeats steps, one process each, interleaved.
+
+    Returns one record per step (in the order they ran) and, per method, its worker's info (pid, torch
+    threads). `shape_kwargs` are :func:`oar_rl.analysis.bench_shapes.build_shape`'s arguments: each
+    worker builds the shape itself. `worker` is the process entry point (tests swap it).
+    """
+    ctx = multiprocessing.get_context("spawn")
+    steps = args.warmup + args.repeats
+    workers: dict[str, _Worker] = {}
+    records: list[dict] = []
+    try:
         for m in args.methods:
+            workers[m] = _Worker(ctx, m, worker, shape_kwargs, args)
+        info = {}
+        for m, w in workers.items():
             bar.set_description(f"building {m}")
-            trainers[m] = _make_trainer(m, shape, args, work)
-            _instrument(trainers[m], m, baton, records, memory)
-
-        def target(m: str) -> None:
-            try:
-                trainers[m].train()
-            except BaseException as exc:  # surfaced by the main thread
-                baton.fail(exc)
-                baton.finish(m)
-
-        n_before = 0
-        for m in args.methods:
-            threads.append(threading.Thread(target=target, args=(m,), name=f"bench-{m}", daemon=True))
-            threads[-1].start()
-        baton.start()
-        while any(t.is_alive() for t in threads):
-            time.sleep(0.2)
-            if len(records) > n_before:
-                for r in records[n_before:]:
-                    bar.set_description(f"{r['method']} {r['step_seconds']:.1f}s")
-                    bar.update(1)
-                n_before = len(records)
-        for t in threads:
-            t.join()
-    if baton.error is not None:
-        raise baton.error
-    return records
+            info[m] = w.expect("ready")
+        for _ in range(steps):
+            for m, w in workers.items():
+                w.go()
+                r = w.expect("record")
+                records.append(r)
+                bar.set_description(f"{m} {r['step_seconds']:.1f}s")
+                bar.update(1)
+        for w in workers.values():  # no timed step is left: all may finish at once
+            w.go()
+        for w in workers.values():
+            w.expect("done")
+    finally:
+        for w in workers.values():
+            w.stop()
+    return records, info

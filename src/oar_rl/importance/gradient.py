@@ -17,6 +17,16 @@ Implementation notes:
   ``.backward()``; the noisy embeddings are a fresh float32 leaf that requires grad, so this works with
   frozen (PEFT) or trainable parameters, and with gradient checkpointing (the model runs in eval mode,
   where transformers disables checkpointing). No parameter's ``requires_grad`` is changed.
+- Cost: the work is the compute floor of Eq. 9-13 and nothing more -- one no-grad clean pass of
+  prompt + completion (it gives P_0 and the prompt's key/value cache), one noisy forward over the
+  completion on that cache, and the backward to the noisy embeddings. The backward computes no parameter
+  gradient (``autograd.grad`` runs only the input-gradient half of every matmul; turning parameters'
+  ``requires_grad`` off changes no measured time), the LM head runs only at probe positions ((N, V)
+  logits, never (N, L, V)), and every pass stops at its chunk's last probe position. ``oar-rl bench``
+  times that floor on the same batch beside OAR-G (``oar-g floor: clean`` / ``noisy``); OAR-G / floor
+  was 1.00-1.03 with one thread on four Qwen2 shapes (10M-30M parameters, C = 128-256). The floor as a
+  share of one training forward + backward depends on the shape: the training pass also runs the LM head
+  over every position, so the larger the vocabulary relative to the body, the cheaper OAR-G looks.
 - J is a sum over rows and rows do not interact, so ``batch_size`` rows at a time give the same g.
   The objective is never clamped (see :func:`oar_rl.probes.outcome_divergence`): at σ = 1e-3 the KL is
   ~1e-8 and rounding makes it negative about half the time, and a clamp would zero those rows.
