@@ -49,7 +49,7 @@ def load_trajectories(name: str, n: int, seed: int):
 
     if name == "wordproblems":
         from oar_rl.shipped import load_task_model
-        from oar_rl.study.tasks import get_task
+        from oar_rl.tasks import get_task
 
         model, tok, _ = load_task_model("wordproblems")
         tok.padding_side = "left"

@@ -44,8 +44,8 @@ def main(argv: list[str] | None = None) -> int:
     from datasets import Dataset
 
     from oar_rl.io import write_text_atomic
-    from oar_rl.study.tasks_wordproblems import WORDPROBLEMS as task
     from oar_rl.study.training import HeldOutEval, heldout_accuracy, train_policy
+    from oar_rl.tasks.wordproblems import WORDPROBLEMS as task
 
     if a.model:
         from oar_rl.tiny import _load

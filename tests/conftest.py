@@ -80,13 +80,21 @@ def make_args(tmp_path: Path, cls: type | None = None, **overrides: Any):
     return (cls or OARConfig)(**kwargs)
 
 
-def make_trainer(args, tokenizer, dataset, cls: type | None = None, reward=digit_reward, seed: int = 0):
-    """An `OARTrainer` (or `cls`) on a fresh tiny random Qwen2 (`seed`)."""
+def make_trainer(
+    args, tokenizer, dataset, cls: type | None = None, reward=digit_reward, seed: int = 0, **kwargs: Any
+):
+    """An `OARTrainer` (or `cls`) on a fresh tiny random Qwen2 (`seed`); `kwargs` go to the trainer
+    (e.g. token_roles)."""
     from oar_rl.trainer import OARTrainer
 
     model = tiny_qwen2(len(tokenizer), seed=seed)
     return (cls or OARTrainer)(
-        model=model, reward_funcs=reward, args=args, train_dataset=dataset, processing_class=tokenizer
+        model=model,
+        reward_funcs=reward,
+        args=args,
+        train_dataset=dataset,
+        processing_class=tokenizer,
+        **kwargs,
     )
 
 

@@ -75,6 +75,7 @@ def test_oracle_study_end_to_end(tiny_model_dir, tmp_path, monkeypatch):
         (["attribute", "--model", "/nonexistent/model"], "not a directory"),
         (["attribute", "--completion", "x"], "--completion needs --prompt"),
         (["oracle", "--split", "test"], "--split"),
+        (["oracle", "--split", "hard"], "--split"),  # an arithmetic split; the default task is wordproblems
         (["oracle", "--n", "0"], "--n"),
     ],
 )
@@ -88,3 +89,17 @@ def test_unwritable_out_is_refused(tiny_model_dir, tmp_path, capsys):
     blocker.write_text("not a directory")
     assert attribute.main(["--model", str(tiny_model_dir), "--out", str(blocker / "sub")]) == 2
     assert "--out" in (err := capsys.readouterr().err) and "not writable" in err
+
+
+def test_oracle_takes_the_task_and_its_splits(tiny_model_dir, tmp_path, monkeypatch):
+    """`--task arithmetic --split hard`: the task's own split and checker (exact_check, patched here)."""
+    import oar_rl.data.arithmetic as arithmetic
+
+    monkeypatch.setattr(arithmetic, "check", lambda text, answer: True)
+    out = tmp_path / "o"
+    argv = ["--task", "arithmetic", "--split", "hard", "--model", str(tiny_model_dir), "--n", "2"]
+    argv += ["--max-prompts", "8", "--max-new-tokens", "4", "--methods", "random", "--out", str(out)]
+    assert recall.main(argv) == 0
+    result = json.loads((out / "recall.json").read_text())
+    assert result["trajectories"] == 2 and result["settings"]["split"] == "hard"
+    assert result["settings"]["task"] == "arithmetic" and result["settings"]["max_new_tokens"] == 4

@@ -31,7 +31,6 @@ from oar_rl.distributed import (
     ScoringSync,
     dummy_pass,
     row_generators,
-    row_uniform,
     scoring_params,
 )
 from oar_rl.importance import (
@@ -39,6 +38,7 @@ from oar_rl.importance import (
     gradient_importance,
     hybrid_importance,
     perturbation_importance,
+    random_importance,
 )
 from oar_rl.importance.grail import grail_importance
 from oar_rl.tiny import tiny_qwen2
@@ -279,8 +279,8 @@ def test_row_keyed_noise_does_not_depend_on_batching_or_padding():
     )
     torch.testing.assert_close(alone[:, :C], whole[1:2], rtol=1e-6, atol=0.0)
     assert not alone[:, C:].any()
-    u = row_uniform(cm, row_generators(0, 1, 0, [7, 8, 9]))
-    u1 = row_uniform(cm[1:2], row_generators(0, 1, 0, [8]))
+    u = random_importance(cm, generator=row_generators(0, 1, 0, [7, 8, 9]))
+    u1 = random_importance(cm[1:2], generator=row_generators(0, 1, 0, [8]))
     torch.testing.assert_close(u[1:2], u1)
     assert not u[1, 3:].any() and bool((u[0] > 0).all())
     with pytest.raises(ValueError, match="one per row"):

@@ -292,6 +292,23 @@ def test_argparse_rejects_bad_choices(tmp_path):
         main(["--model", "m", "--out", str(tmp_path), "--k", "one"])
 
 
+def test_embedded_tasks_are_benchmarks_of_their_named_splits():
+    """A registered task's name is a benchmark (oar_rl.tasks): its held-out split unless told, the same
+    rows as its generator gives (arithmetic: what `data.load` always gave eval)."""
+    from oar_rl import data
+    from oar_rl.data import wordproblems
+
+    assert evaluation.parse_benchmark("arithmetic") == ("arithmetic", "eval", "arithmetic-eval")
+    assert evaluation.parse_benchmark("arithmetic:hard") == ("arithmetic", "hard", "arithmetic-hard")
+    assert evaluation.parse_benchmark("wordproblems") == ("wordproblems", "eval", "wordproblems-eval")
+    got = evaluation.load_benchmark("arithmetic", "eval", "answer-tag", 5)
+    assert got[:] == data.load("arithmetic", "eval", template=None, limit=5)[:]
+    rows = evaluation.load_benchmark("wordproblems", "eval", "answer-tag", 3)
+    assert rows["prompt"] == [p.prompt for p in wordproblems.split_problems("eval", 3)]
+    with pytest.raises(ValueError, match="split 'hard' is not valid for task 'wordproblems'"):
+        evaluation.load_benchmark("wordproblems", "hard", None, 3)
+
+
 def test_plan_batches():
     # problems x samples per call never exceed the batch size; every problem gets exactly n samples
     for num, n, bs in [(5, 3, 7), (4, 4, 4), (3, 10, 4), (1, 1, 1), (7, 2, 64)]:

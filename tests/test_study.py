@@ -9,11 +9,12 @@ from pathlib import Path
 
 import pytest
 
+from oar_rl import tasks
 from oar_rl.study import cli as study_cli
-from oar_rl.study import config, runner, stats, tasks
+from oar_rl.study import config, runner, stats
 from oar_rl.study import report as study_report
 from oar_rl.study.report import aggregate
-from oar_rl.study.task import StudyTask, WarmStart
+from oar_rl.tasks import Task, WarmStart
 
 # --------------------------------------------------------------------------------------------------
 # statistics
@@ -145,7 +146,7 @@ def fake_study(monkeypatch, tmp_path):
     def load(variant, cache_dir):
         return WarmStart(object(), object(), tmp_path / "ws", "fakehash", {"fake": True})
 
-    task = StudyTask(
+    task = Task(
         name="fake",
         description="fake",
         prompts=lambda split, n: [{"prompt": f"{split}{i}", "answer": "1"} for i in range(n)],

@@ -9,9 +9,9 @@ from dataclasses import replace
 import pytest
 import torch
 
+from oar_rl import tasks
 from oar_rl.rewards import completion_text
 from oar_rl.study import cli as study_cli
-from oar_rl.study import tasks
 
 
 def _even(text: str, answer: str) -> bool:

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 import torch
 
+from conftest import ANSWERS, PROMPTS, make_args, make_trainer
 from oar_rl.data import wordproblems as wp
 from oar_rl.metrics import pivot_advantage_share, pivot_fraction, pivot_recall_at_k
 from oar_rl.roles import role_masks, token_roles_from_chars
@@ -291,40 +292,17 @@ def _toy_roles(text: str) -> list[str] | None:
 def _train_logs(tmp_path: Path, credit: str) -> list[dict[str, Any]]:
     from datasets import Dataset
 
-    from oar_rl.config import OARConfig
-    from oar_rl.tiny import build_char_tokenizer, tiny_qwen2
-    from oar_rl.trainer import OARTrainer
+    from oar_rl.tiny import build_char_tokenizer
 
-    tokenizer = build_char_tokenizer()
-    args = OARConfig(
-        output_dir=str(tmp_path / credit),
+    args = make_args(
+        tmp_path / credit,
         credit=credit,
-        learning_rate=0.01,
         per_device_train_batch_size=8,
-        num_generations=4,
         max_completion_length=10,
-        max_steps=2,
-        use_cpu=True,
-        bf16=False,
-        report_to=[],
-        logging_steps=1,
-        seed=0,
-        save_strategy="no",
-        disable_tqdm=True,
+        gradient_checkpointing=True,  # GRPOConfig's default, which this test always ran with
     )
-    ds = Dataset.from_dict({"prompt": ["1+1=", "2+3=", "4+4=", "9-2="], "answer": ["2", "5", "8", "7"]})
-
-    def reward(completions: list[str], **kwargs: Any) -> list[float]:
-        return [sum(c.isdigit() for c in x) / max(1, len(x)) for x in completions]
-
-    trainer = OARTrainer(
-        model=tiny_qwen2(len(tokenizer), seed=0),
-        reward_funcs=reward,
-        args=args,
-        train_dataset=ds,
-        processing_class=tokenizer,
-        token_roles=_toy_roles,
-    )
+    ds = Dataset.from_dict({"prompt": PROMPTS[:4], "answer": ANSWERS[:4]})
+    trainer = make_trainer(args, build_char_tokenizer(), ds, token_roles=_toy_roles)
     trainer.train()
     return [h for h in trainer.state.log_history if "oar/pivot_frac" in h]
 
@@ -354,8 +332,7 @@ def test_trainer_rejects_a_non_callable_labeller(tmp_path):
 
 
 def test_task_api():
-    from oar_rl.study.task import SPLITS
-    from oar_rl.study.tasks import get_task
+    from oar_rl.tasks import SPLITS, get_task
 
     task = get_task("wordproblems")
     assert task.trainer_kwargs()["token_roles"] is wp.label_roles and "validation" in SPLITS
@@ -372,7 +349,7 @@ def test_role_statistics_of_the_shipped_warm_start():
     """The word-problem warm start's role figures (what the study and `oar-rl demo` write to
     summary.json["task"]), on its own samples of 4 held-out problems."""
     from oar_rl.roles import role_statistics
-    from oar_rl.study.tasks import get_task
+    from oar_rl.tasks import get_task
 
     task = get_task("wordproblems")
     ws = task.load_warm_start("default", None)
@@ -400,7 +377,7 @@ def test_completion_token_roles(tok):
 
 
 def test_study_task_adapter(tok):
-    from oar_rl.study.tasks_wordproblems import WORDPROBLEMS
+    from oar_rl.tasks.wordproblems import WORDPROBLEMS
 
     test = WORDPROBLEMS.prompts("test", 20)
     val = WORDPROBLEMS.prompts("validation", 20)

@@ -29,7 +29,7 @@ _EXPORTS: dict[str, str] = {
     "answer_span_mask": "oar_rl.answer_span",
     # GRAIL (Pala, Toh & Poria 2026)
     "grail_importance": "oar_rl.importance",
-    "grail_credit": "oar_rl.importance",
+    "grail_credit": "oar_rl.credits",
     "grail_weights": "oar_rl.reshape",
     "grail_token_advantages": "oar_rl.reshape",
     # analysis (paper §5.1)

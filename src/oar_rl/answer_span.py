@@ -278,6 +278,11 @@ def scored_positions(completion_mask: Tensor, answer_mask: Tensor) -> Tensor:
     """
     _check_mask(completion_mask, "completion_mask")
     check_answer_mask(answer_mask, completion_mask)
+    return positions_before(completion_mask, answer_mask)
+
+
+def positions_before(completion_mask: Tensor, answer_mask: Tensor) -> Tensor:
+    """:func:`scored_positions` of masks already validated (e.g. a `ScoringBatch`'s): no checks."""
     valid = completion_mask.bool()  # (B, C)
     span = answer_mask.bool()  # (B, C)
     has = span.any(dim=1)  # (B,)

@@ -238,17 +238,3 @@ def row_generators(seed: int, step: int, batch: int, rows: Sequence[int]) -> lis
         key = f"{seed}/{step}/{batch}/{int(row)}".encode()
         gens.append(torch.Generator().manual_seed(zlib.crc32(key)))
     return gens
-
-
-def row_uniform(mask: Tensor, generators: Sequence[torch.Generator]) -> Tensor:
-    """(R, C) float32 U(0, 1) on valid tokens, 0 on padding; row i drawn from generators[i], T_i values."""
-    if len(generators) != mask.shape[0]:
-        raise ValueError(f"got {len(generators)} generators for {mask.shape[0]} rows; pass one per row")
-    out = torch.zeros(mask.shape, dtype=torch.float32)
-    m = mask.bool().cpu()
-    for i, gen in enumerate(generators):
-        valid = m[i].nonzero()
-        if valid.numel():
-            T = int(valid.max()) + 1
-            out[i, :T] = torch.rand(T, generator=gen)
-    return (out * m).to(mask.device)

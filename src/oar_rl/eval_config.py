@@ -43,9 +43,9 @@ class EvalConfig:
     benchmarks: list[str] = field(
         default_factory=lambda: ["aime25", "aime24", "amc23", "math500", "gsm8k"],
         metadata={
-            "help": "Comma-separated benchmarks (gsm8k, math500, aime24, aime25, amc23, dapo-math, "
-            "arithmetic) or local .jsonl/.json/.parquet files; NAME:SPLIT picks a split "
-            "(default: the test split; 'eval' for arithmetic).",
+            "help": "Comma-separated benchmarks (gsm8k, math500, aime24, aime25, amc23, dapo-math, and the "
+            "embedded tasks arithmetic, wordproblems) or local .jsonl/.json/.parquet files; NAME:SPLIT picks "
+            "a split (default: the test split; 'eval' for the embedded tasks).",
             "type": _csv(str),
         },
     )

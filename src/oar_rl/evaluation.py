@@ -176,18 +176,28 @@ def append_record(path: Path, record: dict[str, Any]) -> None:
 
 
 def parse_benchmark(spec: str) -> tuple[str, str | None, str]:
-    """``NAME[:SPLIT]`` -> (name, split, file key); raises ValueError for an unknown name."""
+    """``NAME[:SPLIT]`` -> (name, split, file key); raises ValueError for an unknown name.
+
+    A registered task's name (`oar_rl.tasks`: arithmetic, wordproblems) is a benchmark of its generator's
+    named splits, its held-out one unless told."""
     from oar_rl import data
+    from oar_rl.tasks import get_task, task_names
+
+    tasks = task_names()
+
+    def known(name: str) -> bool:
+        return data.is_known(name) or name in tasks
 
     name, split = spec, None
     if ":" in spec:
         head, _, tail = spec.rpartition(":")
-        if data.is_known(head) and not data.is_known(spec):
+        if known(head) and not known(spec):
             name, split = head, tail or None
-    if not data.is_known(name):
+    if not known(name):
+        valid = ", ".join(dict.fromkeys([*data.NAMES, *tasks]))
         raise ValueError(
-            f"unknown benchmark {name!r}; valid: {', '.join(data.NAMES)}, or a local "
-            ".jsonl/.json/.parquet file (NAME:SPLIT picks a split)"
+            f"unknown benchmark {name!r}; valid: {valid}, or a local .jsonl/.json/.parquet file (NAME:SPLIT "
+            "picks a split)"
         )
     if data.is_local_path(name):
         if not Path(name).is_file():
@@ -195,11 +205,22 @@ def parse_benchmark(spec: str) -> tuple[str, str | None, str]:
         key = Path(name).stem
     else:
         key = name
-    if name == "arithmetic" and split is None:
-        split = "eval"
-    key = f"{key}-{split}" if split and (name == "arithmetic" or ":" in spec) else key
+    if name in tasks and split is None:
+        split = get_task(name).default_split
+    key = f"{key}-{split}" if split and (name in tasks or ":" in spec) else key
     key = "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in key)
     return name, split, key
+
+
+def load_benchmark(name: str, split: str | None, template: str | None, limit: int | None) -> Any:
+    """A benchmark's problems as a `datasets.Dataset` (prompt, answer): a registered task's named split
+    (its prompts are in its own format: no template), else `oar_rl.data.load`."""
+    from oar_rl import data
+    from oar_rl.tasks import get_task, task_names
+
+    if name in task_names():
+        return get_task(name).dataset(split, limit=limit)
+    return data.load(name, split, template=template, limit=limit)
 
 
 def config_hash(fields: dict[str, Any]) -> str:
@@ -242,9 +263,7 @@ def prepare(config: EvalConfig) -> list[BenchmarkJob]:
     jobs: list[BenchmarkJob] = []
     for name, split, key in parsed:
         try:
-            ds = data.load(
-                name, split, template=template if name != "arithmetic" else None, limit=config.limit
-            )
+            ds = load_benchmark(name, split, template, config.limit)
         except ValueError as exc:
             raise ValueError(f"benchmark {name!r}: {exc}") from exc
         except Exception as exc:  # network or Hub errors: still before any sampling

@@ -27,7 +27,7 @@ from typing import Literal
 import torch
 from torch import Tensor, nn
 
-from oar_rl.answer_span import check_batch
+from oar_rl.answer_span import check_answer_mask, check_batch, positions_before
 from oar_rl.model_parts import base_model, head_is_affine, head_logits, model_device, verify_head, vocab_size
 
 PROBES: tuple[str, ...] = ("lt-logits", "as-mean", "as-joint")
@@ -257,28 +257,78 @@ def outcome_divergence(
 class ScoringBatch:
     """A TRL batch laid out as one prompt+completion sequence per row, on the model's device.
 
+    Built and validated once (:func:`prepare_batch`) and handed to every scorer (the registry's
+    scorers in :mod:`oar_rl.credits` take it as is; the public ``*_importance`` functions build it).
+
     Attributes:
         input_ids: (B, P + C) long, left-padded prompt then right-padded completion.
         attention_mask: (B, P + C) long 0/1.
         prompt_len: P.
         completion_mask: (B, C) bool.
+        answer_mask: (B, C) bool answer span inside `completion_mask`, or None (none was given: the
+            answer-span probes and GRAIL need one).
     """
 
     input_ids: Tensor
     attention_mask: Tensor
     prompt_len: int
     completion_mask: Tensor
+    answer_mask: Tensor | None = None
+
+    def take(self, rows: Tensor) -> ScoringBatch:
+        """The rows `rows` (a (n,) index tensor) of the batch, with the same prompt width P."""
+        rows = rows.to(self.input_ids.device)
+        answer = None if self.answer_mask is None else self.answer_mask[rows]
+        return ScoringBatch(
+            self.input_ids[rows],
+            self.attention_mask[rows],
+            self.prompt_len,
+            self.completion_mask[rows],
+            answer,
+        )
+
+    def span(self, probe: str) -> Tensor | None:
+        """The answer span `probe` reads: None for LT-Logits, else `answer_mask` (ValueError if absent)."""
+        if probe == "lt-logits":
+            return None
+        if self.answer_mask is None:
+            raise ValueError(
+                f"probe={probe!r} needs an answer_mask (see oar_rl.answer_span.answer_span_mask)"
+            )
+        return self.answer_mask
+
+    def scored(self, probe: str) -> Tensor:
+        """(B, C) bool: the tokens `probe` scores: every valid token under LT-Logits, else those before the
+        answer span (every valid token of a row without one)."""
+        span = self.span(probe)
+        return self.completion_mask if span is None else positions_before(self.completion_mask, span)
+
+
+def check_rows_per_pass(value: int | None, name: str = "batch_size", *, optional: bool = True) -> None:
+    """Raise ValueError unless `value` is a positive int (or None when `optional`): a scorer's chunking."""
+    if optional and value is None:
+        return
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"{name} must be a positive int{' or None' if optional else ''}, got {value!r}")
 
 
 def prepare_batch(
-    model: nn.Module, prompt_ids: Tensor, prompt_mask: Tensor, completion_ids: Tensor, completion_mask: Tensor
+    model: nn.Module,
+    prompt_ids: Tensor,
+    prompt_mask: Tensor,
+    completion_ids: Tensor,
+    completion_mask: Tensor,
+    answer_mask: Tensor | None = None,
 ) -> ScoringBatch:
-    """Validate the batch (shapes, dtypes, 0/1 masks, ids inside the vocabulary) and concatenate it."""
+    """Validate the batch (shapes, dtypes, 0/1 masks, ids inside the vocabulary, the answer span inside the
+    completion) and concatenate it: the one validation every scorer relies on."""
     check_batch(prompt_ids, prompt_mask, completion_ids, completion_mask)
     if prompt_ids.shape[1] == 0:
         raise ValueError(
             "prompt_ids has width 0: the first completion token would have no predicting position"
         )
+    if answer_mask is not None:
+        check_answer_mask(answer_mask, completion_mask)
     emb = base_model(model).get_input_embeddings()
     n_emb = getattr(emb, "num_embeddings", None)
     device = model_device(model)
@@ -291,4 +341,22 @@ def prepare_batch(
             )
     attention_mask = torch.cat([prompt_mask.bool(), completion_mask.bool()], dim=1).to(device).long()
     verify_head(model, input_ids, attention_mask)
-    return ScoringBatch(input_ids, attention_mask, prompt_ids.shape[1], completion_mask.bool().to(device))
+    answer = None if answer_mask is None else answer_mask.bool().to(device)
+    return ScoringBatch(
+        input_ids, attention_mask, prompt_ids.shape[1], completion_mask.bool().to(device), answer
+    )
+
+
+def prepare_probe_batch(
+    model: nn.Module,
+    prompt_ids: Tensor,
+    prompt_mask: Tensor,
+    completion_ids: Tensor,
+    completion_mask: Tensor,
+    probe: str,
+    answer_mask: Tensor | None,
+) -> ScoringBatch:
+    """:func:`prepare_batch` with the answer span `probe` reads: none under LT-Logits, which ignores a
+    given `answer_mask` (unchecked)."""
+    span = None if probe == "lt-logits" else answer_mask
+    return prepare_batch(model, prompt_ids, prompt_mask, completion_ids, completion_mask, span)

@@ -106,7 +106,7 @@ def role_statistics(
     ``entropy_by_role`` ({pivot, filler, answer}: mean entropy in nats over tokens of that role),
     ``mean_reasoning_tokens`` (per labelled completion), ``labelled`` and ``unlabelled`` counts.
     """
-    from oar_rl.importance import entropy_importance
+    from oar_rl.importance.baselines import entropy_importance
     from oar_rl.sampling import sample_ids
 
     samples = sample_ids(

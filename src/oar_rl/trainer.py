@@ -63,12 +63,13 @@ from trl.models import unwrap_model_for_generation
 
 from oar_rl.answer_span import answer_span_mask, scored_positions
 from oar_rl.config import OARConfig
-from oar_rl.credits import CREDIT_MODES
-from oar_rl.distributed import ScoringSync, row_generators, row_uniform, scoring_params
-from oar_rl.importance.grail import grail_credit  # credit="grail"
+from oar_rl.credits import CREDIT_MODES, grail_rows
+from oar_rl.distributed import ScoringSync, row_generators, scoring_params
+from oar_rl.importance.baselines import random_importance  # credit="random"
+from oar_rl.importance.rows import score_rows
 from oar_rl.metrics import ess_ratio, top_advantage_mass
-from oar_rl.probes import ANSWER_SPAN_PROBES
-from oar_rl.reshape import entropy_shaped_advantages, rescale_sum, token_advantages
+from oar_rl.probes import ANSWER_SPAN_PROBES, prepare_batch
+from oar_rl.reshape import entropy_shaped_advantages, grail_token_advantages, rescale_sum, token_advantages
 
 BOOST_EPS = 1e-6  # a weight counts as boosted when > 1 + BOOST_EPS (uniform weights can round to 1 + ulp)
 
@@ -173,91 +174,67 @@ class OARTrainer(GRPOTrainer):
             return TokenCredit(token_adv, weights, fallback, active)
         rows = active.nonzero(as_tuple=True)[0]  # (R,)
         signal = torch.zeros_like(weights)  # (B, C): the raw importance, for TokenCredit.importance
-
-        if reshape == "uniform":  # random credit, drawn with row-keyed generators (oar_rl.distributed)
-            if rows.numel():
-                raw = row_uniform(mask[rows], self._credit_generators(rows, seq_adv.shape[0]))  # (R, C)
-                w = rescale_sum(raw.to(mask.device), mask[rows])  # (R, C), rows sum to T_i
-                weights[rows] = w
-                token_adv[rows] = seq_adv[rows, None] * w
-                signal[rows] = raw.float().to(mask.device)
-            return TokenCredit(token_adv, weights, fallback, active, signal)
-
-        sub = {k: output[k][rows] for k in ("prompt_ids", "prompt_mask", "completion_ids", "completion_mask")}
-        # rows per forward pass: the micro-batch size TRL itself uses for its no-grad passes
-        batch_size = (
-            args.per_device_train_batch_size if self.model.training else args.per_device_eval_batch_size
-        )
         sub_mask = mask[rows]  # (R, C)
-        # Every rank enters the unwrap context (ZeRO-3 gathers collectively), even with no row to score,
-        # and keeps its scoring passes in lockstep with the other ranks (FSDP forwards are collective).
-        sync = self._scoring_sync()
-        importance, scored_mask = None, None
-        # drawn on every rank for every batch (also with no row): the batch counter keys the noise
-        noisy = CREDIT_MODES[args.credit].noisy
-        generators = self._credit_generators(rows, seq_adv.shape[0]) if noisy else []
-        with self._policy_for_scoring() as model, sync.joined(model):
-            # --- GRAIL (credit="grail"): its own weights, no Eq. 14-17 ---
-            if reshape == "grail":
+        importance, scored_mask = None, None  # (R, C) raw scores; (R, C) the tokens they reweight
+        if reshape == "uniform":  # random credit: row-keyed draws (oar_rl.distributed), no model pass
+            if rows.numel():
+                importance = random_importance(
+                    sub_mask, generator=self._credit_generators(rows, len(seq_adv))
+                )
+        else:
+            keys = ("prompt_ids", "prompt_mask", "completion_ids", "completion_mask")
+            sub = {k: output[k][rows] for k in keys}
+            # Every rank enters the unwrap context (ZeRO-3 gathers collectively), even with no row to
+            # score, and keeps its scoring passes in lockstep with the others (FSDP forwards are collective).
+            sync = self._scoring_sync()
+            # drawn on every rank for every batch (also with no row): the batch counter keys the noise
+            noisy = CREDIT_MODES[args.credit].noisy
+            generators = self._credit_generators(rows, seq_adv.shape[0]) if noisy else []
+            with self._policy_for_scoring() as model, sync.joined(model):
                 if rows.numel():
-                    answer_mask = answer_span_mask(
-                        sub["completion_ids"],
-                        sub["completion_mask"],
-                        self.processing_class,
-                        pattern=args.answer_pattern,
-                    ).to(mask.device)  # (R, C)
-                    fallback[rows] = ~answer_mask.any(dim=1)  # no span: weight 1
-                    token_adv[rows], weights[rows] = grail_credit(
-                        model,
-                        *sub.values(),
-                        seq_adv[rows],
-                        answer_mask=answer_mask,
-                        mask=sub_mask,
-                        rollouts=args.grail_rollouts,
-                        mu=args.grail_mu,
-                        sigma=args.grail_sigma,
-                        w_min=args.grail_min,
-                        w_max=args.grail_max,
-                        temperature=args.temperature,
-                        batch_size=batch_size,
-                    )  # (R, C), (R, C)
-            # --- end GRAIL ---
-            elif reshape == "entropy":
-                if rows.numel():
-                    entropies = CREDIT_MODES[args.credit].scorer(
-                        model, *sub.values(), batch_size=batch_size, temperature=args.temperature
-                    )  # (R, C): H of the sampling distribution, as TRL computes its entropies
-                    shaped = entropy_shaped_advantages(
-                        seq_adv[rows],
-                        entropies.to(mask.device),
-                        sub_mask,
-                        alpha=args.entropy_alpha,
-                        kappa=args.entropy_kappa,
-                    )  # (R, C)
-                    token_adv[rows] = shaped
-                    weights[rows] = shaped / seq_adv[rows, None]  # A_t / A_i >= 0: the bonus keeps the sign
-                    signal[rows] = entropies.float().to(mask.device)
-            elif rows.numel():
-                importance, scored_mask = self._model_importance(model, sub, rows, generators, fallback)
-        if reshape == "grail":  # no raw importance signal to report (pivot recall is not logged)
-            return TokenCredit(token_adv, weights, fallback, active)
-        if reshape == "entropy":
-            return TokenCredit(token_adv, weights, fallback, active, signal)
-        if importance is None:  # no row to score on this rank (it ran padding passes only)
-            return TokenCredit(token_adv, weights, fallback, active, signal)
-        adv_rows, w_rows = token_advantages(
-            seq_adv[rows],
-            importance.float().to(mask.device),
-            sub_mask,
-            scored_mask=scored_mask,
-            tau=args.tau,
-            beta=args.oar_beta,
-            threshold=args.threshold,
-            floor=args.floor,
-        )  # (R, C), (R, C)
+                    importance, scored_mask = self._score(
+                        model, sub, rows, seq_adv[rows], generators, fallback
+                    )
+        if importance is None:  # no row to score (on this rank; it ran padding passes only)
+            return TokenCredit(token_adv, weights, fallback, active, None if reshape == "grail" else signal)
+        # --- the one place where scores become token advantages, for every credit mode ---
+        importance = importance.float().to(mask.device)  # (R, C)
+        if reshape == "uniform":  # Eq. 17 on the raw draws
+            w_rows = rescale_sum(importance, sub_mask)  # (R, C), rows sum to T_i
+            adv_rows = seq_adv[rows, None] * w_rows
+        elif reshape == "grail":  # GRAIL's weights on the rollouts it selects, no Eq. 14-17
+            adv_rows, w_rows = grail_token_advantages(
+                seq_adv[rows],
+                importance,
+                sub_mask,
+                scored_mask.to(mask.device),
+                rollouts=args.grail_rollouts,
+                mu=args.grail_mu,
+                sigma=args.grail_sigma,
+                w_min=args.grail_min,
+                w_max=args.grail_max,
+            )  # (R, C), (R, C)
+        elif reshape == "entropy":  # Eq. 6
+            adv_rows = entropy_shaped_advantages(
+                seq_adv[rows], importance, sub_mask, alpha=args.entropy_alpha, kappa=args.entropy_kappa
+            )  # (R, C)
+            w_rows = adv_rows / seq_adv[rows, None]  # A_t / A_i >= 0: the bonus keeps the sign
+        else:  # bi-level: Eq. 14-17
+            adv_rows, w_rows = token_advantages(
+                seq_adv[rows],
+                importance,
+                sub_mask,
+                scored_mask=scored_mask,
+                tau=args.tau,
+                beta=args.oar_beta,
+                threshold=args.threshold,
+                floor=args.floor,
+            )  # (R, C), (R, C)
         token_adv[rows] = adv_rows
         weights[rows] = w_rows
-        signal[rows] = importance.float().to(mask.device)
+        if reshape == "grail":  # GRAIL's saliency is not reported as a signal (no pivot recall)
+            return TokenCredit(token_adv, weights, fallback, active)
+        signal[rows] = importance
         return TokenCredit(token_adv, weights, fallback, active, signal)
 
     def _scoring_sync(self) -> ScoringSync:
@@ -267,19 +244,34 @@ class OARTrainer(GRPOTrainer):
             before = self.model_wrapped.unshard  # a no-op while the root is gathered
         return ScoringSync(self.accelerator, collective=self._dist.is_fsdp, before=before)
 
-    def _model_importance(
+    def _score(
         self,
         model: torch.nn.Module,
         sub: dict[str, torch.Tensor],
         rows: torch.Tensor,
+        seq_adv: torch.Tensor,
         generators: list[torch.Generator],
         fallback: torch.Tensor,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """(R, C) importance of the rows `rows` (OAR-G, OAR-P or OAR-GP) and the scored-token mask."""
+        """(R, C) raw scores of the rows `rows` by the credit mode's scorer, and the (R, C) tokens they
+        reweight (None: every valid token). One `ScoringBatch` is built (and validated) for the scorer."""
         args = self.args
-        batch_size = (
+        mode = CREDIT_MODES[args.credit]
+        batch_size = (  # rows per forward pass: the micro-batch size TRL itself uses for its no-grad passes
             args.per_device_train_batch_size if self.model.training else args.per_device_eval_batch_size
         )
+        if mode.reshape == "entropy":  # H of the sampling distribution, as TRL computes its entropies
+            batch = prepare_batch(model, *sub.values())
+            return mode.scorer(model, batch, batch_size=batch_size, temperature=args.temperature), None
+        if mode.reshape == "grail":  # GRAIL always reads the answer span, whatever `probe` says
+            answer_mask = self._answer_mask(sub["completion_ids"], sub["completion_mask"])
+            fallback[rows] = ~answer_mask.any(dim=1)  # no span: weight 1
+            batch = prepare_batch(model, *sub.values(), answer_mask)
+            selected, reasoning = grail_rows(batch, seq_adv, args.grail_rollouts)  # (R,), (R, C)
+            scores = score_rows(
+                mode.scorer, model, batch, selected, temperature=args.temperature, batch_size=batch_size
+            )
+            return scores, reasoning
         probe, answer_mask, scored_mask = self._probe_inputs(sub["completion_ids"], sub["completion_mask"])
         if answer_mask is not None:
             fallback[rows] = ~answer_mask.any(dim=1)
@@ -304,10 +296,14 @@ class OARTrainer(GRPOTrainer):
                 perturbation_kwargs=perturbation_kwargs,
             ),
         }
-        scorer = CREDIT_MODES[args.credit].scorer
-        common = dict(probe=probe, answer_mask=answer_mask)
-        importance = scorer(model, *sub.values(), **common, **options[args.credit])
-        return importance, scored_mask  # (R, C), (R, C) or None
+        batch = prepare_batch(model, *sub.values(), answer_mask)
+        return mode.scorer(model, batch, probe=probe, **options[args.credit]), scored_mask
+
+    def _answer_mask(self, completion_ids: torch.Tensor, completion_mask: torch.Tensor) -> torch.Tensor:
+        """(R, C) bool answer span of `answer_pattern` (on the batch's device)."""
+        return answer_span_mask(
+            completion_ids, completion_mask, self.processing_class, pattern=self.args.answer_pattern
+        ).to(completion_mask.device)
 
     def _probe_inputs(
         self, completion_ids: torch.Tensor, completion_mask: torch.Tensor
@@ -316,9 +312,7 @@ class OARTrainer(GRPOTrainer):
         probe = self.args.probe
         if probe not in ANSWER_SPAN_PROBES or self.state.global_step < self.args.probe_warmup_steps:
             return "lt-logits", None, None
-        answer_mask = answer_span_mask(
-            completion_ids, completion_mask, self.processing_class, pattern=self.args.answer_pattern
-        ).to(completion_mask.device)  # (R, C) bool
+        answer_mask = self._answer_mask(completion_ids, completion_mask)  # (R, C)
         return probe, answer_mask, scored_positions(completion_mask, answer_mask)
 
     @contextlib.contextmanager

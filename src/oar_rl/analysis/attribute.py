@@ -25,10 +25,14 @@ from oar_rl.credits import SCORED_CREDITS
 from oar_rl.fetch import resolve_model
 from oar_rl.io import ensure_writable_dir, write_text_atomic
 from oar_rl.probes import PROBES
+from oar_rl.tasks import DEFAULT_TASK, Task, get_task, task_names
 
 METHODS = ("oar-p", "oar-g", "entropy", "random", "grail")  # the display order of SCORED_CREDITS
 assert sorted(METHODS) == sorted(SCORED_CREDITS), "every standalone-scorable credit mode is a method"
 DEFAULT_METHODS = ("oar-p", "oar-g", "entropy", "random")  # "grail" on request (--methods ...,grail)
+MAX_NEW_TOKENS = 96
+"""The analysis commands' sampling budget when not given (at least the task's completion length when
+they sample the task's own problems: `sampling_budget`)."""
 
 
 @dataclass
@@ -42,9 +46,12 @@ class Trajectory:
     completion_ids: torch.Tensor  # (T,)
 
 
-def load_model(spec: str):
+def load_model(spec: str, task: Task | None = None):
     """(model in eval mode, tokenizer with left padding) from a directory, a known model name
-    (`oar_rl.fetch.KNOWN_MODELS`), a `.gguf` file, or the embedded default model for 'default'."""
+    (`oar_rl.fetch.KNOWN_MODELS`), a `.gguf` file, or for 'default' the task's default warm start (no
+    task: the embedded arithmetic model), loaded from its directory like any other."""
+    if spec == "default" and task is not None:
+        spec = str(task.load_warm_start("default", None).path)
     spec = resolve_model(spec)
     if not Path(spec).is_dir():
         raise ValueError(
@@ -259,20 +266,41 @@ def heatmap_page(
 
 
 def add_scoring_arguments(p: argparse.ArgumentParser) -> None:
-    """The options every analysis command shares: model, methods, probe, sampling length, seed."""
+    """The options every analysis command shares: task, model, methods, probe, sampling length, seed."""
     from oar_rl.argparsing import add
 
-    add(p, "--model", default="default", help="model directory, or 'default' (embedded model)")
+    add(
+        p,
+        "--task",
+        default=DEFAULT_TASK,
+        choices=task_names(),
+        help="the task whose problems are sampled and checked, and whose warm start is the model 'default' "
+        "(the same default task as `oar-rl study`)",
+    )
+    add(
+        p,
+        "--model",
+        default="default",
+        help="model directory, known model name (smollm2-135m), .gguf file, or 'default' (the task's warm "
+        "start)",
+    )
     add(p, "--methods", default=",".join(DEFAULT_METHODS), help=f"comma-separated of {', '.join(METHODS)}")
     add(
         p,
         "--probe",
         default="as-mean",
         choices=PROBES,
-        help="outcome probe of oar-p/oar-g; as-mean because on the arithmetic task every completion ends in "
+        help="outcome probe of oar-p/oar-g; as-mean because on the embedded tasks every completion ends in "
         "the fixed text '</answer>', which leaves lt-logits almost no signal",
     )
-    add(p, "--max-new-tokens", type=int, default=96, help="longest sampled completion, in tokens")
+    add(
+        p,
+        "--max-new-tokens",
+        type=int,
+        default=None,
+        help=f"longest sampled completion, in tokens (default: {MAX_NEW_TOKENS}); sampling the task's own "
+        "problems, at least the task's completion length (wordproblems: 160)",
+    )
     add(p, "--seed", type=int, default=0, help="sampling and scoring seed")
     add(
         p,
@@ -296,6 +324,14 @@ def add_scoring_arguments(p: argparse.ArgumentParser) -> None:
     )
 
 
+def sampling_budget(max_new_tokens: int | None, task: Task, task_problems: bool) -> int:
+    """`--max-new-tokens`, else `MAX_NEW_TOKENS`, raised to the task's completion length when the command
+    samples the task's own problems (so a long correct solution is not cut off)."""
+    if max_new_tokens is not None:
+        return max_new_tokens
+    return max(MAX_NEW_TOKENS, task.max_completion_length) if task_problems else MAX_NEW_TOKENS
+
+
 def chat_message(command: str, chat: bool, choice: str) -> str:
     """One console line saying whether the chat template is applied, and how to change it."""
     if chat:
@@ -311,7 +347,7 @@ def main(argv: list[str] | None = None) -> int:
     add_scoring_arguments(p)
     add(p, "--prompt", help="prompt text; with --completion scores that trace, else one is sampled")
     add(p, "--completion", help="completion text to score (needs --prompt)")
-    add(p, "--n", type=int, default=3, help="traces sampled from the arithmetic eval split (no --prompt)")
+    add(p, "--n", type=int, default=3, help="traces sampled from the task's held-out split (no --prompt)")
     add(p, "--out", default="attribute_out", help="directory for heatmaps.html")
     a = p.parse_args(list(sys.argv[1:] if argv is None else argv))
     try:
@@ -324,7 +360,8 @@ def main(argv: list[str] | None = None) -> int:
 
         compile_answer_pattern(a.answer_pattern)
         out = ensure_writable_dir(a.out)
-        model, tok = load_model(a.model)
+        task = get_task(a.task)
+        model, tok = load_model(a.model, task)
         chat = resolve_chat(tok, a.chat)
     except ValueError as exc:
         print(f"oar-rl attribute: {exc}", file=sys.stderr)
@@ -333,15 +370,14 @@ def main(argv: list[str] | None = None) -> int:
     if a.prompt is not None and a.completion is not None:
         trajs = [given_trajectory(tok, a.prompt, a.completion, chat=chat)]
     else:
-        from oar_rl.data.arithmetic import load
-
         if a.prompt is not None:
             prompts, answers = [a.prompt], [""]
         else:
-            ds = load("eval").select(range(a.n))
+            ds = task.dataset(limit=a.n)
             prompts, answers = list(ds["prompt"]), list(ds["answer"])
+        budget = sampling_budget(a.max_new_tokens, task, task_problems=a.prompt is None)
         trajs = sample_trajectories(
-            model, tok, prompts, answers, chat=chat, max_new_tokens=a.max_new_tokens, seed=a.seed
+            model, tok, prompts, answers, chat=chat, max_new_tokens=budget, seed=a.seed
         )
     trajs = [t for t in trajs if t.completion_ids.numel() > 0]
     if not trajs:

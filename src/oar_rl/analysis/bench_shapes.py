@@ -152,18 +152,18 @@ def build_shape(
     if name == "embedded":
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
-        from oar_rl.data.arithmetic import load
         from oar_rl.fetch import resolve_model
-        from oar_rl.tasks import exact_reward
+        from oar_rl.tasks import get_task
 
+        task = get_task("arithmetic")  # the embedded default model's task
         path = resolve_model(model_dir or "default")
         tok = AutoTokenizer.from_pretrained(path)
         n = sum(p.numel() for p in AutoModelForCausalLM.from_pretrained(path).parameters())
         return Shape(
             name=name,
             tokenizer=tok,
-            dataset=load("train").select(range(rows)),
-            reward=exact_reward,
+            dataset=task.dataset("train", limit=rows),
+            reward=task.reward,
             make_model=lambda: path,
             description=f"embedded default model ({n / 1e6:.2f}M parameters, arithmetic task)",
             num_parameters=n,

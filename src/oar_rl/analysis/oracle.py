@@ -49,6 +49,41 @@ def alternative_tokens(model, prompt_ids: torch.Tensor, completion_ids: torch.Te
 
 
 @torch.no_grad()
+def greedy_generate(
+    model,
+    tokenizer,
+    seqs: Sequence[torch.Tensor],
+    max_new_tokens: int,
+    *,
+    stop_strings: list[str] | None = None,
+) -> tuple[torch.Tensor, int]:
+    """Greedy continuations of unpadded id sequences, decoded as one left-padded `generate` batch (a row
+    ends early once it has produced one of `stop_strings`, if given).
+
+    Returns (output ids (N, W + new tokens), W): row i's new tokens start at column W.
+    """
+    kwargs = {"stop_strings": stop_strings, "tokenizer": tokenizer} if stop_strings else {}
+    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    width = max(seq.numel() for seq in seqs)
+    ids = torch.full((len(seqs), width), pad_id, dtype=torch.long)
+    attn = torch.zeros((len(seqs), width), dtype=torch.long)
+    for row, seq in enumerate(seqs):  # left padding, as for any batched generate
+        ids[row, width - seq.numel() :] = seq
+        attn[row, width - seq.numel() :] = 1
+    device = next(model.parameters()).device
+    out = model.generate(
+        input_ids=ids.to(device),
+        attention_mask=attn.to(device),
+        do_sample=False,
+        max_new_tokens=max_new_tokens,
+        pad_token_id=pad_id,
+        eos_token_id=tokenizer.eos_token_id,
+        **kwargs,
+    )
+    return out, width
+
+
+@torch.no_grad()
 def counterfactual_oracle(
     model,
     tokenizer,
@@ -90,9 +125,7 @@ def counterfactual_oracle(
     original = is_correct(tokenizer.decode(completion_ids, skip_special_tokens=True))
     alt = alternative_tokens(model, prompt_ids, completion_ids)  # (T,)
     stop_ids = {i for i in (tokenizer.eos_token_id, tokenizer.pad_token_id) if i is not None}
-    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     budget = max_new_tokens if max_new_tokens is not None else t_len + 16
-    device = next(model.parameters()).device
     was_training = model.training
     model.eval()
     try:
@@ -107,20 +140,7 @@ def counterfactual_oracle(
                 else:
                     prefixes.append((pos, torch.cat([prompt_ids, prefix, alt[pos : pos + 1]])))
             if prefixes:
-                width = max(seq.numel() for _, seq in prefixes)
-                ids = torch.full((len(prefixes), width), pad_id, dtype=torch.long)
-                attn = torch.zeros((len(prefixes), width), dtype=torch.long)
-                for row, (_, seq) in enumerate(prefixes):  # left padding, as for any batched generate
-                    ids[row, width - seq.numel() :] = seq
-                    attn[row, width - seq.numel() :] = 1
-                out = model.generate(
-                    input_ids=ids.to(device),
-                    attention_mask=attn.to(device),
-                    do_sample=False,
-                    max_new_tokens=budget,
-                    pad_token_id=pad_id,
-                    eos_token_id=tokenizer.eos_token_id,
-                )
+                out, width = greedy_generate(model, tokenizer, [seq for _, seq in prefixes], budget)
                 p_len = prompt_ids.numel()
                 for row, (pos, seq) in enumerate(prefixes):
                     new = out[row, width - seq.numel() + p_len :].cpu()  # prefix + alt + greedy suffix

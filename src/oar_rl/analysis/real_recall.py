@@ -29,15 +29,27 @@ from pathlib import Path
 
 import torch
 
-from oar_rl.analysis.attribute import Trajectory, answer_spans, given_trajectory, load_model, method_scores
-from oar_rl.analysis.oracle import alternative_tokens, causal_recall, recall_interval
+from oar_rl.analysis.attribute import Trajectory, answer_spans, given_trajectory, load_model
+from oar_rl.analysis.oracle import alternative_tokens, greedy_generate
+from oar_rl.analysis.recall import (
+    _plot,
+    band_json,
+    curve_json,
+    label_matrix,
+    recall_bands,
+    recall_curves,
+    scores_per_probe,
+)
+from oar_rl.answer_span import scored_positions
 from oar_rl.io import ensure_writable_dir, savefig_atomic, write_text_atomic
+from oar_rl.probes import PROBES
 
 KS = (0.05, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.8, 1.0)
 NAMES = ("Tom", "Ann", "Sam", "Lily", "Ben", "Mia", "Leo", "Zoe")
 ITEMS = ("apples", "pens", "cards", "stamps", "books", "shells")
 OPENERS = ("First, ", "To start, ", "", "Let's see. ")
 LINKERS = ("Then", "After that,", "Next,", "Finally,")
+SIGNALS = ("oar-p", "oar-g", "grail", "entropy", "random")  # in the order of the committed tables
 
 
 def make_problems(n: int, seed: int = 0) -> list[tuple[str, str, str]]:
@@ -61,28 +73,14 @@ def make_problems(n: int, seed: int = 0) -> list[tuple[str, str, str]]:
     return out
 
 
-@torch.no_grad()
 def greedy_texts(model, tok, prefixes: list[torch.Tensor], budget: int, batch_size: int = 32) -> list[str]:
-    """Greedy continuations of unpadded id prefixes (left-padded batches); the new text of each."""
-    pad = tok.pad_token_id
+    """Greedy continuations of unpadded id prefixes (left-padded batches of `batch_size`), stopped once the
+    boxed answer is closed (all the check needs); the new text of each."""
     texts: list[str] = []
     for start in range(0, len(prefixes), batch_size):
-        chunk = prefixes[start : start + batch_size]
-        width = max(p.numel() for p in chunk)
-        ids = torch.full((len(chunk), width), pad, dtype=torch.long)
-        attn = torch.zeros_like(ids)
-        for i, p in enumerate(chunk):
-            ids[i, width - p.numel() :], attn[i, width - p.numel() :] = p, 1
-        out = model.generate(
-            input_ids=ids,
-            attention_mask=attn,
-            do_sample=False,
-            max_new_tokens=budget,
-            pad_token_id=pad,
-            eos_token_id=tok.eos_token_id,
-            stop_strings=["}"],
-            tokenizer=tok,
-        )  # fmt: skip  (stop once the boxed answer is closed: all the check needs)
+        out, width = greedy_generate(
+            model, tok, prefixes[start : start + batch_size], budget, stop_strings=["}"]
+        )
         texts += tok.batch_decode(out[:, width:], skip_special_tokens=True)
     return texts
 
@@ -134,7 +132,6 @@ def heatmap_png(trajs, tok, rows: dict[str, torch.Tensor], mask: torch.Tensor, p
 def main(argv: list[str] | None = None) -> int:
     from fractions import Fraction
 
-    from oar_rl.analysis.recall import _plot
     from oar_rl.argparsing import add, new_parser
     from oar_rl.rewards.extract import as_number, extract_prediction
 
@@ -154,13 +151,13 @@ def main(argv: list[str] | None = None) -> int:
     model, tok = load_model(a.model)
     problems = make_problems(a.n, a.seed)
     trajs = [given_trajectory(tok, q, ref, chat=True, answer=gold) for q, ref, gold in problems]
-    _, answer_mask = answer_spans(trajs, tok)
+    batch, answer_mask = answer_spans(trajs, tok)
     if not bool(answer_mask.any(dim=1).all()):
         raise SystemExit("a reference solution has no answer span; the generator is broken")
+    reasoning = scored_positions(batch[3], answer_mask)  # (B, C): the tokens before each answer span
     labels, keep = [], []
     for i, t in enumerate(trajs):
-        reasoning = ~answer_mask[i] & (torch.arange(answer_mask.shape[1]) < answer_mask[i].nonzero()[0, 0])
-        lab, finishable = reference_oracle(model, tok, t, reasoning, lambda s, g=t.answer: check(s, g))
+        lab, finishable = reference_oracle(model, tok, t, reasoning[i], lambda s, g=t.answer: check(s, g))
         labels.append(lab)
         keep.append(finishable)
         print(
@@ -168,19 +165,12 @@ def main(argv: list[str] | None = None) -> int:
         )
     kept = [t for t, k in zip(trajs, keep, strict=True) if k]
     labels = [lab for lab, k in zip(labels, keep, strict=True) if k]
-    scores: dict[str, torch.Tensor] = {}
-    mask = None
-    for probe in ("lt-logits", "as-mean", "as-joint"):
-        wanted = ["oar-p", "oar-g"] + (["grail", "entropy", "random"] if probe == "as-mean" else [])
-        s, mask = method_scores(model, tok, kept, wanted, probe=probe, seed=a.seed)
-        for name, v in s.items():
-            scores[f"{name}/{probe}" if name in ("oar-p", "oar-g") else name] = v
-    assert mask is not None
-    oracle = torch.zeros_like(mask)
-    for i, lab in enumerate(labels):
-        oracle[i, : lab.numel()] = lab
-    recalls = {k: causal_recall(v, oracle, mask, KS) for k, v in scores.items()}
-    bands = {k: recall_interval(v, oracle, mask, KS, seed=a.seed) for k, v in scores.items()}
+    scores, mask = scores_per_probe(
+        model, tok, kept, SIGNALS, PROBES, model_free_probe="as-mean", seed=a.seed
+    )
+    oracle = label_matrix(labels, mask)
+    recalls = recall_curves(scores, oracle, mask, KS)
+    bands = recall_bands(scores, oracle, mask, KS, seed=a.seed)
     with_pivot = int((oracle & mask).any(dim=1).sum())
     wall = time.perf_counter() - t0
     result = {
@@ -188,8 +178,8 @@ def main(argv: list[str] | None = None) -> int:
         "model": a.model, "references": len(trajs), "finishable": len(kept), "with_pivot": with_pivot,
         "reasoning_tokens": int(mask.sum()), "pivots": int((oracle & mask).sum()),
         "wall_seconds": round(wall, 1), "threads": 1,
-        "recall": {k: {f"{x:g}": v for x, v in c.items()} for k, c in recalls.items()},
-        "recall_ci95": {k: {f"{x:g}": list(v) for x, v in b.items()} for k, b in bands.items()},
+        "recall": {k: curve_json(c) for k, c in recalls.items()},
+        "recall_ci95": {k: band_json(b) for k, b in bands.items()},
     }  # fmt: skip
     write_text_atomic(out / "recall.json", json.dumps(result, indent=2) + "\n")
     lines = ["| signal | top 10% | top 20% | top 30% | top 50% |", "|---|---|---|---|---|"]

@@ -1,18 +1,19 @@
 """`oar-rl oracle`: the paper's §5.1 study -- do importance scores find the causal tokens?
 
-Samples trajectories on the arithmetic task, keeps the correct ones, labels each token with the
-counterfactual oracle (Eq. 19), scores the same tokens with every method, and reports the recall of
-oracle pivots within the top-K% tokens (paper Fig. 5a). Recall is computed over the reasoning tokens
-(those before the answer span): the answer's own tokens are trivially causal, are not what credit
-assignment ranks, and answer-span probes do not score them. A uniformly random ranking recalls K% in
-expectation; the `random` method measures that empirically.
+Samples trajectories of a task's problems (`--task`, default the word-problem testbed, as for `oar-rl
+study`; its data, checker and warm start come from the task registry), keeps the correct ones, labels
+each token with the counterfactual oracle (Eq. 19), scores the same tokens with every method, and
+reports the recall of oracle pivots within the top-K% tokens (paper Fig. 5a). Recall is computed over
+the reasoning tokens (those before the answer span): the answer's own tokens are trivially causal, are
+not what credit assignment ranks, and answer-span probes do not score them. A uniformly random ranking
+recalls K% in expectation; the `random` method measures that empirically.
 
 Writes `recall.json` (per-K recall of each method, pivot statistics, settings), `recall.md`,
 `recall.png` and `heatmaps.html` (a few traces coloured by each method, with the oracle row).
 
 The one recall implementation: `oracle_labels` (Eq. 19 per trajectory), `label_matrix`,
-`scores_per_probe` and `recall_curves` are also what the study (`oar_rl.study.recall`) and the
-real-model figure (`oar_rl.analysis.real_recall`) call.
+`scores_per_probe`, `recall_curves` and `recall_bands` (with `curve_json`/`band_json`) are also what the
+study (`oar_rl.study.recall`) and the real-model figure (`oar_rl.analysis.real_recall`) call.
 """
 
 from __future__ import annotations
@@ -36,11 +37,13 @@ from oar_rl.analysis.attribute import (
     parse_list,
     resolve_chat,
     sample_trajectories,
+    sampling_budget,
     span_notes,
 )
 from oar_rl.analysis.oracle import causal_recall, counterfactual_oracle, recall_interval
 from oar_rl.argparsing import add, new_parser
 from oar_rl.io import ensure_writable_dir, savefig_atomic, write_text_atomic
+from oar_rl.tasks import exact_check, get_task
 
 KS = (0.05, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0)
 PROBE_METHODS = ("oar-g", "oar-p")
@@ -114,9 +117,26 @@ def recall_curves(
     return {name: causal_recall(s, truth, mask, ks) for name, s in scores.items()}
 
 
+def recall_bands(
+    scores: Mapping[str, torch.Tensor],
+    truth: torch.Tensor,
+    mask: torch.Tensor,
+    ks: Sequence[float] = KS,
+    *,
+    seed: int,
+) -> dict[str, dict[float, tuple[float, float]]]:
+    """95% bootstrap intervals (`recall_interval`, over trajectories) of each score's recall curve."""
+    return {name: recall_interval(s, truth, mask, ks, seed=seed) for name, s in scores.items()}
+
+
 def curve_json(curve: Mapping[float, float]) -> dict[str, float]:
     """A recall curve with its K fractions as JSON keys ('0.05')."""
     return {f"{k:g}": v for k, v in curve.items()}
+
+
+def band_json(band: Mapping[float, tuple[float, float]]) -> dict[str, list[float]]:
+    """A curve's intervals with its K fractions as JSON keys ('0.05': [low, high])."""
+    return {f"{k:g}": list(v) for k, v in band.items()}
 
 
 def _plot(
@@ -163,15 +183,23 @@ def _plot(
 
 
 def sample_correct(
-    model, tok, ds, n: int, *, max_new_tokens: int, seed: int, chunk: int = 32, chat: bool = False
+    model,
+    tok,
+    ds,
+    n: int,
+    *,
+    max_new_tokens: int,
+    seed: int,
+    chunk: int = 32,
+    chat: bool = False,
+    check: Callable[[str, str], bool] = exact_check,
 ):
-    """Sample `ds`'s prompts in chunks at temperature 1.0 until `n` correct trajectories are found.
+    """Sample `ds`'s prompts in chunks at temperature 1.0 until `n` trajectories are correct by `check`
+    (completion text, gold answer; default: the embedded tasks' exact checker).
 
     Returns (every sampled trajectory, the first `n` correct ones). Only as many prompts are sampled as
     `n` needs (whole chunks; chunk i is seeded `seed + i`, so the result depends only on the arguments).
     """
-    from oar_rl.data.arithmetic import check
-
     prompts, answers = list(ds["prompt"]), list(ds["answer"])
     trajs, correct = [], []
     bar = tqdm(total=len(prompts), desc="sample", unit="prompt", mininterval=1.0)
@@ -198,7 +226,12 @@ def sample_correct(
 def main(argv: list[str] | None = None) -> int:
     p = new_parser("oar-rl oracle", __doc__.split("\n\n")[0])
     add_scoring_arguments(p)
-    add(p, "--split", default="eval", help="arithmetic split to sample from (train, eval, hard)")
+    add(
+        p,
+        "--split",
+        help="the task's data split to sample from (default: its held-out split, eval; arithmetic: train, "
+        "eval, hard; wordproblems: train, validation, eval)",
+    )
     add(p, "--n", type=int, default=40, help="correct trajectories to analyse")
     add(p, "--max-prompts", type=int, default=400, help="give up after sampling this many prompts")
     add(p, "--heatmaps", type=int, default=4, help="traces shown in heatmaps.html")
@@ -208,24 +241,25 @@ def main(argv: list[str] | None = None) -> int:
         methods = parse_list(a.methods, METHODS, "--methods")
         if a.n < 1 or a.max_prompts < 1:
             raise ValueError(f"--n and --max-prompts must be >= 1, got {a.n} and {a.max_prompts}")
-        if a.split not in ("train", "eval", "hard"):
-            raise ValueError(f"--split {a.split!r} is not valid; choose train, eval or hard")
+        task = get_task(a.task)
+        a.split = a.split or task.default_split
+        try:
+            ds = task.dataset(a.split, limit=a.max_prompts)
+        except ValueError as exc:
+            raise ValueError(f"--split: {exc}") from None
+        a.max_new_tokens = sampling_budget(a.max_new_tokens, task, task_problems=True)
         from oar_rl.answer_span import compile_answer_pattern
 
         compile_answer_pattern(a.answer_pattern)
         out = ensure_writable_dir(a.out)
-        model, tok = load_model(a.model)
+        model, tok = load_model(a.model, task)
         chat = resolve_chat(tok, a.chat)
     except ValueError as exc:
         print(f"oar-rl oracle: {exc}", file=sys.stderr)
         return 2
     print(chat_message("oracle", chat, a.chat), flush=True)
-    from oar_rl.data.arithmetic import check, load
-
-    ds = load(a.split)
-    ds = ds.select(range(min(a.max_prompts, len(ds))))
     trajs, correct = sample_correct(
-        model, tok, ds, a.n, max_new_tokens=a.max_new_tokens, seed=a.seed, chat=chat
+        model, tok, ds, a.n, max_new_tokens=a.max_new_tokens, seed=a.seed, chat=chat, check=task.check
     )
     if not correct:
         print(f"oar-rl oracle: none of {len(trajs)} sampled completions is correct", file=sys.stderr)
@@ -239,7 +273,7 @@ def main(argv: list[str] | None = None) -> int:
             flush=True,
         )
     print(f"[oracle] {len(correct)} correct trajectories (of {len(trajs)} sampled)", flush=True)
-    labels = oracle_labels(model, tok, correct, check, max_new_tokens=a.max_new_tokens, progress=True)
+    labels = oracle_labels(model, tok, correct, task.check, max_new_tokens=a.max_new_tokens, progress=True)
     _, answer_mask = answer_spans(correct, tok, a.answer_pattern)
     notes = span_notes(answer_mask.any(dim=1), methods, a.probe, a.answer_pattern)
     for note in notes:
@@ -249,7 +283,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     oracle = label_matrix(labels, mask)
     recalls = recall_curves(scores, oracle, mask)
-    intervals = {name: recall_interval(s, oracle, mask, KS, seed=a.seed) for name, s in scores.items()}
+    intervals = recall_bands(scores, oracle, mask, seed=a.seed)
     n_tokens = int(mask.sum())
     n_pivots = int((oracle & mask).sum())
     result = {
@@ -264,9 +298,7 @@ def main(argv: list[str] | None = None) -> int:
         "rows_without_answer_span": int((~answer_mask.any(dim=1)).sum()),
         "notes": notes,
         "recall": {name: curve_json(curve) for name, curve in recalls.items()},
-        "recall_ci95": {
-            name: {f"{k:g}": list(v) for k, v in band.items()} for name, band in intervals.items()
-        },
+        "recall_ci95": {name: band_json(band) for name, band in intervals.items()},
     }
     write_text_atomic(out / "recall.json", json.dumps(result, indent=2))
     head = "| method | " + " | ".join(f"top {100 * k:g}%" for k in KS) + " |"

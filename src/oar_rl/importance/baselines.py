@@ -4,13 +4,16 @@
   i.e. the softmax of the logits at full position P + t − 1 (divided by the sampling temperature, as
   TRL does for its entropies). The body runs ``batch_size`` rows at a time and the LM head
   ``chunk_size`` positions at a time, so memory is O(chunk_size · V), never (B, C, V).
-- :func:`random_importance`: w ~ U(0, 1) per valid token (the paper's "GRPO + Random Credit"); the
-  sum-preserving rescale of Eq. 17 is applied downstream like for every other score.
+- :func:`random_importance`: w ~ U(0, 1) per valid token (the paper's "GRPO + Random Credit"), from one
+  generator or from one generator per row (the trainer's row-keyed draws); the sum-preserving rescale of
+  Eq. 17 is applied downstream like for every other score.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
+from typing import Any
 
 import torch
 from torch import Tensor, nn
@@ -18,7 +21,7 @@ from tqdm.auto import tqdm
 
 from oar_rl.answer_span import _check_mask
 from oar_rl.model_parts import body_hidden, eval_mode, head_logits, vocab_size
-from oar_rl.probes import prepare_batch
+from oar_rl.probes import ScoringBatch, check_rows_per_pass, prepare_batch
 
 _HEAD_BLOCK_ELEMENTS = 1 << 24
 
@@ -29,11 +32,7 @@ def entropy_importance(
     prompt_mask: Tensor,
     completion_ids: Tensor,
     completion_mask: Tensor,
-    *,
-    chunk_size: int | None = None,
-    batch_size: int | None = None,
-    temperature: float = 1.0,
-    progress: bool = False,
+    **options: Any,
 ) -> Tensor:
     """Entropy H_t = −Σ_v π(v) log π(v) of the distribution that sampled completion token t.
 
@@ -43,26 +42,38 @@ def entropy_importance(
         prompt_mask: (B, P).
         completion_ids: (B, C) right-padded.
         completion_mask: (B, C).
+        **options: the options of :func:`entropy_scores` (listed there), which scores the batch once
+            :func:`~oar_rl.probes.prepare_batch` has validated and laid it out.
+
+    Returns:
+        (B, C) float32 on the model's device; 0 on padding.
+    """
+    batch = prepare_batch(model, prompt_ids, prompt_mask, completion_ids, completion_mask)
+    return entropy_scores(model, batch, **options)
+
+
+def entropy_scores(
+    model: nn.Module,
+    batch: ScoringBatch,
+    *,
+    chunk_size: int | None = None,
+    batch_size: int | None = None,
+    temperature: float = 1.0,
+    progress: bool = False,
+) -> Tensor:
+    """:func:`entropy_importance` of a prepared batch (the registry's scorer for ``entropy``).
+
+    Args:
         chunk_size: completion positions per LM-head call (None: as many as keep one block of logits
             under 2**24 elements, 64 MiB in float32).
         batch_size: rows per body forward (None: all rows at once).
         temperature: sampling temperature (> 0); logits are divided by it.
         progress: show a tqdm bar over the row chunks.
-
-    Returns:
-        (B, C) float32 on the model's device; 0 on padding.
     """
-    if chunk_size is not None and (
-        isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size < 1
-    ):
-        raise ValueError(f"chunk_size must be a positive int or None, got {chunk_size!r}")
-    if batch_size is not None and (
-        isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1
-    ):
-        raise ValueError(f"batch_size must be a positive int or None, got {batch_size!r}")
+    check_rows_per_pass(chunk_size, "chunk_size")
+    check_rows_per_pass(batch_size)
     if not isinstance(temperature, (int, float)) or not math.isfinite(temperature) or temperature <= 0:
         raise ValueError(f"temperature must be a finite number > 0, got {temperature!r}")
-    batch = prepare_batch(model, prompt_ids, prompt_mask, completion_ids, completion_mask)
     P = batch.prompt_len
     B, C = batch.completion_mask.shape
     out = torch.zeros(B, C, dtype=torch.float32, device=batch.input_ids.device)
@@ -90,12 +101,46 @@ def entropy_importance(
     return out
 
 
-def random_importance(completion_mask: Tensor, *, generator: torch.Generator | None = None) -> Tensor:
-    """(B, C) float32: U(0, 1) on valid tokens (drawn on the CPU with `generator`), 0 on padding."""
+def random_importance(
+    completion_mask: Tensor, *, generator: torch.Generator | Sequence[torch.Generator] | None = None
+) -> Tensor:
+    """(B, C) float32: U(0, 1) on valid tokens, 0 on padding, drawn on the CPU.
+
+    The one definition of random credit, for the trainer and the analyses alike. `generator`: one CPU
+    generator (None: the global RNG) that draws the whole (B, C) block, or a sequence of B of them, one per
+    row: row i then draws T_i values (up to its last valid token) from its own generator, so its weights do
+    not depend on the batch it sits in or on its padding (the trainer's row-keyed generators,
+    :func:`oar_rl.distributed.row_generators`).
+    """
     _check_mask(completion_mask, "completion_mask")
     if completion_mask.ndim != 2:
         raise ValueError(f"completion_mask must be 2-D (B, C), got shape {tuple(completion_mask.shape)}")
-    if generator is not None and generator.device.type != "cpu":
-        raise ValueError(f"generator must be a CPU torch.Generator, got {generator.device}")
-    u = torch.rand(completion_mask.shape, generator=generator, dtype=torch.float32)  # (B, C)
-    return (u * completion_mask.bool().cpu()).to(completion_mask.device)
+    per_row = isinstance(generator, (list, tuple))
+    for gen in generator if per_row else [generator]:
+        if gen is not None and gen.device.type != "cpu":
+            raise ValueError(f"generator must be a CPU torch.Generator, got {gen.device}")
+    valid = completion_mask.bool().cpu()  # (B, C)
+    if not per_row:
+        u = torch.rand(completion_mask.shape, generator=generator, dtype=torch.float32)  # (B, C)
+        return (u * valid).to(completion_mask.device)
+    B = completion_mask.shape[0]
+    if len(generator) != B:
+        raise ValueError(f"got {len(generator)} generators for {B} rows; pass one per row")
+    u = torch.zeros(completion_mask.shape, dtype=torch.float32)  # (B, C)
+    for i, gen in enumerate(generator):
+        idx = valid[i].nonzero()
+        if idx.numel():
+            T = int(idx.max()) + 1
+            u[i, :T] = torch.rand(T, generator=gen)
+    return (u * valid).to(completion_mask.device)
+
+
+def random_scores(
+    model: nn.Module,
+    batch: ScoringBatch,
+    *,
+    generator: torch.Generator | Sequence[torch.Generator] | None = None,
+) -> Tensor:
+    """:func:`random_importance` of a prepared batch's completion mask (the registry's scorer for
+    ``random``; the model is not run)."""
+    return random_importance(batch.completion_mask, generator=generator)

@@ -67,22 +67,23 @@ from __future__ import annotations
 import math
 import warnings
 from collections.abc import Sequence
-from typing import Literal
+from typing import Any, Literal
 
 import torch
 from torch import Tensor, nn
 from tqdm.auto import tqdm
 
-from oar_rl.answer_span import check_answer_mask, scored_positions
 from oar_rl.importance.prefix import clean_pass, suffix_hidden
 from oar_rl.model_parts import base_model, body_hidden, eval_mode
 from oar_rl.probes import (
     Probe,
     ProbeSpec,
+    ScoringBatch,
     build_probe_spec,
     check_probe,
+    check_rows_per_pass,
     outcome_divergence,
-    prepare_batch,
+    prepare_probe_batch,
     probe_outcome,
 )
 
@@ -128,10 +129,7 @@ def _check_options(noise_std, noise_scale, num_draws, batch_size, generator) -> 
         raise ValueError(f"noise_scale={noise_scale!r} is not valid; choose one of {list(NOISE_SCALES)}")
     if isinstance(num_draws, bool) or not isinstance(num_draws, int) or num_draws < 1:
         raise ValueError(f"num_draws must be a positive int, got {num_draws!r}")
-    if batch_size is not None and (
-        isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1
-    ):
-        raise ValueError(f"batch_size must be a positive int or None, got {batch_size!r}")
+    check_rows_per_pass(batch_size)
     for gen in generator if isinstance(generator, (list, tuple)) else [generator]:
         if gen is not None and (not isinstance(gen, torch.Generator) or gen.device.type != "cpu"):
             raise ValueError(
@@ -148,13 +146,7 @@ def gradient_importance(
     *,
     probe: Probe = "lt-logits",
     answer_mask: Tensor | None = None,
-    noise_std: float = 1e-3,
-    noise_scale: NoiseScale = "absolute",
-    num_draws: int = 1,
-    generator: torch.Generator | Sequence[torch.Generator] | None = None,
-    batch_size: int | None = None,
-    progress: bool = False,
-    prefix_reuse: bool = True,
+    **options: Any,
 ) -> Tensor:
     """OAR-G raw importance I_t = mean over draws of |⟨∂J/∂e_t, e_t⟩| (Eq. 9-13).
 
@@ -166,6 +158,35 @@ def gradient_importance(
         completion_mask: (B, C) 1 on real completion tokens.
         probe: ``"lt-logits"``, ``"as-mean"`` or ``"as-joint"``.
         answer_mask: (B, C) answer-span mask; required for AS probes, ignored by LT-Logits.
+        **options: the options of :func:`gradient_scores` (listed there), which scores the batch once
+            :func:`~oar_rl.probes.prepare_batch` has validated and laid it out.
+
+    Returns:
+        (B, C) float32 on the model's device; 0 on padding and unscored positions.
+    """
+    batch = prepare_probe_batch(
+        model, prompt_ids, prompt_mask, completion_ids, completion_mask, probe, answer_mask
+    )
+    return gradient_scores(model, batch, probe=probe, **options)
+
+
+def gradient_scores(
+    model: nn.Module,
+    batch: ScoringBatch,
+    *,
+    probe: Probe = "lt-logits",
+    noise_std: float = 1e-3,
+    noise_scale: NoiseScale = "absolute",
+    num_draws: int = 1,
+    generator: torch.Generator | Sequence[torch.Generator] | None = None,
+    batch_size: int | None = None,
+    progress: bool = False,
+    prefix_reuse: bool = True,
+) -> Tensor:
+    """:func:`gradient_importance` of a prepared batch (the registry's scorer for ``oar-g``); the answer
+    span, for the AS probes, is the batch's.
+
+    Args:
         noise_std: σ of the embedding noise (finite, ≥ 0).
         noise_scale: ``"absolute"`` (σ = noise_std, the paper) or ``"rms"`` (σ = noise_std times the RMS
             of the row's clean completion embeddings).
@@ -179,29 +200,15 @@ def gradient_importance(
         prefix_reuse: the noisy pass reuses the clean pass's key/value cache of the prompt (noise is
             zero there) and runs forward and backward over the completion only; same result within
             float rounding. False: the noisy pass runs over the whole sequence.
-
-    Returns:
-        (B, C) float32 on the model's device; 0 on padding and unscored positions.
     """
     check_probe(probe)
     _check_options(noise_std, noise_scale, num_draws, batch_size, generator)
     if torch.is_inference_mode_enabled():
         raise RuntimeError("gradient_importance needs autograd; call it outside torch.inference_mode()")
-    batch = prepare_batch(model, prompt_ids, prompt_mask, completion_ids, completion_mask)
     P = batch.prompt_len
     B, C = batch.completion_mask.shape
     device = batch.input_ids.device
-    if probe == "lt-logits":
-        answer = None
-        scored = batch.completion_mask  # (B, C)
-    else:
-        if answer_mask is None:
-            raise ValueError(
-                f"probe={probe!r} needs an answer_mask (see oar_rl.answer_span.answer_span_mask)"
-            )
-        check_answer_mask(answer_mask, completion_mask)
-        answer = answer_mask.bool().to(device)
-        scored = scored_positions(batch.completion_mask, answer)  # (B, C)
+    answer, scored = batch.span(probe), batch.scored(probe)  # None / (B, C), (B, C)
 
     embed = base_model(model).get_input_embeddings()
     H = embed.weight.shape[1]

@@ -14,7 +14,9 @@ first span token; :func:`reasoning_positions`) and 0 elsewhere. The weights are 
 :mod:`oar_rl.reshape`: z_t is the z-score of log s_t over the row's reasoning tokens, w_t = clamp(μ_w +
 σ_w·z_t, w_min, w_max) (published μ_w = 1.0, σ_w = 0.5, w_min = 0.5, w_max = 5.0), no renormalisation,
 A_t = A_i·w_t on the rollouts selected (published: the wrong ones); every other valid token, and every
-row without a span, keeps weight 1. :func:`grail_credit` is the one call the trainer makes.
+row without a span, keeps weight 1. This module only scores: the trainer turns the scores into token
+advantages where it reshapes every credit mode (:func:`oar_rl.reshape.grail_token_advantages`), and
+:func:`oar_rl.credits.grail_credit` does both for a standalone batch.
 
 Implementation (shared with OAR-G, :mod:`oar_rl.importance.gradient`): the batch is laid out and
 validated by ``prepare_batch``; the model runs as TRL runs it (``body_hidden``: ``inputs_embeds``, the 2-D
@@ -70,16 +72,15 @@ method as issue 9 of this project specifies it):
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import torch
 from torch import Tensor, nn
 from tqdm.auto import tqdm
 
 from oar_rl.answer_span import check_answer_mask, has_answer_span, scored_positions
-from oar_rl.importance.rows import score_rows
 from oar_rl.model_parts import base_model, body_hidden, eval_mode, head_logits
-from oar_rl.probes import build_probe_spec, prepare_batch
-from oar_rl.reshape import check_grail_options, grail_rollout_rows, grail_token_advantages
+from oar_rl.probes import ScoringBatch, build_probe_spec, check_rows_per_pass, prepare_batch
 
 
 def reasoning_positions(completion_mask: Tensor, answer_mask: Tensor) -> Tensor:
@@ -93,6 +94,11 @@ def reasoning_positions(completion_mask: Tensor, answer_mask: Tensor) -> Tensor:
     return before & has_answer_span(answer_mask).to(before.device)[:, None]
 
 
+def batch_reasoning(batch: ScoringBatch) -> Tensor:
+    """:func:`reasoning_positions` of a prepared batch with an answer span (its masks are valid)."""
+    return batch.scored("as-joint") & batch.answer_mask.any(dim=1)[:, None]
+
+
 def grail_importance(
     model: nn.Module,
     prompt_ids: Tensor,
@@ -101,9 +107,7 @@ def grail_importance(
     completion_mask: Tensor,
     *,
     answer_mask: Tensor | None = None,
-    temperature: float = 1.0,
-    batch_size: int | None = None,
-    progress: bool = False,
+    **options: Any,
 ) -> Tensor:
     """GRAIL saliency s_t = ‖∂J/∂e_t ⊙ e_t‖₂, J the answer span's negative log-likelihood.
 
@@ -114,33 +118,47 @@ def grail_importance(
         completion_ids: (B, C) completion token ids, right-padded.
         completion_mask: (B, C) 1 on real completion tokens.
         answer_mask: (B, C) answer-span mask (:func:`oar_rl.answer_span.answer_span_mask`), required.
-        temperature: the sampling temperature (> 0); the logits are divided by it.
-        batch_size: rows per forward/backward (None: all rows at once). Does not change the result.
-        progress: show a tqdm bar over the row chunks.
+        **options: the options of :func:`grail_scores` (listed there), which scores the batch once
+            :func:`~oar_rl.probes.prepare_batch` has validated and laid it out.
 
     Returns:
         (B, C) float32 on the model's device: s_t on the reasoning tokens (:func:`reasoning_positions`),
         0 elsewhere (padding, the span and later tokens, rows without a span).
     """
+    batch = prepare_batch(model, prompt_ids, prompt_mask, completion_ids, completion_mask, answer_mask)
+    return grail_scores(model, batch, **options)
+
+
+def grail_scores(
+    model: nn.Module,
+    batch: ScoringBatch,
+    *,
+    temperature: float = 1.0,
+    batch_size: int | None = None,
+    progress: bool = False,
+) -> Tensor:
+    """:func:`grail_importance` of a prepared batch with an answer span (the registry's scorer for
+    ``grail``).
+
+    Args:
+        temperature: the sampling temperature (> 0); the logits are divided by it.
+        batch_size: rows per forward/backward (None: all rows at once). Does not change the result.
+        progress: show a tqdm bar over the row chunks.
+    """
     if isinstance(temperature, bool) or not isinstance(temperature, (int, float)) or not temperature > 0:
         raise ValueError(f"temperature must be a number > 0, got {temperature!r}")
     if not math.isfinite(temperature):
         raise ValueError(f"temperature must be finite, got {temperature!r}")
-    if batch_size is not None and (
-        isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1
-    ):
-        raise ValueError(f"batch_size must be a positive int or None, got {batch_size!r}")
-    if answer_mask is None:
+    check_rows_per_pass(batch_size)
+    if batch.answer_mask is None:
         raise ValueError("GRAIL needs an answer_mask (see oar_rl.answer_span.answer_span_mask)")
     if torch.is_inference_mode_enabled():
         raise RuntimeError("grail_importance needs autograd; call it outside torch.inference_mode()")
-    batch = prepare_batch(model, prompt_ids, prompt_mask, completion_ids, completion_mask)
     P = batch.prompt_len
     B, C = batch.completion_mask.shape
     device = batch.input_ids.device
-    check_answer_mask(answer_mask, completion_mask)
-    answer = answer_mask.bool().to(device)  # (B, C)
-    reasoning = reasoning_positions(batch.completion_mask, answer)  # (B, C)
+    answer = batch.answer_mask  # (B, C)
+    reasoning = batch_reasoning(batch)  # (B, C)
     out = torch.zeros(B, C, dtype=torch.float32, device=device)
     rows_all = reasoning.any(dim=1).nonzero().flatten()  # (B',) rows with a span and a token before it
     if rows_all.numel() == 0:
@@ -167,66 +185,3 @@ def grail_importance(
             score = (g[:, P:].float() * emb[:, P:].float()).norm(dim=-1)  # (n, L - P)
             out[rows, : L - P] = score
     return out * reasoning
-
-
-def grail_credit(
-    model: nn.Module,
-    prompt_ids: Tensor,
-    prompt_mask: Tensor,
-    completion_ids: Tensor,
-    completion_mask: Tensor,
-    advantages: Tensor,
-    *,
-    answer_mask: Tensor,
-    mask: Tensor | None = None,
-    rollouts: str = "wrong",
-    mu: float = 1.0,
-    sigma: float = 0.5,
-    w_min: float = 0.5,
-    w_max: float = 5.0,
-    temperature: float = 1.0,
-    batch_size: int | None = None,
-) -> tuple[Tensor, Tensor]:
-    """GRAIL token advantages of a batch, scoring only the rows it reweights.
-
-    Args:
-        model, prompt_ids, prompt_mask, completion_ids, completion_mask, answer_mask, temperature,
-            batch_size: as :func:`grail_importance`.
-        advantages: (B,) sequence advantages A_i.
-        mask: (B, C) the tokens that get an advantage (e.g. completion mask without tool outputs);
-            None: `completion_mask`.
-        rollouts, mu, sigma, w_min, w_max: as :func:`oar_rl.reshape.grail_token_advantages`.
-
-    Returns:
-        (token_advantages (B, C), weights (B, C)), float32 on `mask`'s device, 0 on padding.
-    """
-    check_grail_options(mu, sigma, w_min, w_max, rollouts)  # before any forward pass
-    mask = completion_mask if mask is None else mask
-    reasoning = reasoning_positions(completion_mask, answer_mask)  # (B, C)
-    if not isinstance(advantages, Tensor) or advantages.shape != completion_mask.shape[:1]:
-        shape = tuple(advantages.shape) if isinstance(advantages, Tensor) else type(advantages).__name__
-        raise ValueError(f"advantages must be a (B,) tensor with B={completion_mask.shape[0]}, got {shape}")
-    selected = grail_rollout_rows(advantages.to(reasoning.device), rollouts) & reasoning.any(dim=1)  # (B,)
-    scores = score_rows(
-        grail_importance,
-        model,
-        prompt_ids,
-        prompt_mask,
-        completion_ids,
-        completion_mask,
-        selected,
-        answer_mask=answer_mask,
-        temperature=temperature,
-        batch_size=batch_size,
-    )  # (B, C), 0 outside the selected rows
-    return grail_token_advantages(
-        advantages,
-        scores.to(mask.device),
-        mask,
-        reasoning.to(mask.device),
-        rollouts=rollouts,
-        mu=mu,
-        sigma=sigma,
-        w_min=w_min,
-        w_max=w_max,
-    )

@@ -27,10 +27,9 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from oar_rl.answer_span import check_answer_mask, scored_positions
-from oar_rl.importance.gradient import gradient_importance
-from oar_rl.importance.perturbation import perturbation_importance
-from oar_rl.probes import Probe, prepare_batch
+from oar_rl.importance.gradient import gradient_scores
+from oar_rl.importance.perturbation import perturbation_scores
+from oar_rl.probes import Probe, ScoringBatch, prepare_probe_batch
 
 
 def _check_fraction(value: float, name: str) -> float:
@@ -97,9 +96,7 @@ def hybrid_importance(
     *,
     probe: Probe = "lt-logits",
     answer_mask: Tensor | None = None,
-    fraction: float = 0.25,
-    gradient_kwargs: dict[str, Any] | None = None,
-    perturbation_kwargs: dict[str, Any] | None = None,
+    **options: Any,
 ) -> Tensor:
     """OAR-GP raw importance: OAR-G everywhere, OAR-P on each row's top `fraction` by OAR-G.
 
@@ -107,41 +104,44 @@ def hybrid_importance(
         model, prompt_ids, prompt_mask, completion_ids, completion_mask, probe, answer_mask: as for
             :func:`~oar_rl.importance.gradient_importance` and
             :func:`~oar_rl.importance.perturbation_importance` (the same probe for both).
-        fraction: share of each row's scored tokens rescored by OAR-P, in (0, 1] (at least one token).
-        gradient_kwargs: extra arguments for the OAR-G pass (noise_std, generator, batch_size, ...).
-        perturbation_kwargs: extra arguments for the OAR-P pass (mask_token_id, batch_size, ...).
+        **options: the options of :func:`hybrid_scores` (listed there), which scores the batch once
+            :func:`~oar_rl.probes.prepare_batch` has validated and laid it out.
 
     Returns:
         (B, C) float32 on the model's device; 0 on padding and on unscored positions.
+    """
+    batch = prepare_probe_batch(
+        model, prompt_ids, prompt_mask, completion_ids, completion_mask, probe, answer_mask
+    )
+    return hybrid_scores(model, batch, probe=probe, **options)
+
+
+def hybrid_scores(
+    model: nn.Module,
+    batch: ScoringBatch,
+    *,
+    probe: Probe = "lt-logits",
+    fraction: float = 0.25,
+    gradient_kwargs: dict[str, Any] | None = None,
+    perturbation_kwargs: dict[str, Any] | None = None,
+) -> Tensor:
+    """:func:`hybrid_importance` of a prepared batch (the registry's scorer for ``oar-gp``): both passes
+    score the same batch, validated once.
+
+    Args:
+        fraction: share of each row's scored tokens rescored by OAR-P, in (0, 1] (at least one token).
+        gradient_kwargs: extra arguments for the OAR-G pass (noise_std, generator, batch_size, ...).
+        perturbation_kwargs: extra arguments for the OAR-P pass (mask_token_id, batch_size, ...).
     """
     fraction = _check_fraction(fraction, "fraction")
     for name, kw in (("gradient_kwargs", gradient_kwargs), ("perturbation_kwargs", perturbation_kwargs)):
         clash = {"probe", "answer_mask", "positions"} & set(kw or {})
         if clash:
             raise ValueError(f"{name} must not set {sorted(clash)}: hybrid_importance passes them itself")
-    batch = prepare_batch(model, prompt_ids, prompt_mask, completion_ids, completion_mask)
-    if probe == "lt-logits":
-        scored = batch.completion_mask  # (B, C)
-    else:
-        if answer_mask is None:
-            raise ValueError(
-                f"probe={probe!r} needs an answer_mask (see oar_rl.answer_span.answer_span_mask)"
-            )
-        check_answer_mask(answer_mask, completion_mask)
-        scored = scored_positions(batch.completion_mask, answer_mask.bool().to(batch.completion_mask.device))
-    common = dict(probe=probe, answer_mask=answer_mask)
-    grad = gradient_importance(
-        model, prompt_ids, prompt_mask, completion_ids, completion_mask, **common, **(gradient_kwargs or {})
-    )  # (B, C)
+    scored = batch.scored(probe)  # (B, C)
+    grad = gradient_scores(model, batch, probe=probe, **(gradient_kwargs or {}))  # (B, C)
     selected = top_fraction_mask(grad, scored, fraction)  # (B, C)
-    pert = perturbation_importance(
-        model,
-        prompt_ids,
-        prompt_mask,
-        completion_ids,
-        completion_mask,
-        **common,
-        positions=selected,
-        **(perturbation_kwargs or {}),
+    pert = perturbation_scores(
+        model, batch, probe=probe, positions=selected, **(perturbation_kwargs or {})
     )  # (B, C), 0 off `selected`
     return splice_scores(grad, pert, selected, scored)

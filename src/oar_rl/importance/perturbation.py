@@ -25,11 +25,12 @@ Departures from the paper:
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 from torch import Tensor, nn
 from tqdm.auto import tqdm
 
-from oar_rl.answer_span import check_answer_mask, scored_positions
 from oar_rl.importance.prefix import clean_pass, suffix_hidden
 from oar_rl.model_parts import base_model, body_hidden, eval_mode
 from oar_rl.probes import (
@@ -39,8 +40,9 @@ from oar_rl.probes import (
     ScoringBatch,
     build_probe_spec,
     check_probe,
+    check_rows_per_pass,
     outcome_divergence,
-    prepare_batch,
+    prepare_probe_batch,
     probe_outcome,
 )
 
@@ -63,11 +65,7 @@ def perturbation_importance(
     *,
     probe: Probe = "lt-logits",
     answer_mask: Tensor | None = None,
-    mask_token_id: int | None = None,
-    batch_size: int = 64,
-    progress: bool = False,
-    prefix_reuse: bool = True,
-    positions: Tensor | None = None,
+    **options: Any,
 ) -> Tensor:
     """OAR-P raw importance I_t = D(P ‖ P^(t)) for every scored completion token (Eq. 7-8).
 
@@ -80,6 +78,33 @@ def perturbation_importance(
         probe: ``"lt-logits"``, ``"as-mean"`` or ``"as-joint"``.
         answer_mask: (B, C) answer-span mask (:func:`oar_rl.answer_span.answer_span_mask`); required for AS
             probes, ignored by LT-Logits.
+        **options: the options of :func:`perturbation_scores` (listed there), which scores the batch once
+            :func:`~oar_rl.probes.prepare_batch` has validated and laid it out.
+
+    Returns:
+        (B, C) float32 on the model's device; 0 on padding and on unscored positions.
+    """
+    batch = prepare_probe_batch(
+        model, prompt_ids, prompt_mask, completion_ids, completion_mask, probe, answer_mask
+    )
+    return perturbation_scores(model, batch, probe=probe, **options)
+
+
+def perturbation_scores(
+    model: nn.Module,
+    batch: ScoringBatch,
+    *,
+    probe: Probe = "lt-logits",
+    mask_token_id: int | None = None,
+    batch_size: int = 64,
+    progress: bool = False,
+    prefix_reuse: bool = True,
+    positions: Tensor | None = None,
+) -> Tensor:
+    """:func:`perturbation_importance` of a prepared batch (the registry's scorer for ``oar-p``); the
+    answer span, for the AS probes, is the batch's.
+
+    Args:
         mask_token_id: the replacement token; default ``model.config.pad_token_id``.
         batch_size: perturbed copies per forward pass (results do not depend on it).
         progress: show a tqdm bar over the chunks.
@@ -88,14 +113,9 @@ def perturbation_importance(
             copy from position 0 (the paper's batching). Same result within float rounding.
         positions: optional (B, C) bool; only these tokens (among the scored ones) are perturbed, the
             others get 0 (the hybrid ``oar-gp`` rescoring a pre-selected subset). None: all of them.
-
-    Returns:
-        (B, C) float32 on the model's device; 0 on padding and on unscored positions.
     """
     check_probe(probe)
-    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-        raise ValueError(f"batch_size must be a positive int, got {batch_size!r}")
-    batch = prepare_batch(model, prompt_ids, prompt_mask, completion_ids, completion_mask)
+    check_rows_per_pass(batch_size, optional=False)
     if mask_token_id is None:
         mask_token_id = getattr(getattr(model, "config", None), "pad_token_id", None)
         if mask_token_id is None:
@@ -111,17 +131,7 @@ def perturbation_importance(
 
     P = batch.prompt_len
     B, C = batch.completion_mask.shape
-    if probe == "lt-logits":
-        answer = None
-        scored = batch.completion_mask  # (B, C)
-    else:
-        if answer_mask is None:
-            raise ValueError(
-                f"probe={probe!r} needs an answer_mask (see oar_rl.answer_span.answer_span_mask)"
-            )
-        check_answer_mask(answer_mask, completion_mask)
-        answer = answer_mask.bool().to(batch.input_ids.device)
-        scored = scored_positions(batch.completion_mask, answer)  # (B, C)
+    answer, scored = batch.span(probe), batch.scored(probe)  # None / (B, C), (B, C)
 
     out = torch.zeros(B, C, dtype=torch.float32, device=batch.input_ids.device)
     if positions is not None:

@@ -1,9 +1,10 @@
 """`oar-rl study`: the comparison of credit-assignment methods, done under a fixed protocol.
 
-Modules: `tasks` (the task registry), `config` (settings, presets, methods, ablation groups, the
-protocol), `training` (one RL run with held-out evaluation), `demo` (`oar-rl demo`: the quick study),
-`runner` (resumable run store, learning-rate sweep), `recall` (recall@K% vs the oracle and the
-ground truth), `stats` (t-intervals, paired differences), `report` (study.json, plots, HTML), `cli`.
+Modules (the tasks themselves come from the task registry, `oar_rl.tasks`): `config` (settings,
+presets, methods, ablation groups, the protocol), `training` (one RL run with held-out evaluation),
+`demo` (`oar-rl demo`: the quick study), `runner` (resumable run store, learning-rate sweep), `recall`
+(recall@K% vs the oracle and the ground truth), `stats` (t-intervals, paired differences), `report`
+(study.json, plots, HTML), `cli`.
 
 Protocol (issue 8, "Rules for the study"): the same warm start, the same prompts per seed, the same
 budget and the same hyperparameters for every method; the learning rate is chosen once, for GRPO, on a

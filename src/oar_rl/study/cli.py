@@ -37,7 +37,7 @@ from oar_rl.study.runner import (
     train_and_evaluate,
     tune_learning_rate,
 )
-from oar_rl.study.tasks import get_task, task_names
+from oar_rl.tasks import DEFAULT_TASK, get_task, task_names
 
 
 def _parse(argv: list[str]) -> argparse.Namespace:
@@ -50,7 +50,7 @@ def _parse(argv: list[str]) -> argparse.Namespace:
     )
     p.add_argument("--out", default="study_out", help="output directory (default: study_out)")
     p.add_argument(
-        "--task", help=f"task (default: wordproblems, the testbed); valid: {', '.join(task_names())}"
+        "--task", help=f"task (default: {DEFAULT_TASK}, the testbed); valid: {', '.join(task_names())}"
     )
     p.add_argument(
         "--quick",

@@ -19,6 +19,8 @@ import json
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
+from oar_rl.tasks import DEFAULT_TASK
+
 STUDY_FORMAT = 1
 TAUS: tuple[float, ...] = (0.0, 0.4, 0.7, 1.0)
 """τ ablation (paper Table 3 / Fig. 6): 0 boost-only, 1 suppress-only; run with OAR-G as in the paper."""
@@ -62,7 +64,7 @@ class Variant:
 class StudySettings:
     """One study. Fields up to `recall_trajectories` are the protocol; the rest is scope."""
 
-    task: str = "wordproblems"
+    task: str = DEFAULT_TASK
     warm_start: str = "default"
     steps: int = 40
     prompts_per_step: int = 16

@@ -26,7 +26,7 @@ from typing import Any
 
 from oar_rl.io import write_text_atomic
 from oar_rl.study.config import StudySettings, Variant, protocol_diff, protocol_hash
-from oar_rl.study.task import StudyTask, WarmStart
+from oar_rl.tasks import Task, WarmStart
 
 TUNE_SEED_BASE = 1000
 
@@ -211,7 +211,7 @@ def run_claimed(store: RunStore, items, train, progress: Progress | None, steps:
 
 
 def _accuracy(
-    task: StudyTask,
+    task: Task,
     model,
     tokenizer,
     rows,
@@ -241,7 +241,7 @@ def curve_separate(settings: StudySettings) -> bool:
 
 
 def train_and_evaluate(
-    task: StudyTask,
+    task: Task,
     ws: WarmStart,
     settings: StudySettings,
     variant: Variant,
@@ -329,7 +329,7 @@ def train_and_evaluate(
 
 
 def tune_learning_rate(
-    task: StudyTask, ws: WarmStart, settings: StudySettings, out: Path, progress: Progress, work: Path
+    task: Task, ws: WarmStart, settings: StudySettings, out: Path, progress: Progress, work: Path
 ) -> dict[str, Any]:
     """The learning-rate sweep on the validation split, for every method in scope with the same grid,
     seeds and budget (resumable; several processes may share `out`); returns the lr_tuning record."""
@@ -398,7 +398,7 @@ def tune_learning_rate(
 
 
 def resolve_learning_rate(
-    settings: StudySettings, task: StudyTask, out: Path, *, lr: float | None
+    settings: StudySettings, task: Task, out: Path, *, lr: float | None
 ) -> tuple[float, str, dict[str, Any] | None]:
     """(learning rate, how it was chosen, lr_tuning record or None) when no sweep runs in this call."""
     tuning = _read_json(out / "lr_tuning.json")

@@ -1,9 +1,10 @@
-"""The word-problem task (`oar_rl.data.wordproblems`) as a `StudyTask`: ground-truth pivots, shipped weights.
+"""The word-problem task (`oar_rl.data.wordproblems`) as a `Task`: ground-truth pivots, shipped weights.
 
 Splits: `train` is the word-problem train stream; `test` the held-out `eval` split (at most
 `_TEST_MAX` problems); `validation` the word-problem `validation` stream minus any prompt that occurs
 in the first `_TEST_MAX` test problems (both streams already exclude train prompts). The warm start is
 the one shipped in the package (`oar_rl.shipped`), verified against its recipe and manifest on load.
+Its generator's named splits (`dataset`) are train, validation and eval.
 """
 
 from __future__ import annotations
@@ -12,9 +13,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from oar_rl.data.arithmetic import check
-from oar_rl.study.task import SPLITS, StudyTask, WarmStart
-from oar_rl.tasks import exact_reward
+from oar_rl.tasks.base import Task, WarmStart, exact_check, exact_reward, split_rows
 
 _TEST_MAX = 1000
 
@@ -22,22 +21,20 @@ _TEST_MAX = 1000
 def _prompts(split: str, n: int) -> list[dict[str, Any]]:
     from oar_rl.data.wordproblems import split_problems
 
-    if split not in SPLITS:
-        raise ValueError(f"unknown split {split!r}; valid splits: {', '.join(SPLITS)}")
-    if n < 0:
-        raise ValueError(f"n={n} must be >= 0")
-    if split == "train":
-        problems = split_problems("train", n)
-    elif split == "test":
-        if n > _TEST_MAX:
-            raise ValueError(f"at most {_TEST_MAX} test problems, got {n}")
-        problems = split_problems("eval", n)
-    else:
-        test_prompts = {p.prompt for p in split_problems("eval", _TEST_MAX)}
-        problems = [p for p in split_problems("validation", n + 64) if p.prompt not in test_prompts][:n]
-        if len(problems) < n:  # pragma: no cover - collisions are rare
-            raise RuntimeError(f"could not draw {n} validation problems disjoint from the test split")
-    return [{"prompt": p.prompt, "answer": str(p.answer)} for p in problems]
+    return split_rows(
+        split,
+        n,
+        draw=split_problems,
+        test_max=_TEST_MAX,
+        candidates=lambda k: split_problems("validation", k + 64),
+        key=lambda p: p.prompt,
+    )
+
+
+def _split(split: str) -> Any:
+    from oar_rl.data.wordproblems import load
+
+    return load(split)
 
 
 def _warm_start(variant: str, cache_dir: str | None) -> WarmStart:
@@ -62,13 +59,13 @@ def _trainer_kwargs() -> dict[str, Any]:
     return {"token_roles": label_roles}
 
 
-WORDPROBLEMS = StudyTask(
+WORDPROBLEMS = Task(
     name="wordproblems",
     description="synthetic word problems with distractors and ground-truth pivot/filler roles, word-level "
     "tiny Qwen2 shipped with the package (oar_rl.data.wordproblems)",
     prompts=_prompts,
     reward=exact_reward,
-    check=check,
+    check=exact_check,
     load_warm_start=_warm_start,
     warm_starts=("default",),
     label_roles=_label_roles,
@@ -78,4 +75,6 @@ WORDPROBLEMS = StudyTask(
     learning_rate=3e-4,
     learning_rate_note="GRPO pilots on the validation split (benchmarks/rl_pilot.py, README 'Why RL barely "
     "moved the first warm start'): 16x8 x 30 steps gave 70.9% at 1e-4, 84.3% at 3e-4, 76.7% at 1e-3",
+    load_split=_split,
+    split_names=("train", "validation", "eval"),
 )
