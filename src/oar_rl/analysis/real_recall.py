@@ -17,6 +17,14 @@ outcome from that point. Comparing with the model's intact continuation, not wit
 correctness, keeps positions where the weak model would go wrong anyway from counting as pivots. A
 reference counts only when the model's greedy continuation from its full reasoning is correct (the
 model can finish it), and recall is averaged over references with at least one pivot.
+
+With ``--own`` the trajectories are the model's *own*: one-step word problems ("has a, buys b more", a
+and b from 1 to 9, the prompt asking for ``\\boxed{}``), sampled (``--temperature``, default 1) under the
+chat template until ``--n`` are correct by the rewarded answer (the paper's setting, Eq. 19: y is the
+model's). The same oracle is applied to them (intact greedy continuation correct, substituted one not),
+so a position only counts where the model itself carries the outcome from that point. SmolLM2-135M
+rarely writes the boxed answer these prompts ask for (1 correct of 48 at temperature 0.7, 0 of 64 at 1.0),
+so ``--own --n 30`` samples on the order of 1,500 problems.
 """
 
 from __future__ import annotations
@@ -73,6 +81,21 @@ def make_problems(n: int, seed: int = 0) -> list[tuple[str, str, str]]:
     return out
 
 
+def make_own_problems(n: int, seed: int = 0) -> dict[str, list[str]]:
+    """`n` one-step problems for --own, as a dataset-like dict of "prompt" and "answer" lists."""
+    rng = random.Random(seed)
+    prompts, answers = [], []
+    for _ in range(n):
+        name, item = rng.choice(NAMES), rng.choice(ITEMS)
+        a, b = rng.randint(1, 9), rng.randint(1, 9)
+        prompts.append(
+            f"{name} has {a} {item} and buys {b} more. How many {item} does {name} have now? "
+            "Put the final answer in \\boxed{}."
+        )
+        answers.append(str(a + b))
+    return {"prompt": prompts, "answer": answers}
+
+
 def greedy_texts(model, tok, prefixes: list[torch.Tensor], budget: int, batch_size: int = 32) -> list[str]:
     """Greedy continuations of unpadded id prefixes (left-padded batches of `batch_size`), stopped once the
     boxed answer is closed (all the check needs); the new text of each."""
@@ -91,13 +114,15 @@ def reference_oracle(
     """(labels (T,), finishable) for one reference: see the module docstring."""
     p_ids, c_ids = traj.prompt_ids, traj.completion_ids
     positions = reasoning[: c_ids.numel()].nonzero().flatten().tolist()
+    labels = torch.zeros(c_ids.numel(), dtype=torch.bool)
+    if not positions:  # the answer span opens the completion: nothing before it to flip
+        return labels, True
     alt = alternative_tokens(model, p_ids, c_ids)
     intact = [torch.cat([p_ids, c_ids[: t + 1]]) for t in positions]
     swapped = [torch.cat([p_ids, c_ids[:t], alt[t : t + 1]]) for t in positions]
     budget = c_ids.numel() - positions[0] + 4
     outs = greedy_texts(model, tok, intact + swapped, budget)
     n = len(positions)
-    labels = torch.zeros(c_ids.numel(), dtype=torch.bool)
     ok_intact = []
     for i, t in enumerate(positions):
         kept = tok.decode(c_ids[: t + 1], skip_special_tokens=True) + outs[i]
@@ -141,7 +166,10 @@ def main(argv: list[str] | None = None) -> int:
 
     p = new_parser("python -m oar_rl.analysis.real_recall", __doc__.split("\n\n")[0])
     add(p, "--model", default="smollm2-135m")
-    add(p, "--n", type=int, default=32, help="reference solutions to score (before filtering)")
+    add(p, "--n", type=int, default=32, help="references to score (before filtering); --own: correct ones")
+    add(p, "--own", action="store_true", help="the model's own sampled correct trajectories (see module doc)")
+    add(p, "--temperature", type=float, default=1.0, help="--own: sampling temperature")
+    add(p, "--max-problems", type=int, default=2000, help="--own: give up after sampling this many problems")
     add(p, "--seed", type=int, default=0)
     add(p, "--out", default="results/real-model")
     a = p.parse_args(list(sys.argv[1:] if argv is None else argv))
@@ -149,8 +177,19 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(1)
     out = ensure_writable_dir(a.out)
     model, tok = load_model(a.model)
-    problems = make_problems(a.n, a.seed)
-    trajs = [given_trajectory(tok, q, ref, chat=True, answer=gold) for q, ref, gold in problems]
+    if a.own:
+        from oar_rl.analysis.recall import sample_correct
+
+        sampled, trajs = sample_correct(
+            model, tok, make_own_problems(a.max_problems, a.seed), a.n, max_new_tokens=96, seed=a.seed,
+            chat=True, check=check, temperature=a.temperature,
+        )  # fmt: skip
+        print(f"[real-recall] own trajectories: {len(trajs)} correct of {len(sampled)} sampled", flush=True)
+        if not trajs:
+            raise SystemExit(f"no correct trajectory in {len(sampled)} samples; nothing to score")
+    else:
+        problems = make_problems(a.n, a.seed)
+        trajs = [given_trajectory(tok, q, ref, chat=True, answer=gold) for q, ref, gold in problems]
     batch, answer_mask = answer_spans(trajs, tok)
     if not bool(answer_mask.any(dim=1).all()):
         raise SystemExit("a reference solution has no answer span; the generator is broken")
@@ -175,7 +214,9 @@ def main(argv: list[str] | None = None) -> int:
     wall = time.perf_counter() - t0
     result = {
         "command": "python -m oar_rl.analysis.real_recall " + " ".join(argv or sys.argv[1:]),
-        "model": a.model, "references": len(trajs), "finishable": len(kept), "with_pivot": with_pivot,
+        "model": a.model, "trajectories": "own, sampled" if a.own else "references, teacher-forced",
+        "sampled": len(sampled) if a.own else None, "references": len(trajs), "finishable": len(kept),
+        "with_pivot": with_pivot,
         "reasoning_tokens": int(mask.sum()), "pivots": int((oracle & mask).sum()),
         "wall_seconds": round(wall, 1), "threads": 1,
         "recall": {k: curve_json(c) for k, c in recalls.items()},

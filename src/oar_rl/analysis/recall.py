@@ -193,9 +193,10 @@ def sample_correct(
     chunk: int = 32,
     chat: bool = False,
     check: Callable[[str, str], bool] = exact_check,
+    temperature: float = 1.0,
 ):
-    """Sample `ds`'s prompts in chunks at temperature 1.0 until `n` trajectories are correct by `check`
-    (completion text, gold answer; default: the embedded tasks' exact checker).
+    """Sample `ds`'s prompts in chunks at `temperature` (default 1.0) until `n` trajectories are correct by
+    `check` (completion text, gold answer; default: the embedded tasks' exact checker).
 
     Returns (every sampled trajectory, the first `n` correct ones). Only as many prompts are sampled as
     `n` needs (whole chunks; chunk i is seeded `seed + i`, so the result depends only on the arguments).
@@ -212,6 +213,7 @@ def sample_correct(
             max_new_tokens=max_new_tokens,
             seed=seed + i,
             chat=chat,
+            temperature=temperature,
         )
         trajs += batch
         correct += [t for t in batch if t.completion_ids.numel() and check(t.completion, t.answer)]
