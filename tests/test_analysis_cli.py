@@ -103,3 +103,20 @@ def test_oracle_takes_the_task_and_its_splits(tiny_model_dir, tmp_path, monkeypa
     result = json.loads((out / "recall.json").read_text())
     assert result["trajectories"] == 2 and result["settings"]["split"] == "hard"
     assert result["settings"]["task"] == "arithmetic" and result["settings"]["max_new_tokens"] == 4
+
+
+def test_real_recall_problem_generators_state_their_gold():
+    """The real-model recall's problems: each gold answer is the arithmetic of its own prompt."""
+    import re
+
+    from oar_rl.analysis.real_recall import make_own_problems, make_problems
+
+    own = make_own_problems(50, seed=3)
+    assert own == make_own_problems(50, seed=3) and len(own["prompt"]) == 50
+    for prompt, gold in zip(own["prompt"], own["answer"], strict=True):
+        a, b = map(int, re.match(r"\w+ has (\d+) \w+ and buys (\d+) more", prompt).groups())
+        assert gold == str(a + b) and "\\boxed{}" in prompt
+    for prompt, ref, gold in make_problems(50, seed=3):
+        pattern = r"\w+ has (\d+) \w+\. \w+ buys (\d+) more and then gives away (\d+)"
+        a, b, c = map(int, re.match(pattern, prompt).groups())
+        assert gold == str(a + b - c) and int(gold) > 0 and ref.endswith(f"\\boxed{{{gold}}}.")
