@@ -33,6 +33,7 @@ import json
 import random
 import sys
 import time
+from functools import partial
 from pathlib import Path
 
 import torch
@@ -57,6 +58,7 @@ NAMES = ("Tom", "Ann", "Sam", "Lily", "Ben", "Mia", "Leo", "Zoe")
 ITEMS = ("apples", "pens", "cards", "stamps", "books", "shells")
 OPENERS = ("First, ", "To start, ", "", "Let's see. ")
 LINKERS = ("Then", "After that,", "Next,", "Finally,")
+PHRASE = " The final answer is \\boxed{"  # every reference closes with it (`make_problems`)
 SIGNALS = ("oar-p", "oar-g", "grail", "entropy", "random")  # in the order of the committed tables
 
 
@@ -75,7 +77,7 @@ def make_problems(n: int, seed: int = 0) -> list[tuple[str, str, str]]:
         )
         ref = (
             f"{rng.choice(OPENERS)}{name} has {a} + {b} = {s} {item}. {rng.choice(LINKERS)} "
-            f"{s} - {c} = {r}. The final answer is \\boxed{{{r}}}."
+            f"{s} - {c} = {r}.{PHRASE}{r}}}."
         )
         out.append((prompt, ref, str(r)))
     return out
@@ -108,10 +110,81 @@ def greedy_texts(model, tok, prefixes: list[torch.Tensor], budget: int, batch_si
     return texts
 
 
-def reference_oracle(
+def reasoning_end(tok, completion: str, c_ids: torch.Tensor) -> tuple[int, torch.Tensor]:
+    """(P, phrase ids) of a reference: P indexes the first token of its closing `PHRASE`, whose ids follow.
+
+    Raises ValueError when the reference does not end in `PHRASE` on token boundaries (never guessed)."""
+    cut = completion.rfind(PHRASE)
+    if cut < 0:
+        raise ValueError(f"reference {completion!r} has no closing {PHRASE!r}")
+    lengths = [len(tok.decode(c_ids[:k], skip_special_tokens=True)) for k in range(c_ids.numel() + 1)]
+    end = max(k for k, n in enumerate(lengths) if n <= cut)
+    phrase = c_ids[end : end + len(tok(PHRASE, add_special_tokens=False)["input_ids"])]
+    if tok.decode(phrase, skip_special_tokens=True) != PHRASE:
+        raise ValueError(
+            f"reference {completion!r}: tokens from {end} decode to {tok.decode(phrase)!r}, not {PHRASE!r}"
+        )
+    return end, phrase
+
+
+def readout_rows(
+    prefixes: list[torch.Tensor], new: torch.Tensor, budgets: list[int], phrase: torch.Tensor, eos_id: int
+) -> tuple[list[torch.Tensor | None], list[torch.Tensor]]:
+    """Each prefix with its greedy continuation `new[i]` cut to `budgets[i]` tokens, then `phrase`.
+
+    Returns (read-out rows, continuations): a row is None where the continuation ended with EOS (that
+    completion is over and is checked as written, not read out)."""
+    rows: list[torch.Tensor | None] = []
+    conts = []
+    for prefix, ids, budget in zip(prefixes, new, budgets, strict=True):
+        cont = ids[:budget]
+        ended = (cont == eos_id).nonzero()
+        if len(ended):
+            conts.append(cont[: int(ended[0, 0])])
+            rows.append(None)
+        else:
+            conts.append(cont)
+            rows.append(torch.cat([prefix, cont, phrase]))
+    return rows, conts
+
+
+def readout_oracle(model, tok, traj: Trajectory, check, batch_size: int = 32) -> tuple[torch.Tensor, bool]:
+    """(labels (T,), finishable) for one reference by the forced read-out oracle (module docstring)."""
+    p_ids, c_ids = traj.prompt_ids, traj.completion_ids
+    end, phrase = reasoning_end(tok, traj.completion, c_ids)
+    labels = torch.zeros(c_ids.numel(), dtype=torch.bool)
+    if end == 0:
+        return labels, True
+    alt = alternative_tokens(model, p_ids, c_ids)
+    eos = tok.eos_token_id
+    intact = [torch.cat([p_ids, c_ids[: t + 1]]) for t in range(end)]
+    swapped = [torch.cat([p_ids, c_ids[:t], alt[t : t + 1]]) for t in range(end)]
+    prefixes, budgets = intact + swapped, [end - t - 1 for t in range(end)] * 2
+    rows, conts = [], []
+    for s in range(0, len(prefixes), batch_size):
+        chunk, chunk_budgets = prefixes[s : s + batch_size], budgets[s : s + batch_size]
+        out, width = greedy_generate(model, tok, chunk, max(1, max(chunk_budgets)))
+        r, c = readout_rows(chunk, out[:, width:], chunk_budgets, phrase, eos)
+        rows += r
+        conts += c
+    live = [i for i, r in enumerate(rows) if r is not None]
+    answers = dict(zip(live, greedy_texts(model, tok, [rows[i] for i in live], 8, batch_size), strict=True))
+    ok = []
+    for i, (prefix, cont) in enumerate(zip(prefixes, conts, strict=True)):
+        written = tok.decode(torch.cat([prefix[p_ids.numel() :], cont]), skip_special_tokens=True)
+        if i >= end and int(alt[i - end]) == eos:  # the substitute ends the completion: no answer
+            ok.append(False)
+        else:
+            ok.append(check(written + PHRASE + answers[i]) if i in answers else check(written))
+    for t in range(end):
+        labels[t] = ok[t] and not ok[end + t]
+    return labels, ok[end - 1]
+
+
+def continuation_oracle(
     model, tok, traj: Trajectory, reasoning: torch.Tensor, check
 ) -> tuple[torch.Tensor, bool]:
-    """(labels (T,), finishable) for one reference: see the module docstring."""
+    """(labels (T,), finishable) for one own trajectory by the greedy-continuation oracle (module doc)."""
     p_ids, c_ids = traj.prompt_ids, traj.completion_ids
     positions = reasoning[: c_ids.numel()].nonzero().flatten().tolist()
     labels = torch.zeros(c_ids.numel(), dtype=torch.bool)
@@ -131,6 +204,39 @@ def reference_oracle(
         ok_intact.append(good)
         labels[t] = good and not check(cut)
     return labels, ok_intact[-1]
+
+
+class OracleCache:
+    """Oracle labels already computed for this model, mode and seed, kept in `path` (rewritten atomically
+    after each trajectory), so an interrupted run resumes where it stopped. A trajectory is looked up by
+    its prompt and completion text; a file written for another model, mode or seed is an error."""
+
+    def __init__(self, path: Path, model: str, own: bool, seed: int) -> None:
+        self.path, self.key, self.hits = path, {"model": model, "own": own, "seed": seed}, 0
+        self.rows: dict[str, dict] = {}
+        if path.exists():
+            saved = json.loads(path.read_text())
+            if saved.get("key") != self.key:
+                raise SystemExit(
+                    f"{path} holds oracle labels for {saved.get('key')}, not {self.key}: "
+                    "use another --out or delete it"
+                )
+            self.rows = saved["rows"]
+
+    @staticmethod
+    def _id(t: Trajectory) -> str:
+        return json.dumps([t.prompt, t.completion])
+
+    def get(self, t: Trajectory) -> tuple[torch.Tensor, bool] | None:
+        row = self.rows.get(self._id(t))
+        if row is None:
+            return None
+        self.hits += 1
+        return torch.tensor(row["labels"], dtype=torch.bool), bool(row["finishable"])
+
+    def put(self, t: Trajectory, labels: torch.Tensor, finishable: bool) -> None:
+        self.rows[self._id(t)] = {"labels": labels.int().tolist(), "finishable": finishable}
+        write_text_atomic(self.path, json.dumps({"key": self.key, "rows": self.rows}) + "\n")
 
 
 def heatmap_png(trajs, tok, rows: dict[str, torch.Tensor], mask: torch.Tensor, path: Path) -> None:
@@ -171,10 +277,11 @@ def main(argv: list[str] | None = None) -> int:
     add(p, "--temperature", type=float, default=1.0, help="--own: sampling temperature")
     add(p, "--max-problems", type=int, default=2000, help="--own: give up after sampling this many problems")
     add(p, "--seed", type=int, default=0)
+    add(p, "--threads", type=int, default=1, help="torch threads")
     add(p, "--out", default="results/real-model")
     a = p.parse_args(list(sys.argv[1:] if argv is None else argv))
     t0 = time.perf_counter()
-    torch.set_num_threads(1)
+    torch.set_num_threads(a.threads)
     out = ensure_writable_dir(a.out)
     model, tok = load_model(a.model)
     if a.own:
@@ -194,9 +301,21 @@ def main(argv: list[str] | None = None) -> int:
     if not bool(answer_mask.any(dim=1).all()):
         raise SystemExit("a reference solution has no answer span; the generator is broken")
     reasoning = scored_positions(batch[3], answer_mask)  # (B, C): the tokens before each answer span
+    if not a.own:  # references: the reasoning stops where the closing phrase starts (the oracle reads out)
+        ends = torch.tensor([reasoning_end(tok, t.completion, t.completion_ids)[0] for t in trajs])
+        reasoning &= torch.arange(reasoning.shape[1])[None] < ends[:, None]
+    cache = OracleCache(out / "oracle.json", a.model, a.own, a.seed)
     labels, keep = [], []
     for i, t in enumerate(trajs):
-        lab, finishable = reference_oracle(model, tok, t, reasoning[i], lambda s, g=t.answer: check(s, g))
+        done = cache.get(t)
+        if done is None:
+            check_t = partial(check, gold=t.answer)
+            if a.own:
+                done = continuation_oracle(model, tok, t, reasoning[i], check_t)
+            else:
+                done = readout_oracle(model, tok, t, check_t)
+            cache.put(t, *done)
+        lab, finishable = done
         labels.append(lab)
         keep.append(finishable)
         print(
@@ -207,6 +326,9 @@ def main(argv: list[str] | None = None) -> int:
     scores, mask = scores_per_probe(
         model, tok, kept, SIGNALS, PROBES, model_free_probe="as-mean", seed=a.seed
     )
+    if not a.own:  # recall over the reasoning only, as the oracle labels it
+        kept_ends = torch.tensor([reasoning_end(tok, t.completion, t.completion_ids)[0] for t in kept])
+        mask = mask & (torch.arange(mask.shape[1])[None] < kept_ends[:, None])
     oracle = label_matrix(labels, mask)
     recalls = recall_curves(scores, oracle, mask, KS)
     bands = recall_bands(scores, oracle, mask, KS, seed=a.seed)
@@ -218,7 +340,8 @@ def main(argv: list[str] | None = None) -> int:
         "sampled": len(sampled) if a.own else None, "references": len(trajs), "finishable": len(kept),
         "with_pivot": with_pivot,
         "reasoning_tokens": int(mask.sum()), "pivots": int((oracle & mask).sum()),
-        "wall_seconds": round(wall, 1), "threads": 1,
+        "wall_seconds": round(wall, 1), "threads": a.threads,
+        "oracle": "continuation" if a.own else "forced read-out", "oracle_cached": cache.hits,
         "recall": {k: curve_json(c) for k, c in recalls.items()},
         "recall_ci95": {k: band_json(b) for k, b in bands.items()},
     }  # fmt: skip
