@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
+import torch
 
 from oar_rl.analysis import attribute, recall
 from oar_rl.cli import main as cli_main
@@ -120,3 +121,36 @@ def test_real_recall_problem_generators_state_their_gold():
         pattern = r"\w+ has (\d+) \w+\. \w+ buys (\d+) more and then gives away (\d+)"
         a, b, c = map(int, re.match(pattern, prompt).groups())
         assert gold == str(a + b - c) and int(gold) > 0 and ref.endswith(f"\\boxed{{{gold}}}.")
+
+
+def test_readout_rows_cut_each_continuation_to_its_budget_and_stop_at_eos():
+    """The forced read-out: prefix + the continuation's first `budget` tokens + the phrase; a continuation
+    that ended (EOS within its budget) is not read out."""
+    from oar_rl.analysis.real_recall import readout_rows
+
+    eos, phrase = 0, torch.tensor([90, 91])
+    prefixes = [torch.tensor([5, 6]), torch.tensor([7]), torch.tensor([8, 9, 10])]
+    new = torch.tensor([[11, 12, 13], [14, 0, 15], [16, 17, 0]])  # row 2's EOS is past its budget
+    rows, conts = readout_rows(prefixes, new, [2, 3, 0], phrase, eos)
+    assert rows[0].tolist() == [5, 6, 11, 12, 90, 91] and conts[0].tolist() == [11, 12]
+    assert rows[1] is None and conts[1].tolist() == [14]
+    assert rows[2].tolist() == [8, 9, 10, 90, 91] and conts[2].tolist() == []
+
+
+def test_oracle_cache_resumes_and_refuses_another_run(tmp_path):
+    """Labels written after each trajectory come back on a restart; a file from another model, mode or
+    seed is refused, not mixed in."""
+    from oar_rl.analysis.attribute import Trajectory
+    from oar_rl.analysis.real_recall import OracleCache
+
+    t = Trajectory("q", "a 1.", "1", torch.tensor([1]), torch.tensor([2, 3]))
+    other = Trajectory("q", "a 2.", "2", torch.tensor([1]), torch.tensor([2, 4]))
+    cache = OracleCache(tmp_path / "oracle.json", "m", False, 0)
+    assert cache.get(t) is None
+    cache.put(t, torch.tensor([True, False]), True)
+    again = OracleCache(tmp_path / "oracle.json", "m", False, 0)
+    labels, finishable = again.get(t)
+    assert labels.tolist() == [True, False] and finishable and again.hits == 1
+    assert again.get(other) is None
+    with pytest.raises(SystemExit, match="seed"):
+        OracleCache(tmp_path / "oracle.json", "m", False, 1)

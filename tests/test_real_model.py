@@ -222,6 +222,48 @@ def test_attribute_applies_chat_template_and_reports_fallback(model_dir, tmp_pat
     assert "no answer span" in page
 
 
+def test_reasoning_end_finds_the_closing_phrase_on_the_real_tokenizer(real):
+    """Every generated reference splits into reasoning and the closing phrase on token boundaries; a
+    reference without the phrase is an error, not a guess."""
+    from oar_rl.analysis.attribute import given_trajectory
+    from oar_rl.analysis.real_recall import PHRASE, make_problems, reasoning_end
+
+    _, tok = real
+    for prompt, ref, gold in make_problems(40, seed=1):
+        t = given_trajectory(tok, prompt, ref, chat=True, answer=gold)
+        end, phrase = reasoning_end(tok, ref, t.completion_ids)
+        assert tok.decode(t.completion_ids[:end]) == ref[: ref.rindex(PHRASE)]
+        assert tok.decode(t.completion_ids[end + phrase.numel() :]) == f"{gold}}}."
+    with pytest.raises(ValueError, match="no closing"):
+        reasoning_end(tok, "5 + 7 = 12. So 12.", torch.tensor(tok("5 + 7 = 12. So 12.")["input_ids"]))
+
+
+def test_readout_oracle_labels_the_result_a_pivot(real):
+    """The forced read-out oracle on a one-step reference: the model reads the answer out of the full
+    reasoning (finishable), substituting the written result changes what it reads out (a pivot), and no
+    label falls on the closing phrase."""
+    from fractions import Fraction
+
+    from oar_rl.analysis.attribute import given_trajectory
+    from oar_rl.analysis.real_recall import readout_oracle, reasoning_end
+    from oar_rl.rewards.extract import as_number, extract_prediction
+
+    model, tok = real
+
+    def check(text: str) -> bool:
+        pred, kind = extract_prediction(text)
+        return kind is not None and as_number(pred) == Fraction(12)
+
+    ref = "Tom has 5 + 7 = 12 apples. The final answer is \\boxed{12}."
+    t = given_trajectory(tok, "Tom has 5 apples and buys 7 more. How many?", ref, chat=True, answer="12")
+    labels, finishable = readout_oracle(model, tok, t, check)
+    end, _ = reasoning_end(tok, ref, t.completion_ids)
+    assert finishable and labels.shape == t.completion_ids.shape and not labels[end:].any()
+    pieces = [tok.decode(t.completion_ids[i : i + 1]) for i in range(end)]
+    result = max(i for i, piece in enumerate(pieces) if piece.strip() in {"1", "2", "12"})
+    assert labels[result], list(zip(pieces, labels[:end].tolist(), strict=True))
+
+
 LONG = os.environ.get("OAR_RL_TEST_REAL_MODEL_LONG") == "1"
 
 

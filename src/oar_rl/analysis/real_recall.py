@@ -1,6 +1,6 @@
 """The paper's Figure 5 (recall of oracle causal tokens) and Figure 4/8 heatmaps on a real model.
 
-    python -m oar_rl.analysis.real_recall --model smollm2-135m --n 32 --out results/real-model
+    python -m oar_rl.analysis.real_recall --model smollm2-135m --n 64 --threads 2 --out results/real-model
 
 SmolLM2-135M-Instruct solves almost none of these problems itself (0 of 30 one-step word problems,
 greedy), so its own correct trajectories are too rare to sample. Instead each trajectory is a *correct
@@ -9,20 +9,30 @@ words as well as the numbers), written in the `\\boxed{}` format and scored *tea
 goes through the model's chat template and the reference is the completion; every scorer (OAR-P and
 OAR-G with each probe, GRAIL, entropy, random) sees exactly what it would see for a sampled one.
 
-The oracle for a reference (departure from Eq. 19, which assumes the model produced y): for each
-reasoning position t, y_t is replaced by the model's most probable token other than y_t, and the model
-greedily continues; so does it from the intact prefix y_{<=t}. Position t is a causal pivot when the
-intact continuation is correct and the substituted one is not: the substitution flips the model's own
-outcome from that point. Comparing with the model's intact continuation, not with the reference's
+The oracle for a reference (departures from Eq. 19, which assumes the model produced y). Each reference
+is reasoning R followed by the closing phrase " The final answer is \\boxed{" and the answer. For each
+position t of R, y_t is replaced by the model's most probable token other than y_t (as in Eq. 19) and
+the model greedily continues, *for as many tokens as R has left after t*; the reference's closing phrase
+is then appended and the model greedily writes the answer (a *forced read-out*). The same is done from
+the intact prefix y_{<=t}. Position t is a causal pivot when the intact read-out is correct and the
+substituted one is not: the substitution flips the model's own outcome from that point. Why not plain
+greedy continuation (this module's first version, kept for ``--own``): SmolLM2 rarely writes a rewarded
+answer format on its own after a teacher-forced prefix (it trails off into "So, Leo has 11 stamps
+now."), so every intact continuation but the last few was "wrong" for its format and the only pivots
+were the answer-phrase tokens; reading the answer out in the reference's own format makes the outcome
+the model's arithmetic, not its formatting. Comparing with the intact read-out, not with the reference's
 correctness, keeps positions where the weak model would go wrong anyway from counting as pivots. A
-reference counts only when the model's greedy continuation from its full reasoning is correct (the
-model can finish it), and recall is averaged over references with at least one pivot.
+continuation that ends (EOS, or a substituted EOS) is checked as written. A reference counts only when
+the model reads out the right answer from the full R (it can finish it); recall is over the tokens of R
+(the closing phrase is not scored) and averaged over references with at least one pivot. Labels are
+kept in ``OUT/oracle.json`` as they are computed, so a stopped run resumes.
 
 With ``--own`` the trajectories are the model's *own*: one-step word problems ("has a, buys b more", a
 and b from 1 to 9, the prompt asking for ``\\boxed{}``), sampled (``--temperature``, default 1) under the
 chat template until ``--n`` are correct by the rewarded answer (the paper's setting, Eq. 19: y is the
-model's). The same oracle is applied to them (intact greedy continuation correct, substituted one not),
-so a position only counts where the model itself carries the outcome from that point. SmolLM2-135M
+model's). The plain greedy-continuation oracle is applied to them (intact continuation correct,
+substituted one not, each read as the model writes it), so a position only counts where the model
+itself carries the outcome from that point. SmolLM2-135M
 rarely writes the boxed answer these prompts ask for (1 correct of 48 at temperature 0.7, 0 of 64 at 1.0),
 so ``--own --n 30`` samples on the order of 1,500 problems.
 """
@@ -240,7 +250,8 @@ class OracleCache:
 
 
 def heatmap_png(trajs, tok, rows: dict[str, torch.Tensor], mask: torch.Tensor, path: Path) -> None:
-    """Figure 4/8 style: per trace, one row of coloured tokens per method (and the oracle)."""
+    """Figure 4/8 style: per trace, one row of coloured tokens per method (and the oracle), over the tokens
+    `mask` keeps (from the first), each row scaled to its own maximum there."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -250,7 +261,8 @@ def heatmap_png(trajs, tok, rows: dict[str, torch.Tensor], mask: torch.Tensor, p
     for ax, (i, t) in zip(list(axes) if len(trajs) > 1 else [axes], enumerate(trajs), strict=True):
         n = int(mask[i].sum())
         pieces = [tok.decode([int(x)]).replace("\n", "⏎").replace("$", r"\$") for x in t.completion_ids[:n]]
-        grid = torch.stack([r[i, :n].float() for r in rows.values()]).numpy()
+        grid = torch.stack([r[i, :n].float() for r in rows.values()])
+        grid = (grid / grid.amax(dim=1, keepdim=True).clamp_min(1e-12)).numpy()  # each row to its own max
         ax.imshow(grid, aspect="auto", cmap="Reds", vmin=0, vmax=1)
         ax.set_yticks(range(len(rows)), list(rows), fontsize=7)
         ax.set_xticks(range(n), pieces, fontsize=6, rotation=90)
@@ -301,9 +313,6 @@ def main(argv: list[str] | None = None) -> int:
     if not bool(answer_mask.any(dim=1).all()):
         raise SystemExit("a reference solution has no answer span; the generator is broken")
     reasoning = scored_positions(batch[3], answer_mask)  # (B, C): the tokens before each answer span
-    if not a.own:  # references: the reasoning stops where the closing phrase starts (the oracle reads out)
-        ends = torch.tensor([reasoning_end(tok, t.completion, t.completion_ids)[0] for t in trajs])
-        reasoning &= torch.arange(reasoning.shape[1])[None] < ends[:, None]
     cache = OracleCache(out / "oracle.json", a.model, a.own, a.seed)
     labels, keep = [], []
     for i, t in enumerate(trajs):
@@ -323,12 +332,14 @@ def main(argv: list[str] | None = None) -> int:
         )
     kept = [t for t, k in zip(trajs, keep, strict=True) if k]
     labels = [lab for lab, k in zip(labels, keep, strict=True) if k]
+    if not kept:
+        raise SystemExit(f"the model finishes none of the {len(trajs)} trajectories; nothing to score")
     scores, mask = scores_per_probe(
         model, tok, kept, SIGNALS, PROBES, model_free_probe="as-mean", seed=a.seed
     )
-    if not a.own:  # recall over the reasoning only, as the oracle labels it
-        kept_ends = torch.tensor([reasoning_end(tok, t.completion, t.completion_ids)[0] for t in kept])
-        mask = mask & (torch.arange(mask.shape[1])[None] < kept_ends[:, None])
+    if not a.own:  # references: recall over the reasoning R only, the tokens the oracle labels
+        ends = torch.tensor([reasoning_end(tok, t.completion, t.completion_ids)[0] for t in kept])
+        mask = mask & (torch.arange(mask.shape[1])[None] < ends[:, None])
     oracle = label_matrix(labels, mask)
     recalls = recall_curves(scores, oracle, mask, KS)
     bands = recall_bands(scores, oracle, mask, KS, seed=a.seed)
