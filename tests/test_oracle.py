@@ -97,3 +97,28 @@ def test_causal_recall_skips_rows_without_pivots_and_ignores_padding():
         causal_recall(scores, labels, mask, ks=(0.0,))
     with pytest.raises(ValueError, match="shape"):
         causal_recall(scores, labels[:, :2], mask)
+
+
+def test_recall_difference_is_paired_and_its_interval_covers_it():
+    """A − B equals the difference of the two recalls; a score against itself differs by exactly 0 with a
+    zero-width interval (pairing cancels what the two share); the unpaired bands would not be zero-width."""
+    from oar_rl.analysis.oracle import recall_difference, recall_interval
+
+    gen = torch.Generator().manual_seed(0)
+    labels = torch.rand(40, 12, generator=gen) < 0.2
+    mask = torch.ones(40, 12, dtype=torch.bool)
+    good = labels.float() + 0.8 * torch.rand(40, 12, generator=gen)  # pivots mostly on top
+    noise = torch.rand(40, 12, generator=gen)
+    ks = (0.1, 0.3, 0.5)
+    diff = recall_difference(good, noise, labels, mask, ks, seed=1)
+    ra, rb = causal_recall(good, labels, mask, ks), causal_recall(noise, labels, mask, ks)
+    for k in ks:
+        d, lo, hi = diff[k]
+        assert d == pytest.approx(ra[k] - rb[k], abs=1e-6)  # causal_recall averages in float32
+        assert lo <= d <= hi and lo > 0
+    assert all(v == (0.0, 0.0, 0.0) for v in recall_difference(noise, noise, labels, mask, ks).values())
+    band = recall_interval(noise, labels, mask, ks)
+    assert all(hi > lo for lo, hi in band.values())
+    assert recall_difference(good, noise, labels & False, mask, ks) == {k: (0.0, 0.0, 0.0) for k in ks}
+    with pytest.raises(ValueError, match="level"):
+        recall_difference(good, noise, labels, mask, ks, level=1.0)

@@ -196,6 +196,36 @@ def causal_recall(
     return out
 
 
+def _per_row_recall(
+    scores: torch.Tensor, labels: torch.Tensor, mask: torch.Tensor, ks: Sequence[float], rows: list[int]
+) -> torch.Tensor:
+    """(R, K) float64: `causal_recall` of each of `rows` alone, at each k."""
+    return torch.tensor(
+        [
+            [causal_recall(scores[r : r + 1], labels[r : r + 1], mask[r : r + 1], ks)[float(k)] for k in ks]
+            for r in rows
+        ],
+        dtype=torch.float64,
+    )
+
+
+def _bootstrap_means(per_row: torch.Tensor, level: float, n_boot: int, seed: int) -> tuple[list, list]:
+    """Percentile interval of the column means of (R, K) `per_row`, resampling rows: (lows, highs)."""
+    gen = torch.Generator().manual_seed(seed)
+    idx = torch.randint(0, per_row.shape[0], (n_boot, per_row.shape[0]), generator=gen)  # (n_boot, R)
+    means = per_row[idx].mean(dim=1)  # (n_boot, K)
+    lo = torch.quantile(means, (1 - level) / 2, dim=0)
+    hi = torch.quantile(means, 1 - (1 - level) / 2, dim=0)
+    return lo.tolist(), hi.tolist()
+
+
+def _pivot_rows(labels: torch.Tensor, mask: torch.Tensor, level: float) -> list[int]:
+    """The rows with a pivot (after checking the interval's `level`)."""
+    if not 0 < level < 1:
+        raise ValueError(f"level must be in (0, 1), got {level}")
+    return torch.nonzero((labels.bool() & mask.bool()).any(dim=1)).flatten().tolist()
+
+
 def recall_interval(
     scores: torch.Tensor,
     labels: torch.Tensor,
@@ -210,21 +240,35 @@ def recall_interval(
 
     Only rows with a pivot count (as in `causal_recall`); with none, every interval is (0, 0).
     """
-    if not 0 < level < 1:
-        raise ValueError(f"level must be in (0, 1), got {level}")
-    rows = torch.nonzero((labels.bool() & mask.bool()).any(dim=1)).flatten()
-    if rows.numel() == 0:
+    rows = _pivot_rows(labels, mask, level)
+    if not rows:
         return {float(k): (0.0, 0.0) for k in ks}
-    per_row = torch.tensor(  # (R, K): recall of each row with a pivot, at each k
-        [
-            [causal_recall(scores[r : r + 1], labels[r : r + 1], mask[r : r + 1], ks)[float(k)] for k in ks]
-            for r in rows.tolist()
-        ],
-        dtype=torch.float64,
+    lo, hi = _bootstrap_means(_per_row_recall(scores, labels, mask, ks, rows), level, n_boot, seed)
+    return {float(k): (float(a), float(b)) for k, a, b in zip(ks, lo, hi, strict=True)}
+
+
+def recall_difference(
+    scores_a: torch.Tensor,
+    scores_b: torch.Tensor,
+    labels: torch.Tensor,
+    mask: torch.Tensor,
+    ks: Sequence[float],
+    *,
+    level: float = 0.95,
+    n_boot: int = 1000,
+    seed: int = 0,
+) -> dict[float, tuple[float, float, float]]:
+    """Paired recall difference A − B at each k: (difference, low, high), the interval a percentile
+    bootstrap that resamples trajectories once for both scores (so what the two share cancels).
+
+    The difference equals `causal_recall(A) − causal_recall(B)`; with no pivot, (0, 0, 0).
+    """
+    rows = _pivot_rows(labels, mask, level)
+    if not rows:
+        return {float(k): (0.0, 0.0, 0.0) for k in ks}
+    per_row = _per_row_recall(scores_a, labels, mask, ks, rows) - _per_row_recall(
+        scores_b, labels, mask, ks, rows
     )
-    gen = torch.Generator().manual_seed(seed)
-    idx = torch.randint(0, per_row.shape[0], (n_boot, per_row.shape[0]), generator=gen)  # (n_boot, R)
-    means = per_row[idx].mean(dim=1)  # (n_boot, K)
-    lo = torch.quantile(means, (1 - level) / 2, dim=0)
-    hi = torch.quantile(means, 1 - (1 - level) / 2, dim=0)
-    return {float(k): (float(a), float(b)) for k, a, b in zip(ks, lo.tolist(), hi.tolist(), strict=True)}
+    lo, hi = _bootstrap_means(per_row, level, n_boot, seed)
+    mean = per_row.mean(dim=0).tolist()
+    return {float(k): (float(d), float(a), float(b)) for k, d, a, b in zip(ks, mean, lo, hi, strict=True)}

@@ -49,7 +49,7 @@ from pathlib import Path
 import torch
 
 from oar_rl.analysis.attribute import Trajectory, answer_spans, given_trajectory, load_model
-from oar_rl.analysis.oracle import alternative_tokens, greedy_generate
+from oar_rl.analysis.oracle import alternative_tokens, greedy_generate, recall_difference
 from oar_rl.analysis.recall import (
     _plot,
     band_json,
@@ -69,6 +69,10 @@ ITEMS = ("apples", "pens", "cards", "stamps", "books", "shells")
 OPENERS = ("First, ", "To start, ", "", "Let's see. ")
 LINKERS = ("Then", "After that,", "Next,", "Finally,")
 PHRASE = " The final answer is \\boxed{"  # every reference closes with it (`make_problems`)
+PAIRS = (  # paired recall differences reported beside the curves (A, B): A − B
+    ("oar-p/as-mean", "oar-g/as-mean"), ("oar-p/as-mean", "entropy"), ("oar-g/as-mean", "entropy"),
+    ("oar-g/as-mean", "random"), ("oar-g/as-mean", "grail"), ("oar-p/as-joint", "oar-p/as-mean"),
+)  # fmt: skip
 SIGNALS = ("oar-p", "oar-g", "grail", "entropy", "random")  # in the order of the committed tables
 
 
@@ -315,6 +319,7 @@ def main(argv: list[str] | None = None) -> int:
     reasoning = scored_positions(batch[3], answer_mask)  # (B, C): the tokens before each answer span
     cache = OracleCache(out / "oracle.json", a.model, a.own, a.seed)
     labels, keep = [], []
+    t_oracle = time.perf_counter()
     for i, t in enumerate(trajs):
         done = cache.get(t)
         if done is None:
@@ -330,6 +335,7 @@ def main(argv: list[str] | None = None) -> int:
         print(
             f"[real-recall] {i + 1}/{len(trajs)} pivots {int(lab.sum())} finishable {finishable}", flush=True
         )
+    oracle_seconds = time.perf_counter() - t_oracle
     kept = [t for t, k in zip(trajs, keep, strict=True) if k]
     labels = [lab for lab, k in zip(labels, keep, strict=True) if k]
     if not kept:
@@ -343,6 +349,9 @@ def main(argv: list[str] | None = None) -> int:
     oracle = label_matrix(labels, mask)
     recalls = recall_curves(scores, oracle, mask, KS)
     bands = recall_bands(scores, oracle, mask, KS, seed=a.seed)
+    paired = {
+        f"{x} − {y}": recall_difference(scores[x], scores[y], oracle, mask, KS, seed=a.seed) for x, y in PAIRS
+    }
     with_pivot = int((oracle & mask).any(dim=1).sum())
     wall = time.perf_counter() - t0
     result = {
@@ -351,16 +360,28 @@ def main(argv: list[str] | None = None) -> int:
         "sampled": len(sampled) if a.own else None, "references": len(trajs), "finishable": len(kept),
         "with_pivot": with_pivot,
         "reasoning_tokens": int(mask.sum()), "pivots": int((oracle & mask).sum()),
-        "wall_seconds": round(wall, 1), "threads": a.threads,
+        "wall_seconds": round(wall, 1), "oracle_seconds": round(oracle_seconds, 1), "threads": a.threads,
         "oracle": "continuation" if a.own else "forced read-out", "oracle_cached": cache.hits,
         "recall": {k: curve_json(c) for k, c in recalls.items()},
         "recall_ci95": {k: band_json(b) for k, b in bands.items()},
+        "paired_difference": {k: {f"{x:g}": list(v) for x, v in d.items()} for k, d in paired.items()},
     }  # fmt: skip
     write_text_atomic(out / "recall.json", json.dumps(result, indent=2) + "\n")
     lines = ["| signal | top 10% | top 20% | top 30% | top 50% |", "|---|---|---|---|---|"]
     for k, c in recalls.items():
         cells = [f"{c[x]:.2f} ({bands[k][x][0]:.2f}–{bands[k][x][1]:.2f})" for x in (0.1, 0.2, 0.3, 0.5)]
         lines.append(f"| {k} | " + " | ".join(cells) + " |")
+    lines += [
+        "",
+        "| paired difference (95% CI) | top 10% | top 20% | top 30% | top 50% |",
+        "|---|---|---|---|---|",
+    ]
+    for k, d in paired.items():
+        lines.append(
+            f"| {k} | "
+            + " | ".join(f"{d[x][0]:+.2f} ({d[x][1]:+.2f}, {d[x][2]:+.2f})" for x in (0.1, 0.2, 0.3, 0.5))
+            + " |"
+        )
     write_text_atomic(out / "recall.md", "\n".join(lines) + "\n")
     main_curves = ("oar-p/lt-logits", "oar-p/as-mean", "oar-g/lt-logits", "oar-g/as-mean", "grail", "entropy")
     for tag, keys in (("recall.png", (*main_curves, "random")), ("recall_all_probes.png", tuple(recalls))):
