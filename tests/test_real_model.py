@@ -11,6 +11,8 @@ These tests fail (not skip) when the package is missing: CI must run them.
   (float64 copies, tests/float64.py);
 - one `OARTrainer` step on a conversational dataset, with the chat template in the prompt ids;
 - `oar-rl attribute` applies the chat template and reports traces without an answer span.
+- the Figure 5 references split into reasoning and closing phrase on token boundaries, and the
+  forced read-out oracle (`oar_rl.analysis.real_recall`) marks the written result of a sum a pivot.
 
 Opt-in (about 5 minutes at 2 threads): `OAR_RL_TEST_REAL_MODEL_LONG=1 python -m pytest -q
 tests/test_real_model.py` also trains two steps of every credit mode.

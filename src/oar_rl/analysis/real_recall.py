@@ -32,9 +32,9 @@ and b from 1 to 9, the prompt asking for ``\\boxed{}``), sampled (``--temperatur
 chat template until ``--n`` are correct by the rewarded answer (the paper's setting, Eq. 19: y is the
 model's). The plain greedy-continuation oracle is applied to them (intact continuation correct,
 substituted one not, each read as the model writes it), so a position only counts where the model
-itself carries the outcome from that point. SmolLM2-135M
-rarely writes the boxed answer these prompts ask for (1 correct of 48 at temperature 0.7, 0 of 64 at 1.0),
-so ``--own --n 30`` samples on the order of 1,500 problems.
+itself carries the outcome from that point. SmolLM2-135M rarely writes the boxed answer these prompts
+ask for (1 correct of 48 at temperature 0.7, 0 of 64 at 1.0), so ``--own --n 30`` samples on the order
+of 1,500 problems.
 """
 
 from __future__ import annotations
