@@ -137,6 +137,7 @@ def compute_importance(
     *,
     rows: Tensor | None = None,
     answer_mask: Tensor | None = None,
+    reasoning_mask: Tensor | None = None,
     **kwargs: Any,
 ) -> Tensor:
     """Raw (B, C) importance of one of :data:`SCORED_CREDITS`; extra keyword arguments go to the scorer.
@@ -153,12 +154,17 @@ def compute_importance(
             sequence advantage is exactly 0, DESIGN §3). None scores every row.
         answer_mask: optional (B, C) answer span (the AS probes and GRAIL need one); validated with the
             batch, and sliced to `rows` along with it.
+        reasoning_mask: optional (B, C) reasoning tokens (:func:`oar_rl.answer_span.reasoning_mask`): only
+            they are scored (OAR-G noises only them), as the trainer does by default
+            (`OARConfig.scored_tokens="reasoning"`). None scores every token the probe allows.
         **kwargs: passed through (probe, noise_std, noise_scale, num_draws, generator, batch_size, ...).
     """
     if kind not in SCORED_CREDITS:
         raise ValueError(f"kind={kind!r} is not a known importance kind; valid: {list(SCORED_CREDITS)}")
     scorer = CREDIT_MODES[kind].scorer
-    batch = prepare_batch(model, prompt_ids, prompt_mask, completion_ids, completion_mask, answer_mask)
+    batch = prepare_batch(
+        model, prompt_ids, prompt_mask, completion_ids, completion_mask, answer_mask, reasoning_mask
+    )
     if rows is not None:
         return score_rows(scorer, model, batch, rows, **kwargs)
     return scorer(model, batch, **kwargs)

@@ -31,9 +31,16 @@ Where this departs from the paper or from TRL, and why:
   restored afterwards, so TRL's train/eval detection is unaffected.
 - Rows whose sequence advantage is exactly 0 (and rows with no loss token, e.g. masked truncated
   completions) are not scored: their token advantages are 0 whatever the weights.
-- Answer-span probes (AS-Mean, AS-Joint) score only tokens before the span; span and later tokens keep
-  weight 1. During the first `probe_warmup_steps` optimizer steps LT-Logits is used instead (paper §6.2:
-  "we initially apply LT-LOGITS as a warm-up").
+- Only the *reasoning* tokens are scored and reshaped (`scored_tokens="reasoning"`, the default): the
+  tokens before the format that introduces the answer (the ``<answer>`` tag, ``\\boxed{``, "The final answer
+  is"). The paper's T is the reasoning; the format sits next to the probe, took each row's top score and
+  squeezed the reasoning's min-max range (issue 26). The format, the answer and later tokens keep weight 1.
+  Answer-span probes (AS-Mean, AS-Joint) read the span; `scored_tokens="before-answer"` restores the
+  earlier behaviour (every token before the span is scored).
+- `reshape_rows` may restrict reshaping to rows with A_i > 0 or A_i < 0 (not in the paper; a control of
+  issue 26); the other rows keep GRPO's uniform advantage and are not scored.
+- During the first `probe_warmup_steps` optimizer steps LT-Logits is used instead of an answer-span probe
+  (paper §6.2: "we initially apply LT-LOGITS as a warm-up").
 - Multi-turn tool outputs (`tool_mask`) are not trained by TRL; they get weight 0 here and the
   remaining tokens share the row's token count.
 - Random draws (random credit, OAR-G noise) come from dedicated CPU generators, one per row, seeded
@@ -61,7 +68,7 @@ import torch
 from trl import GRPOTrainer
 from trl.models import unwrap_model_for_generation
 
-from oar_rl.answer_span import answer_span_mask, scored_positions
+from oar_rl.answer_span import answer_masks
 from oar_rl.config import OARConfig
 from oar_rl.credits import CREDIT_MODES, grail_rows
 from oar_rl.distributed import ScoringSync, row_generators, scoring_params
@@ -172,7 +179,12 @@ class OARTrainer(GRPOTrainer):
         active = (seq_adv != 0) & mask.any(dim=1)  # (B,): rows whose credit matters
         if reshape == "none":
             return TokenCredit(token_adv, weights, fallback, active)
-        rows = active.nonzero(as_tuple=True)[0]  # (R,)
+        reshaped = active  # (B,): rows this mode reshapes
+        if args.reshape_rows == "positive":
+            reshaped = active & (seq_adv > 0)
+        elif args.reshape_rows == "negative":
+            reshaped = active & (seq_adv < 0)
+        rows = reshaped.nonzero(as_tuple=True)[0]  # (R,)
         signal = torch.zeros_like(weights)  # (B, C): the raw importance, for TokenCredit.importance
         sub_mask = mask[rows]  # (R, C)
         importance, scored_mask = None, None  # (R, C) raw scores; (R, C) the tokens they reweight
@@ -181,6 +193,11 @@ class OARTrainer(GRPOTrainer):
                 importance = random_importance(
                     sub_mask, generator=self._credit_generators(rows, len(seq_adv))
                 )
+                ids = output["completion_ids"][rows]
+                scored_mask = self._token_masks(ids, output["completion_mask"][rows], span=False)[1]
+                if scored_mask is not None:
+                    scored_mask = scored_mask & sub_mask
+                    importance = importance * scored_mask
         else:
             keys = ("prompt_ids", "prompt_mask", "completion_ids", "completion_mask")
             sub = {k: output[k][rows] for k in keys}
@@ -199,8 +216,9 @@ class OARTrainer(GRPOTrainer):
             return TokenCredit(token_adv, weights, fallback, active, None if reshape == "grail" else signal)
         # --- the one place where scores become token advantages, for every credit mode ---
         importance = importance.float().to(mask.device)  # (R, C)
-        if reshape == "uniform":  # Eq. 17 on the raw draws
-            w_rows = rescale_sum(importance, sub_mask)  # (R, C), rows sum to T_i
+        if reshape == "uniform":  # Eq. 17 on the raw draws (over the scored tokens; the others keep 1)
+            scored = sub_mask if scored_mask is None else scored_mask.to(mask.device)  # (R, C)
+            w_rows = torch.where(scored, rescale_sum(importance, scored), sub_mask.float())  # (R, C)
             adv_rows = seq_adv[rows, None] * w_rows
         elif reshape == "grail":  # GRAIL's weights on the rollouts it selects, no Eq. 14-17
             adv_rows, w_rows = grail_token_advantages(
@@ -224,7 +242,7 @@ class OARTrainer(GRPOTrainer):
                 seq_adv[rows],
                 importance,
                 sub_mask,
-                scored_mask=scored_mask,
+                scored_mask=None if scored_mask is None else scored_mask.to(mask.device),
                 tau=args.tau,
                 beta=args.oar_beta,
                 threshold=args.threshold,
@@ -264,16 +282,20 @@ class OARTrainer(GRPOTrainer):
             batch = prepare_batch(model, *sub.values())
             return mode.scorer(model, batch, batch_size=batch_size, temperature=args.temperature), None
         if mode.reshape == "grail":  # GRAIL always reads the answer span, whatever `probe` says
-            answer_mask = self._answer_mask(sub["completion_ids"], sub["completion_mask"])
+            answer_mask, reasoning = self._token_masks(
+                sub["completion_ids"], sub["completion_mask"], span=True
+            )
             fallback[rows] = ~answer_mask.any(dim=1)  # no span: weight 1
-            batch = prepare_batch(model, *sub.values(), answer_mask)
+            batch = prepare_batch(model, *sub.values(), answer_mask, reasoning)
             selected, reasoning = grail_rows(batch, seq_adv, args.grail_rollouts)  # (R,), (R, C)
             scores = score_rows(
                 mode.scorer, model, batch, selected, temperature=args.temperature, batch_size=batch_size
             )
             return scores, reasoning
-        probe, answer_mask, scored_mask = self._probe_inputs(sub["completion_ids"], sub["completion_mask"])
-        if answer_mask is not None:
+        probe = self._probe()
+        span = probe in ANSWER_SPAN_PROBES
+        answer_mask, reasoning = self._token_masks(sub["completion_ids"], sub["completion_mask"], span=span)
+        if span:
             fallback[rows] = ~answer_mask.any(dim=1)
         gradient_kwargs = dict(
             noise_std=args.noise_std,
@@ -296,24 +318,29 @@ class OARTrainer(GRPOTrainer):
                 perturbation_kwargs=perturbation_kwargs,
             ),
         }
-        batch = prepare_batch(model, *sub.values(), answer_mask)
-        return mode.scorer(model, batch, probe=probe, **options[args.credit]), scored_mask
+        batch = prepare_batch(model, *sub.values(), answer_mask if span else None, reasoning)
+        return mode.scorer(model, batch, probe=probe, **options[args.credit]), batch.scored(probe)
 
-    def _answer_mask(self, completion_ids: torch.Tensor, completion_mask: torch.Tensor) -> torch.Tensor:
-        """(R, C) bool answer span of `answer_pattern` (on the batch's device)."""
-        return answer_span_mask(
+    def _token_masks(
+        self, completion_ids: torch.Tensor, completion_mask: torch.Tensor, *, span: bool
+    ) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+        """((R, C) answer span of `answer_pattern` or None, (R, C) reasoning tokens or None), on the batch's
+        device: the span when `span`, the reasoning tokens when `scored_tokens="reasoning"` (one decode)."""
+        reasoning_only = self.args.scored_tokens == "reasoning"
+        if not span and not reasoning_only:
+            return None, None
+        answer, reasoning = answer_masks(
             completion_ids, completion_mask, self.processing_class, pattern=self.args.answer_pattern
-        ).to(completion_mask.device)
+        )
+        device = completion_mask.device
+        return (answer.to(device) if span else None), (reasoning.to(device) if reasoning_only else None)
 
-    def _probe_inputs(
-        self, completion_ids: torch.Tensor, completion_mask: torch.Tensor
-    ) -> tuple[str, torch.Tensor | None, torch.Tensor | None]:
-        """(effective probe, (R, C) answer-span mask or None, (R, C) scored-token mask or None)."""
+    def _probe(self) -> str:
+        """The probe in effect at this step (LT-Logits during `probe_warmup_steps`)."""
         probe = self.args.probe
         if probe not in ANSWER_SPAN_PROBES or self.state.global_step < self.args.probe_warmup_steps:
-            return "lt-logits", None, None
-        answer_mask = self._answer_mask(completion_ids, completion_mask)  # (R, C)
-        return probe, answer_mask, scored_positions(completion_mask, answer_mask)
+            return "lt-logits"
+        return probe
 
     @contextlib.contextmanager
     def _policy_for_scoring(self) -> Iterator[torch.nn.Module]:
