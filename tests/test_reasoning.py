@@ -116,3 +116,31 @@ def test_bad_scored_tokens_and_rows_are_refused(tmp_path):
         make_args(tmp_path, scored_tokens="everything")
     with pytest.raises(ValueError, match="reshape_rows='pos'.*all, positive, negative"):
         make_args(tmp_path, reshape_rows="pos")
+
+
+def test_first_error_credit_blames_the_first_flip(tmp_path, tokenizer, dataset, monkeypatch):
+    """credit="first-error" on a hand-made batch: with continuations stubbed out (the prefix alone is
+    checked), the binary search finds the first token after which the check fails, in wrong rows only;
+    the trainer then gives it the top weight and leaves the correct row uniform."""
+    from oar_rl.importance import first_error
+
+    monkeypatch.setattr(
+        first_error, "_continue_greedy", lambda model, tok, prefixes, budgets, **kw: [[] for _ in prefixes]
+    )
+    texts = ["ab X cd Y e <answer>1</answer>", "abcd X efg <answer>1</answer>", "abc <answer>1</answer>"]
+    p_ids, p_mask = pad_texts(tokenizer, ["a", "b", "c"], "left")
+    c_ids, c_mask = pad_texts(tokenizer, texts, "right")
+    adv = torch.tensor([-1.0, -0.5, 1.0])
+    output = {"prompt_ids": p_ids, "prompt_mask": p_mask, "completion_ids": c_ids, "completion_mask": c_mask,
+              "advantages": adv}  # fmt: skip
+    args = make_args(tmp_path, credit="first-error", answer_pattern=ANSWER_TAG_PATTERN)
+    trainer = make_trainer(args, tokenizer, dataset, answer_check=lambda text, gold: "X" not in text)
+    trainer._oar_inputs = [{"answer": "1"}] * 3
+    out = trainer._assign_credit(output, c_mask.bool())
+    for b, text in enumerate(texts[:2]):
+        assert out.importance[b].nonzero().flatten().tolist() == [text.index("X")]
+        assert int(out.weights[b].argmax()) == text.index("X")
+    assert (out.importance[2] == 0).all() and (out.weights[2][c_mask[2].bool()] == 1).all()
+    trainer._oar_inputs = [{"question": "?"}] * 3
+    with pytest.raises(ValueError, match="gold_column='answer'"):
+        trainer._assign_credit(output, c_mask.bool())

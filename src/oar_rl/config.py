@@ -172,6 +172,13 @@ class OARConfig(GRPOConfig):
             "'negative' (A_i < 0 only); the other rows keep GRPO's uniform advantage and are not scored."
         },
     )
+    gold_column: str = field(
+        default="answer",
+        metadata={
+            "help": "credit='first-error': the dataset column with each prompt's gold answer (what the "
+            "greedy continuations are checked against)."
+        },
+    )
     # --- GRAIL (credit="grail"; oar_rl.importance.grail) ---
     grail_mu: float = field(
         default=1.0,

@@ -22,6 +22,7 @@ from typing import Any, Literal
 from torch import Tensor, nn
 
 from oar_rl.importance.baselines import entropy_scores, random_scores
+from oar_rl.importance.first_error import first_error_scores
 from oar_rl.importance.gradient import gradient_scores
 from oar_rl.importance.grail import batch_reasoning, grail_scores
 from oar_rl.importance.hybrid import hybrid_scores
@@ -111,6 +112,18 @@ register_credit(
         hybrid_scores,
         needs_model=True,
         noisy=True,
+    )
+)
+
+register_credit(
+    CreditMode(
+        "first-error",
+        "blame a wrong rollout's first token after which the policy's own greedy continuation misses the "
+        "gold answer (binary search; not in the paper, oar_rl.importance.first_error); correct rollouts "
+        "keep GRPO's uniform advantage",
+        "bilevel",
+        first_error_scores,
+        needs_model=True,
     )
 )
 
