@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 import torch
-from conftest import make_args, make_trainer, pad_texts
 
+from conftest import make_args, make_trainer, pad_texts
 from oar_rl.answer_span import ANSWER_TAG_PATTERN, answer_masks, reasoning_mask
 from oar_rl.rewards.extract import reasoning_end
 
@@ -112,9 +112,9 @@ def test_trainer_scores_only_the_reasoning_and_format_keeps_weight_one(tmp_path,
 
 
 def test_bad_scored_tokens_and_rows_are_refused(tmp_path):
-    with pytest.raises(ValueError, match="scored_tokens='everything'.*reasoning, before-answer"):
+    with pytest.raises(ValueError, match=r"scored_tokens='everything'.*reasoning, before-answer"):
         make_args(tmp_path, scored_tokens="everything")
-    with pytest.raises(ValueError, match="reshape_rows='pos'.*all, positive, negative"):
+    with pytest.raises(ValueError, match=r"reshape_rows='pos'.*all, positive, negative"):
         make_args(tmp_path, reshape_rows="pos")
 
 

@@ -4,8 +4,8 @@ baseline exists and is GRPO at the same step size, and the rule picks what it sa
 from __future__ import annotations
 
 import pytest
-from conftest import make_args
 
+from conftest import make_args
 from oar_rl.study.screen import ARM_BY_NAME, ARMS, markdown, protocol, summarize, winners
 
 
