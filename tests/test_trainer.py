@@ -76,7 +76,7 @@ def test_config_defaults_follow_paper(tmp_path):
     args = OARConfig(output_dir=str(tmp_path), use_cpu=True, bf16=False, report_to=[])
     assert (args.num_generations, args.temperature, args.learning_rate) == (8, 1.0, 1e-6)
     assert (args.epsilon, args.epsilon_high, args.beta) == (0.2, 0.28, 0.0)
-    assert (args.credit, args.probe, args.threshold) == ("oar-g", "lt-logits", "quantile")
+    assert (args.credit, args.probe, args.threshold) == ("oar-g", "as-mean", "quantile")  # as every command
     assert (args.tau, args.oar_beta, args.floor, args.noise_std) == (0.4, 2.0, 0.0, 1e-3)
     assert (args.entropy_alpha, args.entropy_kappa, args.probe_warmup_steps) == (0.4, 2.0, 0)
     assert args.answer_pattern is None and args.mask_token_id is None and args.perturbation_batch_size == 64
