@@ -235,8 +235,11 @@ def test_dry_run_prints_the_plan_only(tmp_path, capsys):
     assert cli.main(["study", "--dry-run", "--full", "--tune-lr", "--out", str(out)]) == 0
     err = capsys.readouterr().err
     assert "oar-rl study: plan (full preset" in err and "(the sweep " in err and not out.exists()
+    (out / "runs").mkdir(parents=True)
+    (out / "runs" / "grpo.seed0.json").write_text("{}")
     assert cli.main(["study", "--quick", "--dry-run", "--out", str(out)]) == 0
-    assert "runs           6: grpo 2 x" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "runs           6: grpo 2 x" in err and "already stored 1 of 6 runs" in err
     with pytest.raises(SystemExit):
         cli.main(["study", "--quick", "--full"])
 
