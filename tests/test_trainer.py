@@ -196,7 +196,8 @@ def test_two_steps_per_credit_mode(tmp_path, tokenizer, dataset, credit):
         assert 0.0 < h["oar/ess_ratio"] <= 1.0 + 1e-6
         assert 0.0 < h["oar/top10_mass"] <= 1.0
         assert 0.0 <= h["oar/boosted_frac"] <= 1.0
-        assert h["oar/probe_fallback_frac"] == 0.0
+        # the random test model writes no answer span: the default probe (as-mean) falls back on every row
+        assert h["oar/probe_fallback_frac"] == (1.0 if credit in ("oar-g", "oar-p") else 0.0)
         assert h["oar/importance_seconds"] >= 0.0
         if credit == "none":
             assert h["oar/ess_ratio"] == pytest.approx(1.0, abs=1e-6)
