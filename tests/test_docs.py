@@ -171,7 +171,11 @@ def test_a_wrong_flag_in_the_docs_fails():
 
 
 def test_line_splitting():
-    body = "R=configs/a.yaml   # recipe\naccelerate launch -m oar_rl.train --config $R \\\n    --x 1 && oar-rl eval --n 2\n"
+    body = (
+        "R=configs/a.yaml   # recipe\n"
+        "accelerate launch -m oar_rl.train --config $R \\\n"
+        "    --x 1 && oar-rl eval --n 2\n"
+    )
     lines = logical_lines("bash", body)
     env: dict[str, str] = {}
     cmds = [c for line in lines for c in commands(line, env)]
@@ -179,12 +183,14 @@ def test_line_splitting():
         ["accelerate", "launch", "-m", "oar_rl.train", "--config", "configs/a.yaml", "--x", "1"],
         ["oar-rl", "eval", "--n", "2"],
     ]
-    assert logical_lines("console", "$ oar-rl demo \\\n  --out x\noutput line\n") == ["oar-rl demo   --out x"]
+    assert logical_lines("console", "$ oar-rl demo \\\n  --out x\noutput line\n") == ["oar-rl demo    --out x"]
 
 
 def test_readme_is_a_front_door():
     size = len(README.read_bytes())
-    assert size <= README_LIMIT, f"README.md is {size} bytes; keep it <= {README_LIMIT} (long-form goes in docs/)"
+    assert size <= README_LIMIT, (
+        f"README.md is {size} bytes; keep it <= {README_LIMIT} (long-form goes in docs/)"
+    )
 
 
 def test_readme_relative_links_exist():

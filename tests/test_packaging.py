@@ -31,7 +31,18 @@ def wheel(tmp_path_factory) -> Path:
     shutil.copytree(ROOT / "src", tree / "src", ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
     out = tmp_path_factory.mktemp("wheel")
     subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w", str(out), "."],
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "-q",
+            "--no-deps",
+            "--no-build-isolation",
+            "-w",
+            str(out),
+            ".",
+        ],
         cwd=tree,
         check=True,
     )
@@ -62,21 +73,36 @@ def test_wheel_installs_in_a_fresh_venv_and_runs(wheel, tmp_path):
     py = venv / "bin" / "python"
     purelib = subprocess.run(
         [str(py), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-        check=True, capture_output=True, text=True,
+        check=True,
+        capture_output=True,
+        text=True,
     ).stdout.strip()
     (Path(purelib) / "borrowed-deps.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
     subprocess.run(
-        [sys.executable, "-m", "pip", "--python", str(py), "install", "-q", "--no-deps", str(wheel)], check=True
+        [sys.executable, "-m", "pip", "--python", str(py), "install", "-q", "--no-deps", str(wheel)],
+        check=True,
     )
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     for command in ("demo", "attribute"):
         run = subprocess.run(
-            [str(venv / "bin" / "oar-rl"), command, "--help"], capture_output=True, text=True, env=env, cwd=tmp_path
+            [str(venv / "bin" / "oar-rl"), command, "--help"],
+            capture_output=True,
+            text=True,
+            env=env,
+            cwd=tmp_path,
         )
         assert run.returncode == 0, run.stderr
         assert f"usage: oar-rl {command}" in run.stdout
     check = subprocess.run(
-        [str(py), "-c", "import oar_rl, oar_rl.shipped as s; print(oar_rl.__file__); print(s.verify_shipped())"],
-        capture_output=True, text=True, env=env, cwd=tmp_path, check=True,
+        [
+            str(py),
+            "-c",
+            "import oar_rl, oar_rl.shipped as s; print(oar_rl.__file__); print(s.verify_shipped())",
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+        check=True,
     ).stdout.split()
     assert all(line.startswith(purelib) for line in check), check
