@@ -183,7 +183,8 @@ def test_line_splitting():
         ["accelerate", "launch", "-m", "oar_rl.train", "--config", "configs/a.yaml", "--x", "1"],
         ["oar-rl", "eval", "--n", "2"],
     ]
-    assert logical_lines("console", "$ oar-rl demo \\\n  --out x\noutput line\n") == ["oar-rl demo    --out x"]
+    console = "$ oar-rl demo \\\n  --out x\noutput line\n"
+    assert logical_lines("console", console) == ["oar-rl demo    --out x"]
 
 
 def test_readme_is_a_front_door():
