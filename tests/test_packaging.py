@@ -78,11 +78,11 @@ def test_wheel_installs_in_a_fresh_venv_and_runs(wheel, tmp_path):
         text=True,
     ).stdout.strip()
     (Path(purelib) / "borrowed-deps.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
-    subprocess.run(
-        [sys.executable, "-m", "pip", "--python", str(py), "install", "-q", "--no-deps", str(wheel)],
-        check=True,
-    )
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    # --ignore-installed: the borrowed site-packages hold this checkout's editable oar-rl of the same
+    # version, which pip would otherwise count as installed (it never uninstalls outside the venv)
+    pip = [sys.executable, "-m", "pip", "--python", str(py), "install", "-q", "--no-deps"]
+    subprocess.run([*pip, "--ignore-installed", str(wheel)], check=True, env=env)
     for command in ("demo", "attribute"):
         run = subprocess.run(
             [str(venv / "bin" / "oar-rl"), command, "--help"],
