@@ -99,14 +99,14 @@ class OARConfig(GRPOConfig):
         default=1,
         metadata={
             "help": "OAR-G noise draws K >= 1, run in one batched pass; the score is the mean of "
-            "|<g_t, e_t>| over draws (see oar_rl.importance.gradient and the README's K table)."
+            "|<g_t, e_t>| over draws (see oar_rl.importance.gradient and docs/guides/oar-g-noise.md)."
         },
     )
     oar_noise_scale: str = field(
         default="absolute",
         metadata={
             "help": "'absolute': σ = noise_std (the paper); 'rms': σ = noise_std times the RMS of the row's "
-            "completion embeddings (use with noise_std ~0.05 for bf16/fp16 models, see the README)."
+            "completion embeddings (use with noise_std ~0.05 for bf16/fp16 models; docs: OAR-G noise)."
         },
     )
     mask_token_id: int | None = field(
