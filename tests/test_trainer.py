@@ -130,7 +130,7 @@ def test_trainer_requires_oar_config(tmp_path, tokenizer, dataset):
 # ----------------------------------------------------------------------------------------------------
 # two steps per credit mode
 # ----------------------------------------------------------------------------------------------------
-@pytest.mark.parametrize("credit", ["none", "random", "entropy", "oar-g", "oar-p"])
+@pytest.mark.parametrize("credit", ["none", "random", "entropy", "oar-g", "oar-p", "first-error"])
 def test_two_steps_per_credit_mode(tmp_path, tokenizer, dataset, credit):
     trainer = make_trainer(make_args(tmp_path, credit=credit), tokenizer, dataset)
     before = params(trainer.model)

@@ -305,7 +305,7 @@ class OARTrainer(CreditLogging, GRPOTrainer):
             )
             return scores, reasoning
         probe = self._probe()
-        span = probe in ANSWER_SPAN_PROBES
+        span = probe in ANSWER_SPAN_PROBES and args.credit != "first-error"  # first-error reads no probe
         answer_mask, reasoning = self._token_masks(sub["completion_ids"], sub["completion_mask"], span=span)
         if span:
             fallback[rows] = ~answer_mask.any(dim=1)
