@@ -119,15 +119,23 @@ def _cost_lines(d: dict[str, Any]) -> list[str]:
         f"`oar-rl bench {' '.join(d['argv'])}` ({d['shape']}); full tables in bench/bench.md.",
         "",
         "| method | × GRPO, step | × GRPO, update sweep | ms/token, step | ms/token, generation "
-        "| importance s/step | peak MiB | paper Fig. 7 |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|",
+        "| importance s/step | importance ÷ GRPO update | peak MiB | paper Fig. 7, × GRPO |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for m, r in d["methods"].items():
         lines.append(
             f"| {m} | {_f(r['step_ratio'])} | {_f(r['update_ratio'])} | {_f(r['ms_per_token'], 3)} "
             f"| {_f(r['generation_ms_per_token'], 3)} | {_f(r['importance_seconds'], 3)} "
+            f"| {_f(r.get('importance_over_grpo_update'))} "
             f"| {_f(r['peak_mib'], 0)} | {FIG7.get(m, 1.0 if m == 'none' else None) or 'n/a'} |"
         )
+    lines += [
+        "",
+        f"GRPO's update sweep (step minus generation: loss forward + backward, optimizer, TRL's "
+        f"bookkeeping) took {_f(d.get('grpo_update_seconds'))} s per step. Paper Fig. 7 is Qwen2.5-7B on "
+        "8 H100s with vLLM generation: for orientation, not a like-for-like comparison; its serial OAR-P "
+        f"is {FIG7['oar-p-serial']}× (not run here).",
+    ]
     s = d.get("scorers") or {}
     if s:
         lines += [

@@ -73,7 +73,7 @@ class Sizes:
     def bench_argv(self, out: str, seed: int, threads: int | None = None) -> list[str]:
         argv = []
         for k, v in self.bench.items():
-            argv += [f"--{k}", str(v)]
+            argv += [f"--{k}"] if v is True else [f"--{k}", str(v)]
         if threads:
             argv += ["--threads", str(threads)]
         return [*argv, "--seed", str(seed), "--out", out]
@@ -87,7 +87,7 @@ GPU = Sizes(
     train_prompts=2,
     train_generations=4,
     prompt_len=16,
-    completion_len=64,
+    completion_len=32,
     scorer_rows=4,
     scorer_prompt_len=16,
     scorer_completion_len=48,
@@ -96,7 +96,8 @@ GPU = Sizes(
     parity_completion_len=16,
     memory_shape="qwen2.5-0.5b",
     memory_rows=8,
-    memory_lengths=(1024, 2048, 4096, 8192, 16384, 32736),  # 32736 + the 32-token prompt: the whole context
+    # 32736 + the 32-token prompt is the whole 32k context
+    memory_lengths=(1024, 2048, 4096, 8192, 12288, 16384, 24576, 32736),
     bench={
         "shape": "qwen2.5-0.5b",
         "methods": "none,oar-g,oar-p,oar-gp",
@@ -106,8 +107,9 @@ GPU = Sizes(
         "completion-len": 1024,
         "warmup": 1,
         "repeats": 1,  # each step generates 8 × 1024 tokens one token at a time: ~0.5 min per step
-        "scorer-repeats": 1,
-        "full-stride": 16,
+        # the scorer part (one more 0.5B model, OAR-P twice more) would not fit in the 8 minutes: the
+        # importance cost is read from the steps instead (oar_rl.gpu_check.cost)
+        "no-scorers": True,
     },
 )
 CPU = Sizes(
@@ -137,8 +139,7 @@ CPU = Sizes(
         "completion-len": 4,
         "warmup": 0,
         "repeats": 1,
-        "scorer-repeats": 1,
-        "full-stride": 2,
+        "no-scorers": True,
     },
 )
 SIZES: dict[str, Sizes] = {"cuda": GPU, "cpu": CPU}
