@@ -45,6 +45,14 @@ def _parse(argv: list[str]) -> argparse.Namespace:
     add(p, "--out", default="gpu_check_out", help="directory for gpu-check.json, gpu-check.md and bench/")
     add(p, "--checks", default=",".join(CHECKS), help=f"comma-separated subset of: {', '.join(CHECKS)}")
     add(p, "--threads", type=int, default=None, help="torch intra-op threads (default: torch's)")
+    add(
+        p,
+        "--cost-completion-len",
+        type=int,
+        default=None,
+        help="cost-table completion tokens (default: 256 on cuda, 4 on cpu; 1024 is the issue's full "
+        "size, ~20 min on an H100)",
+    )
     add(p, "--seed", type=int, default=0)
     a = p.parse_args(argv)
     checks = [c.strip() for c in a.checks.split(",") if c.strip()]
@@ -54,6 +62,8 @@ def _parse(argv: list[str]) -> argparse.Namespace:
     a.checks = [c for c in CHECKS if c in checks]
     if a.threads is not None and a.threads < 1:
         p.error(f"--threads must be >= 1, got {a.threads}")
+    if a.cost_completion_len is not None and a.cost_completion_len < 1:
+        p.error(f"--cost-completion-len must be >= 1, got {a.cost_completion_len}")
     return a
 
 
@@ -111,7 +121,7 @@ def _runner(name: str, args: argparse.Namespace, sizes, out: Path, progress: Cal
         "train-llama": lambda: training.run_training("llama", sizes, args.seed, progress),
         "scorer-precision": lambda: scorers.run_precision(sizes, args.seed, progress),
         "scorer-parity": lambda: scorers.run_parity(sizes, args.seed, progress),
-        "cost-table": lambda: cost.run_cost(sizes, out, args.seed, args.threads),
+        "cost-table": lambda: cost.run_cost(sizes, out, args.seed, args.threads, args.cost_completion_len),
         "oar-p-max-length": lambda: memory.run_memory(sizes, progress),
     }
     return runners[name]

@@ -2,7 +2,8 @@
 
 Nothing is timed here: this runs `oar-rl bench` (its own worker processes, interleaved steps and
 generation-parity check) with the flags in :data:`oar_rl.gpu_check.sizes.GPU` -- random-initialised
-Qwen2.5-0.5B, bf16, SDPA, 8 completions of exactly 1024 tokens per step, one warm-up and one measured
+Qwen2.5-0.5B, bf16, SDPA, 8 completions of exactly 256 tokens per step (``--cost-completion-len``; see
+the sizes module for why not 1024 by default), one warm-up and one measured
 step per method -- into ``OUT/bench``, and reads back bench.json: per method the step and update-sweep
 ratios to GRPO, ms per token, generation ms per token, importance seconds per step and peak memory. The
 bench's own output streams to ``OUT/bench/bench.log`` (so a run cut short still shows how far it got).
@@ -40,11 +41,13 @@ def _finite(x: Any) -> bool:
     return isinstance(x, (int, float)) and math.isfinite(x)
 
 
-def run_cost(sizes: Sizes, out: Path, seed: int, threads: int | None = None) -> dict[str, Any]:
+def run_cost(
+    sizes: Sizes, out: Path, seed: int, threads: int | None = None, completion_len: int | None = None
+) -> dict[str, Any]:
     """Run the bench into ``out/bench``; the figures the report shows, or an AssertionError/RuntimeError."""
     bench_dir = out / "bench"
     bench_dir.mkdir(parents=True, exist_ok=True)
-    argv = sizes.bench_argv(str(bench_dir), seed, threads)
+    argv = sizes.bench_argv(str(bench_dir), seed, threads, completion_len)
     log_path = bench_dir / "bench.log"
     with (
         open(log_path, "w", encoding="utf-8", buffering=1) as log,  # a log, streamed: not atomic

@@ -70,9 +70,12 @@ class Sizes:
     memory_lengths: tuple[int, ...]  # completion lengths tried in order; stops at the first that fails
     bench: dict[str, Any] = field(default_factory=dict)  # `oar-rl bench` flags
 
-    def bench_argv(self, out: str, seed: int, threads: int | None = None) -> list[str]:
+    def bench_argv(
+        self, out: str, seed: int, threads: int | None = None, completion_len: int | None = None
+    ) -> list[str]:
+        flags = dict(self.bench, **({"completion-len": completion_len} if completion_len else {}))
         argv = []
-        for k, v in self.bench.items():
+        for k, v in flags.items():
             argv += [f"--{k}"] if v is True else [f"--{k}", str(v)]
         if threads:
             argv += ["--threads", str(threads)]
@@ -104,9 +107,12 @@ GPU = Sizes(
         "prompts": 1,
         "num-generations": 8,
         "prompt-len": 32,
-        "completion-len": 1024,
+        # The issue asked for 1024 tokens; on the H100 one GRPO step of 8 × 1024 tokens took ~115 s
+        # (transformers generation through TRL), so the 8 steps would take ~16 min alone. 256 keeps the
+        # whole gpu-check inside 8 minutes; `--cost-completion-len 1024` gives the full-length table.
+        "completion-len": 256,
         "warmup": 1,
-        "repeats": 1,  # each step generates 8 × 1024 tokens one token at a time: ~0.5 min per step
+        "repeats": 1,
         # the scorer part (one more 0.5B model, OAR-P twice more) would not fit in the 8 minutes: the
         # importance cost is read from the steps instead (oar_rl.gpu_check.cost)
         "no-scorers": True,
