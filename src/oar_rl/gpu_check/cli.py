@@ -50,8 +50,8 @@ def _parse(argv: list[str]) -> argparse.Namespace:
         "--cost-completion-len",
         type=int,
         default=None,
-        help="cost-table completion tokens (default: 256 on cuda, 4 on cpu; 1024 is the issue's full "
-        "size, ~20 min on an H100)",
+        help="cost-table completion tokens (default: 256 on cuda, 4 on cpu; 1024, the issue's size, takes "
+        "well over 10 min on an H100)",
     )
     add(p, "--seed", type=int, default=0)
     a = p.parse_args(argv)
