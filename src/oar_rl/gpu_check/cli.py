@@ -137,8 +137,6 @@ def _free(device: str) -> None:
 
 def run_checks(args: argparse.Namespace, out: Path, command: str) -> dict[str, Any]:
     """Run `args.checks`, rewriting the report after each; returns the final report."""
-    import torch
-
     from oar_rl.gpu_check.report import error_summary, markdown
     from oar_rl.gpu_check.sizes import SIZES
 
@@ -186,7 +184,6 @@ def run_checks(args: argparse.Namespace, out: Path, command: str) -> dict[str, A
             f"{tag}: {record['status'].upper()} in {record['seconds']:.1f} s -- {record['summary']}",
             flush=True,
         )
-    del torch
     return report
 
 
