@@ -41,6 +41,7 @@ TIERS: dict[str, int] = {
     "oar_rl.data": 1,
     # 2 model probes, scorers and sampling
     "oar_rl.model_parts": 2,
+    "oar_rl.float64": 2,
     "oar_rl.probes": 2,
     "oar_rl.importance": 2,
     "oar_rl.distributed": 2,
@@ -64,6 +65,7 @@ TIERS: dict[str, int] = {
     "oar_rl.eval_sampling": 5,
     "oar_rl.study": 5,
     "oar_rl.analysis": 5,
+    "oar_rl.gpu_check": 5,
     # 6 the command line and the public facade
     "oar_rl.cli": 6,
     "oar_rl": 6,

@@ -19,6 +19,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "oracle": ("oar_rl.analysis.recall", "counterfactual oracle and causal-token recall@K% of each scorer"),
     "fetch-model": ("oar_rl.fetch", "SmolLM2-135M-Instruct (or a .gguf file) as a plain model dir, offline"),
     "bench": ("oar_rl.analysis.bench", "training cost per token of each credit mode, as a ratio to GRPO"),
+    "gpu-check": (
+        "oar_rl.gpu_check",
+        "check oar-rl's CUDA paths: training, scorers, costs, memory (JSON + Markdown)",
+    ),
     # --- study (issue 8 item 4) ---
     "study": ("oar_rl.study", "compare credit methods over seeds under one fixed protocol (CIs, ablations)"),
     # --- end study ---
