@@ -59,8 +59,14 @@ def _trainer(mode: str, model, tokenizer, dataset, sizes: Sizes, workdir: str, s
         activation_checkpointing=True,
         disable_tqdm=True,
     )
+    extra = {"answer_check": hash_check} if mode == "first-error" else {}  # its continuations' checker
     trainer = OARTrainer(
-        model=model, args=config, train_dataset=dataset, reward_funcs=hash_reward, processing_class=tokenizer
+        model=model,
+        args=config,
+        train_dataset=dataset,
+        reward_funcs=hash_reward,
+        processing_class=tokenizer,
+        **extra,
     )
     from transformers.trainer_callback import PrinterCallback, ProgressCallback
 
@@ -93,6 +99,14 @@ def _instrument(trainer) -> list[dict[str, float | None]]:
 
 def _finite(value: Any) -> bool:
     return isinstance(value, (int, float)) and math.isfinite(value)
+
+
+def hash_check(text: str, gold: str) -> bool:
+    """A deterministic stand-in for an answer checker (random weights write no answer): half the texts
+    pass, so first-error's binary search runs its greedy continuations."""
+    import zlib
+
+    return zlib.crc32(text.encode()) % 2 == 0
 
 
 def train_mode(mode: str, base, tokenizer, dataset, sizes: Sizes, seed: int) -> dict[str, Any]:
@@ -150,9 +164,8 @@ def run_training(arch: str, sizes: Sizes, seed: int, progress=None) -> dict[str,
     config = arch_config(arch, sizes.arch_shape)
     base = build_model(config, seed)
     tokenizer = tokenizer_for(config.vocab_size)
-    dataset = Dataset.from_dict(
-        {"prompt": random_prompts(config.vocab_size, sizes.train_prompts * STEPS * 2, sizes.prompt_len, seed)}
-    )
+    prompts = random_prompts(config.vocab_size, sizes.train_prompts * STEPS * 2, sizes.prompt_len, seed)
+    dataset = Dataset.from_dict({"prompt": prompts, "answer": ["0"] * len(prompts)})  # first-error reads it
     results: dict[str, Any] = {}
     for mode in CREDITS:
         if progress:
