@@ -127,6 +127,9 @@ def parse_documented(cmd: list[str]) -> None:
     else:
         i = cmd.index("-m")
         module, argv = cmd[i + 1], cmd[i + 2 :]
+        if module == "oar_rl.cli":  # `python -m oar_rl.cli <command> ...` is `oar-rl <command> ...`
+            assert argv and argv[0] in COMMANDS, f"unknown command {argv[:1]}; valid: {', '.join(COMMANDS)}"
+            module, argv = COMMANDS[argv[0]][0], argv[1:]
     parser = gen_ref.module_parser(module)
     argv = list(argv)
     if "--config" in argv:  # TRL's parser: the recipe's keys become defaults (as parse_args_and_config)

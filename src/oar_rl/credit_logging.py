@@ -9,14 +9,11 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 
 from oar_rl.metrics import ess_ratio, top_advantage_mass
-
-if TYPE_CHECKING:
-    from oar_rl.trainer import TokenCredit
 
 BOOST_EPS = 1e-6  # a weight counts as boosted when > 1 + BOOST_EPS (uniform weights can round to 1 + ulp)
 
@@ -24,7 +21,7 @@ BOOST_EPS = 1e-6  # a weight counts as boosted when > 1 + BOOST_EPS (uniform wei
 class CreditLogging:
     """The credit-metric logging of `OARTrainer` (needs TRL's `accelerator`, `_metrics`, `args`, `state`)."""
 
-    def _log_credit(self, mode: str, credit: TokenCredit, mask: torch.Tensor, seconds: float) -> None:
+    def _log_credit(self, mode: str, credit: Any, mask: torch.Tensor, seconds: float) -> None:
         """Gather per-rank sums (equal-size tensors) and log global means over rows with A_i != 0."""
         active = credit.active  # (B,)
         valid = mask & active[:, None]  # (B, C)
@@ -89,7 +86,7 @@ class CreditLogging:
     # ------------------------------------------------------------------------------------------------
     ROLE_RECALL_KS: tuple[float, ...] = (0.1, 0.2)
 
-    def _log_roles(self, mode: str, credit: TokenCredit, mask: torch.Tensor, output: dict[str, Any]) -> None:
+    def _log_roles(self, mode: str, credit: Any, mask: torch.Tensor, output: dict[str, Any]) -> None:
         """Log the share of |A_t| on ground-truth pivots and the signal's pivot recall@K%.
 
         Completions the labeller cannot parse are left out and counted (oar/roles_unknown_frac). The
