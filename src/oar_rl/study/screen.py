@@ -174,7 +174,7 @@ def summarize(runs: dict[str, dict[int, dict[str, Any]]], arms: list[Arm]) -> li
         if arm.baseline is not None:
             base = {s: 100 * r["final"]["sampled"] for s, r in runs.get(arm.baseline, {}).items()}
             both = set(acc) & set(base)
-            row["paired"] = paired_difference(acc, base) if len(both) >= 2 else None
+            row["paired"] = paired_difference(acc, base) if both else None
         rows.append(row)
     return rows
 
