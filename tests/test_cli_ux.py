@@ -312,7 +312,7 @@ def test_heatmaps_grey_unscored_tokens_and_caption_matches_rows():
     scored = torch.zeros(1, c_ids.numel(), dtype=torch.bool)
     scored[0, :2] = True
     page = heatmap_page([t], tok, {"oar-p": scores}, "t", scored=scored)
-    assert page.count('title="not scored"') == c_ids.numel() - 2
+    assert page.count(' · not scored"') == c_ids.numel() - 2
     assert "oracle" not in page
     page = heatmap_page([t], tok, {"oar-p": scores, "oracle": scores}, "t", scored=scored)
     assert "oracle row" in page
