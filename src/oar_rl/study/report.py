@@ -215,7 +215,8 @@ def _seed_notes(study: Mapping[str, Any]) -> list[str]:
         t = t_quantile(0.975, fewest - 1)
         notes.append(
             f"<p class='note warn'><b>With {fewest} seeds these intervals are not informative</b>: a 95% "
-            f"t-interval over {fewest} seeds has {fewest - 1} degree(s) of freedom (t = {t:.2f}), so it "
+            f"t-interval over {fewest} seeds has {fewest - 1} degree{'s' * (fewest > 2)} of freedom "
+            f"(t = {t:.2f}), so it "
             f"spans about ±{t / fewest**0.5:.1f} standard deviations of the seeds around the mean and "
             "rarely excludes anything. Read the per-seed values (the wins column, the plots), or run "
             f"{INFORMATIVE_SEEDS} or more seeds (<code>--seeds {INFORMATIVE_SEEDS}</code>).</p>"
