@@ -58,11 +58,10 @@ TIERS: dict[str, int] = {
     "oar_rl.shipped": 4,
     "oar_rl.tasks": 4,
     "oar_rl.options": 4,  # the shared command-line flags (names the tasks and warm starts)
-    # 5 applications: training, evaluation, the study and the analyses
+    # 5 applications: training, evaluation, the cost benchmark, the study and the analyses
     "oar_rl.train": 5,
-    "oar_rl.evaluation": 5,
-    "oar_rl.eval_config": 5,
-    "oar_rl.eval_sampling": 5,
+    "oar_rl.eval": 5,
+    "oar_rl.bench": 5,
     "oar_rl.study": 5,
     "oar_rl.analysis": 5,
     "oar_rl.gpu_check": 5,

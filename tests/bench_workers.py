@@ -1,5 +1,5 @@
 """Stand-in bench worker processes for tests/test_bench.py: they speak the real turn protocol
-(`oar_rl.analysis.bench_steps.serve`) without building a trainer. Spawned children import this module,
+(`oar_rl.bench.steps.serve`) without building a trainer. Spawned children import this module,
 so it stays light (no torch)."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ from __future__ import annotations
 import functools
 import os
 
-from oar_rl.analysis.bench_steps import WorkerTurns, serve
+from oar_rl.bench.steps import WorkerTurns, serve
 
 
 def _fake(method: str, args, turns: WorkerTurns) -> None:

@@ -1,4 +1,4 @@
-"""`oar-rl bench` (oar_rl.analysis.bench*): smoke runs print figures, which are never asserted; the
+"""`oar-rl bench` (oar_rl.bench.*): smoke runs print figures, which are never asserted; the
 bookkeeping (one process per method, interleaving, worker failures, pairwise ratios, the generation
 parity flag, token-forward counts, OAR-G's floor) is checked exactly."""
 
@@ -13,10 +13,10 @@ import pytest
 import torch
 
 from bench_workers import fake_worker
-from oar_rl.analysis import bench
-from oar_rl.analysis.bench_scorers import oar_g_floor, oarp_token_forwards
-from oar_rl.analysis.bench_shapes import _count_params, build_shape, qwen2_config
-from oar_rl.analysis.bench_steps import BenchWorkerError, run_interleaved
+from oar_rl.bench import cli as bench
+from oar_rl.bench.scorers import oar_g_floor, oarp_token_forwards
+from oar_rl.bench.shapes import _count_params, build_shape, qwen2_config
+from oar_rl.bench.steps import BenchWorkerError, run_interleaved
 from oar_rl.importance import gradient_importance
 from oar_rl.tiny import tiny_qwen2
 

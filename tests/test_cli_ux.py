@@ -187,7 +187,7 @@ def test_summary_lines():
 # one flag style, TRL's dataset names, defaults in every help, OAR options under their own heading
 # ----------------------------------------------------------------------------------------------------
 def test_eval_and_analysis_commands_take_both_spellings():
-    from oar_rl import evaluation
+    from oar_rl.eval import evaluation
 
     a = evaluation.build_parser().parse_args(["--model", "m", "--out", "o", "--max_new_tokens", "7"])
     b = evaluation.build_parser().parse_args(["--model", "m", "--out", "o", "--max-new-tokens", "7"])
@@ -312,14 +312,14 @@ def test_heatmaps_grey_unscored_tokens_and_caption_matches_rows():
     scored = torch.zeros(1, c_ids.numel(), dtype=torch.bool)
     scored[0, :2] = True
     page = heatmap_page([t], tok, {"oar-p": scores}, "t", scored=scored)
-    assert page.count('title="not scored"') == c_ids.numel() - 2
+    assert page.count(' · not scored"') == c_ids.numel() - 2
     assert "oracle" not in page
     page = heatmap_page([t], tok, {"oar-p": scores, "oracle": scores}, "t", scored=scored)
     assert "oracle row" in page
 
 
 def test_results_md_names_the_embedded_model_not_its_hash(tmp_path):
-    from oar_rl.evaluation import results_markdown
+    from oar_rl.eval.evaluation import results_markdown
     from oar_rl.fetch import display_model_name
 
     entry = tmp_path / tiny.DEFAULT_RECIPE.hash()

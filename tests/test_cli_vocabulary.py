@@ -72,8 +72,9 @@ def test_train_takes_model_and_out_like_every_command_and_keeps_trls_names(tmp_p
 
 
 def test_model_default_is_the_shipped_word_problem_model_in_every_command(monkeypatch, capsys):
-    from oar_rl import evaluation, train
+    from oar_rl import train
     from oar_rl.analysis.attribute import load_model
+    from oar_rl.eval import evaluation
     from oar_rl.fetch import resolve_model
     from oar_rl.shipped import shipped_path
     from oar_rl.tasks import get_task

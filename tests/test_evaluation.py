@@ -11,9 +11,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from oar_rl import eval_sampling, evaluation
-from oar_rl.eval_config import EvalConfig
-from oar_rl.evaluation import evaluate, main, mean_at_n, pass_at_k
+from oar_rl.eval import evaluation
+from oar_rl.eval import sampling as eval_sampling
+from oar_rl.eval.config import EvalConfig
+from oar_rl.eval.evaluation import evaluate, main, mean_at_n, pass_at_k
 
 FIXTURES = Path(__file__).parent / "fixtures"
 LOCAL = str(FIXTURES / "eval_local.jsonl")  # answers 2, 4, 7, 10
@@ -412,7 +413,7 @@ def test_gsm8k_file_by_path_is_scored_on_the_final_answer(tmp_path):
 def test_position_limit_of_model_configs():
     from transformers import GPT2Config, LlamaConfig, Qwen2Config
 
-    from oar_rl.eval_sampling import config_position_limit
+    from oar_rl.eval.sampling import config_position_limit
 
     assert config_position_limit(Qwen2Config(max_position_embeddings=4096)) == (
         4096,

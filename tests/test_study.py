@@ -62,6 +62,32 @@ def test_paired_difference_hand_computed():
     assert d["mde80"] == pytest.approx((4.3026527 + 1.0606602) * 0.03 / 3**0.5, abs=1e-6)
 
 
+def test_bounded_intervals_are_clipped_and_marked():
+    # seeds .97, 1.0: mean .985, sd = .03/sqrt(2) = .0212132, se = sd/sqrt(2) = .015;
+    # half = t(0.975, 1) * se = 12.7062047 * .015 = 0.190593 -> [.794407, 1.175593], past 1: cut to 1.
+    ci = stats.mean_ci([0.97, 1.0], bounds=(0.0, 1.0))
+    assert ci["half_width"] == pytest.approx(0.190593, abs=1e-6)  # the t half width, unclipped
+    assert ci["low"] == pytest.approx(0.794407, abs=1e-6) and ci["high"] == 1.0 and ci["clipped"] == ["high"]
+    raw = stats.mean_ci([0.97, 1.0])
+    assert raw["high"] == pytest.approx(1.175593, abs=1e-6) and raw["clipped"] == []
+    both = stats.mean_ci([0.0, 1.0], bounds=(0.0, 1.0))
+    assert (both["low"], both["high"], both["clipped"]) == (0.0, 1.0, ["low", "high"])
+    inside = stats.mean_ci([0.4, 0.5, 0.6], bounds=(0.0, 1.0))
+    assert inside["clipped"] == [] and inside["low"] == pytest.approx(0.5 - inside["half_width"])
+    with pytest.raises(ValueError, match=r"outside bounds \[0.0, 1.0\]"):
+        stats.mean_ci([0.5, 1.2], bounds=(0.0, 1.0))
+    with pytest.raises(ValueError, match="low < high"):
+        stats.mean_ci([0.5], bounds=(1.0, 0.0))
+    # diffs 1.0, 0.1: mean .55, se = .45, half = 12.7062047 * .45 = 5.717792: both ends cut to [-1, 1]
+    d = stats.paired_difference({0: 1.0, 1: 0.2}, {0: 0.0, 1: 0.1}, bounds=(-1.0, 1.0))
+    assert (d["low"], d["high"], d["clipped"]) == (-1.0, 1.0, ["low", "high"])
+    assert d["half_width"] == pytest.approx(5.717792, abs=1e-6)
+    c = stats.curve_ci([{0: 0.97}, {0: 1.0}], bounds=(0.0, 1.0))
+    assert c["high"] == [1.0] and c["low"] == [pytest.approx(0.794407, abs=1e-6)]
+    assert study_report._pct(ci) == "98.5 [79.4, 100.0*]"  # the cut end is marked
+    assert study_report._pct(inside) == "50.0 [25.2, 74.8]"
+
+
 def test_minimum_detectable_effect_table_and_power():
     # df 9 (10 seeds): t(.975) 2.2621572, t(.8) 0.8834039 (tables)
     assert stats.minimum_detectable_effect(0.02, 10) == pytest.approx(3.1455611 * 0.02 / 10**0.5, abs=1e-6)

@@ -38,8 +38,8 @@ _EXPORTS: dict[str, str] = {
     "counterfactual_oracle": "oar_rl.analysis.oracle",
     "causal_recall": "oar_rl.analysis.oracle",
     # evaluation
-    "pass_at_k": "oar_rl.evaluation",
-    "mean_at_n": "oar_rl.evaluation",
+    "pass_at_k": "oar_rl.eval.evaluation",
+    "mean_at_n": "oar_rl.eval.evaluation",
     # the TRL seam
     "OARConfig": "oar_rl.config",
     "OARTrainer": "oar_rl.trainer",

@@ -14,11 +14,11 @@ import sys
 COMMANDS: dict[str, tuple[str, str]] = {
     "demo": ("oar_rl.study.demo", "the quick study on the word-problem task: what make demo runs"),
     "train": ("oar_rl.train", "GRPO/OAR training from a YAML recipe (TRL's parser; --key value overrides)"),
-    "eval": ("oar_rl.evaluation", "sample n completions per problem and report unbiased pass@k"),
+    "eval": ("oar_rl.eval.evaluation", "sample n completions per problem and report unbiased pass@k"),
     "attribute": ("oar_rl.analysis.attribute", "token-importance heatmaps (HTML), one row per scorer"),
     "oracle": ("oar_rl.analysis.recall", "counterfactual oracle and causal-token recall@K% of each scorer"),
     "fetch-model": ("oar_rl.fetch", "SmolLM2-135M-Instruct (or a .gguf file) as a plain model dir, offline"),
-    "bench": ("oar_rl.analysis.bench", "training cost per token of each credit mode, as a ratio to GRPO"),
+    "bench": ("oar_rl.bench.cli", "training cost per token of each credit mode, as a ratio to GRPO"),
     "gpu-check": (
         "oar_rl.gpu_check",
         "check oar-rl's CUDA paths: training, scorers, costs, memory (JSON + Markdown)",

@@ -1,3 +1,3 @@
 """Analysis tools: the counterfactual oracle and causal-token recall, token heatmaps, training-curve
 plots. Each module is imported on its own (nothing is re-exported here), so importing one does not
-pull in matplotlib or a model."""
+pull in matplotlib or a model. The cost benchmark is `oar_rl.bench`; evaluation is `oar_rl.eval`."""

@@ -244,30 +244,33 @@ def heatmap_page(
     title: str,
     scored: torch.Tensor | None = None,
     notes: list[str] | None = None,
+    answer: torch.Tensor | None = None,
 ) -> str:
-    """A self-contained HTML page: per trajectory, one coloured row per method (and the oracle if given).
+    """A self-contained HTML page: per trajectory, one coloured row per method (and the oracle if given),
+    wrapped to the page's width (`oar_rl.analysis.heatmap`).
 
     `scored` (B, C) marks the tokens that were scored (the reasoning tokens); the others (the answer span,
-    padding) are drawn grey as "not scored", never as a white score of 0.
+    padding) are drawn grey as "not scored", never as a white score of 0, and the reasoning's end (after
+    its last scored token) is marked. `answer` (B, C) marks the answer span, underlined.
     """
-    from oar_rl.analysis.heatmap import heatmap_html
+    import html
+
+    from oar_rl.analysis.heatmap import HEATMAP_CSS, heatmap_html, legend_html
 
     caption = (
-        "Each character's background shows its normalised importance Î (Eq. 14) over the reasoning "
-        "tokens; hover for the value. Grey characters (the answer span) are not scored."
+        "Each token's background shows its normalised importance Î (Eq. 14) over the reasoning tokens; "
+        "hover a token for its method, index and value. Grey tokens are not scored. Long traces wrap: "
+        "each line shows every method's row under the same tokens."
     )
     if "oracle" in rows:
         caption += " The oracle row marks causal pivots (Eq. 19) in full colour."
     parts = [
-        "<!doctype html><html><head><meta charset='utf-8'><title>" + title + "</title>",
-        "<style>body{font-family:sans-serif;margin:2em} table.oar-heatmap{border-collapse:collapse;"
-        "margin-bottom:1.5em} th{text-align:right;padding:2px 8px;vertical-align:top;white-space:nowrap}"
-        " td code{font-size:14px;line-height:1.7}</style></head><body>",
-        f"<h1>{title}</h1><p>{caption}</p>",
+        f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>",
+        "<style>body{font-family:sans-serif;margin:2em} p,li{overflow-wrap:break-word}"
+        f"{HEATMAP_CSS}</style></head><body>",
+        f"<h1>{html.escape(title)}</h1><p>{caption}</p>{legend_html()}",
     ]
     if notes:
-        import html
-
         parts.append("<ul>" + "".join(f"<li>{html.escape(n)}</li>" for n in notes) + "</ul>")
     for i, t in enumerate(trajs):
         n = t.completion_ids.numel()
@@ -281,7 +284,10 @@ def heatmap_page(
             )
             for name, scores in rows.items()
         ]
-        parts.append(heatmap_html(t.prompt, heat))
+        last = max((j for j, k in enumerate(keep) if k), default=None)
+        end = None if scored is None else 0 if last is None else last + 1
+        span = None if answer is None else [bool(v) for v in answer[i, :n].tolist()]
+        parts.append(heatmap_html(t.prompt, heat, answer=span, reasoning_end=end))
     parts.append("</body></html>")
     return "\n".join(parts)
 
@@ -428,7 +434,9 @@ def main(argv: list[str] | None = None) -> int:
         model, tok, trajs, methods, probe=a.probe, seed=a.seed, answer_pattern=a.answer_pattern
     )
     notes.insert(0, chat_message("attribute", chat, a.chat).split("] ", 1)[1])
-    page = heatmap_page(trajs, tok, scores, "oar-rl token importance", scored=reasoning, notes=notes)
+    page = heatmap_page(
+        trajs, tok, scores, "oar-rl token importance", scored=reasoning, notes=notes, answer=answer_mask
+    )
     write_text_atomic(out / "heatmaps.html", page)
     print(f"[attribute] wrote {out / 'heatmaps.html'} ({len(trajs)} traces × {len(methods)} methods)")
     return 0

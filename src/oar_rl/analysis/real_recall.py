@@ -49,6 +49,7 @@ from pathlib import Path
 import torch
 
 from oar_rl.analysis.attribute import Trajectory, answer_spans, given_trajectory, load_model
+from oar_rl.analysis.heatmap import heatmap_png
 from oar_rl.analysis.oracle import alternative_tokens, greedy_generate, recall_difference
 from oar_rl.analysis.recall import (
     _plot,
@@ -60,7 +61,7 @@ from oar_rl.analysis.recall import (
     scores_per_probe,
 )
 from oar_rl.answer_span import scored_positions
-from oar_rl.io import ensure_writable_dir, savefig_atomic, write_text_atomic
+from oar_rl.io import ensure_writable_dir, write_text_atomic
 from oar_rl.probes import PROBES
 
 KS = (0.05, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.8, 1.0)
@@ -253,29 +254,6 @@ class OracleCache:
         write_text_atomic(self.path, json.dumps({"key": self.key, "rows": self.rows}) + "\n")
 
 
-def heatmap_png(trajs, tok, rows: dict[str, torch.Tensor], mask: torch.Tensor, path: Path) -> None:
-    """Figure 4/8 style: per trace, one row of coloured tokens per method (and the oracle), over the tokens
-    `mask` keeps (from the first), each row scaled to its own maximum there."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, axes = plt.subplots(len(trajs), 1, figsize=(13, 1.0 + 0.42 * len(rows) * len(trajs)))
-    for ax, (i, t) in zip(list(axes) if len(trajs) > 1 else [axes], enumerate(trajs), strict=True):
-        n = int(mask[i].sum())
-        pieces = [tok.decode([int(x)]).replace("\n", "⏎").replace("$", r"\$") for x in t.completion_ids[:n]]
-        grid = torch.stack([r[i, :n].float() for r in rows.values()])
-        grid = (grid / grid.amax(dim=1, keepdim=True).clamp_min(1e-12)).numpy()  # each row to its own max
-        ax.imshow(grid, aspect="auto", cmap="Reds", vmin=0, vmax=1)
-        ax.set_yticks(range(len(rows)), list(rows), fontsize=7)
-        ax.set_xticks(range(n), pieces, fontsize=6, rotation=90)
-        ax.set_title(t.prompt, fontsize=7, loc="left")
-    fig.tight_layout()
-    savefig_atomic(fig, path, dpi=90)
-    plt.close(fig)
-
-
 def main(argv: list[str] | None = None) -> int:
     from fractions import Fraction
 
@@ -294,8 +272,11 @@ def main(argv: list[str] | None = None) -> int:
     add(p, "--max-problems", type=int, default=2000, help="--own: give up after sampling this many problems")
     add(p, "--seed", type=int, default=0)
     add(p, "--threads", type=int, default=1, help="torch threads")
+    add(p, "--max-traces", type=int, default=3, help="traces (with a pivot) drawn in heatmaps.png")
     add(p, "--out", default="results/real-model")
     a = p.parse_args(list(sys.argv[1:] if argv is None else argv))
+    if a.max_traces < 1:
+        p.error(f"--max-traces must be >= 1, got {a.max_traces}")
     t0 = time.perf_counter()
     torch.set_num_threads(a.threads)
     out = ensure_writable_dir(a.out)
@@ -387,7 +368,7 @@ def main(argv: list[str] | None = None) -> int:
     for tag, keys in (("recall.png", (*main_curves, "random")), ("recall_all_probes.png", tuple(recalls))):
         _plot({k: recalls[k] for k in keys}, out / tag, {k: bands[k] for k in keys}, n=len(kept),
               with_pivot=with_pivot)  # fmt: skip
-    shown = [i for i in range(len(kept)) if oracle[i].any()][:3]
+    shown = [i for i in range(len(kept)) if oracle[i].any()][: a.max_traces]
     rows = {k: scores[k][shown] for k in ("oar-p/as-mean", "oar-g/as-mean", "grail", "entropy")}
     rows["oracle"] = oracle[shown].float()
     heatmap_png([kept[i] for i in shown], tok, rows, mask[shown], out / "heatmaps.png")

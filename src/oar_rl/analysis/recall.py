@@ -368,6 +368,7 @@ def main(argv: list[str] | None = None) -> int:
             rows,
             "Importance vs. the counterfactual oracle",
             scored=mask[: len(shown)],
+            answer=answer_mask[: len(shown)],
             notes=[chat_message("oracle", chat, a.chat).split("] ", 1)[1], *notes],
         ),
     )

@@ -7,8 +7,8 @@ its Qwen2 presets and its peak-memory reader.
 
 from __future__ import annotations
 
-from oar_rl.analysis import bench as bench_command
-from oar_rl.analysis.bench_shapes import SHAPES, hash_reward, qwen2_config, synthetic_tokenizer
-from oar_rl.analysis.bench_steps import PeakMemory
+from oar_rl.bench import cli as bench_command
+from oar_rl.bench.shapes import SHAPES, hash_reward, qwen2_config, synthetic_tokenizer
+from oar_rl.bench.steps import PeakMemory
 
 __all__ = ["SHAPES", "PeakMemory", "bench_command", "hash_reward", "qwen2_config", "synthetic_tokenizer"]

@@ -6,6 +6,14 @@ difference to GRPO per seed with the interval of the differences, the accuracy-v
 interval, the steps to reach GRPO's final accuracy, and the mean of every `oar/*` metric TRL logged
 (the credit metrics, including any a task's role hook adds). "Steps to reach" is read off the mean
 curve over seeds, at the evaluated steps only (a multiple of `eval_every`, or the last step).
+
+Intervals of accuracies and of their differences are Student-t over seeds, *clipped and marked*: cut to
+the possible range ([0, 100]%, differences [-100, 100]) and the cut end marked `*` in the tables, with a
+note saying so (`oar_rl.study.stats` says why not a binomial interval). With fewer than 3 seeds the
+report says its intervals are not informative (1 degree of freedom: t = 12.71).
+
+Layout: the page fits its width; a table wider than the page (the credit metrics: one column per
+metric) scrolls inside its own box, and so does the study record.
 """
 
 from __future__ import annotations
@@ -19,16 +27,23 @@ from pathlib import Path
 from typing import Any
 
 from oar_rl.io import savefig_atomic, write_text_atomic
-from oar_rl.study.stats import curve_ci, mean_ci, paired_difference, steps_to_reach
+from oar_rl.study.stats import curve_ci, mean_ci, paired_difference, steps_to_reach, t_quantile
 
 REFERENCE = "grpo"
+ACCURACY = (0.0, 1.0)
+"""The range of an accuracy; a difference of two lies in (-1, 1)."""
+DIFFERENCE = (-1.0, 1.0)
+INFORMATIVE_SEEDS = 3
+"""Fewer seeds than this: the report says its intervals are not informative."""
 
 _CSS = """
 body{font-family:system-ui,sans-serif;max-width:1100px;margin:2em auto;padding:0 1em;color:#222}
-table{border-collapse:collapse;margin:1em 0}th,td{border:1px solid #ccc;padding:4px 10px;text-align:left}
+p{overflow-wrap:break-word}.table-wrap{overflow-x:auto;max-width:100%;margin:1em 0}
+table{border-collapse:collapse}th,td{border:1px solid #ccc;padding:4px 10px;text-align:left}
 th{background:#f4f4f4}td.num{text-align:right;font-variant-numeric:tabular-nums}
-.plots img{width:48%;min-width:380px;margin:4px}code{font-size:14px}
-.oar-heatmap td{line-height:1.9}.note{color:#666;font-size:90%}
+.plots img{width:48%;min-width:380px;max-width:100%;margin:4px}code{font-size:14px}
+pre{overflow-x:auto;max-width:100%}.note{color:#666;font-size:90%}
+.warn{border-left:4px solid #c60;padding:.4em .8em;background:#fff6ec}
 """
 
 
@@ -53,7 +68,7 @@ def aggregate(groups: Mapping[str, list[str]], runs: Mapping[str, Mapping[str, A
         by_variant.setdefault(run["variant"], {})[run["seed"]] = run
     ref_runs = by_variant.get(REFERENCE, {})
     ref_final = {s: r["final"]["sampled"] for s, r in ref_runs.items()}
-    ref_curve = curve_ci([_curve(r) for r in ref_runs.values()])
+    ref_curve = curve_ci([_curve(r) for r in ref_runs.values()], bounds=ACCURACY)
     ref_target = ref_curve["mean"][-1] if ref_curve["mean"] else None
     out: dict[str, Any] = {}
     for group, names in groups.items():
@@ -61,23 +76,24 @@ def aggregate(groups: Mapping[str, list[str]], runs: Mapping[str, Mapping[str, A
         for name in names:
             vr = by_variant.get(name, {})
             finals = {s: r["final"]["sampled"] for s, r in vr.items()}
-            curve = curve_ci([_curve(r) for r in vr.values()])
+            curve = curve_ci([_curve(r) for r in vr.values()], bounds=ACCURACY)
             credit: dict[str, list[float]] = {}
             for r in vr.values():
                 for k, v in _credit_means(r.get("history", [])).items():
                     credit.setdefault(k, []).append(v)
             res: dict[str, Any] = {
                 "seeds": sorted(vr),
-                "final_sampled": mean_ci(list(finals.values())),
+                "final_sampled": mean_ci(list(finals.values()), bounds=ACCURACY),
                 "final_greedy": mean_ci(
-                    [r["final"]["greedy"] for r in vr.values() if r["final"]["greedy"] is not None]
+                    [r["final"]["greedy"] for r in vr.values() if r["final"]["greedy"] is not None],
+                    bounds=ACCURACY,
                 ),
                 "curve": curve,
                 "credit_metrics": {k: mean_ci(v) for k, v in sorted(credit.items())},
                 "train_seconds": mean_ci([r["train_seconds"] for r in vr.values()]),
             }
             if ref_final and name != REFERENCE:
-                res["diff_to_grpo"] = paired_difference(finals, ref_final)
+                res["diff_to_grpo"] = paired_difference(finals, ref_final, bounds=DIFFERENCE)
             if ref_target is not None and curve["step"]:
                 res["steps_to_grpo_final"] = steps_to_reach(curve["step"], curve["mean"], ref_target)
             results[name] = res
@@ -178,8 +194,41 @@ def _pct(ci: Mapping[str, Any] | None, signed: bool = False) -> str:
     sign = "+" if signed else ""
     text = f"{100 * ci['mean']:{sign}.1f}"
     if ci.get("low") is not None:
-        text += f" [{100 * ci['low']:{sign}.1f}, {100 * ci['high']:{sign}.1f}]"
+        cut = ci.get("clipped") or []
+        low, high = (f"{100 * ci[k]:{sign}.1f}" + ("*" if k in cut else "") for k in ("low", "high"))
+        text += f" [{low}, {high}]"
     return text
+
+
+def _seed_notes(study: Mapping[str, Any]) -> list[str]:
+    """Notes on the intervals: too few seeds to be informative, and bounds clipped to the range."""
+    results = [r for res in study["groups"].values() for r in res.values() if r["seeds"]]
+    notes = []
+    fewest = min((len(r["seeds"]) for r in results), default=0)
+    if fewest == 1:
+        notes.append(
+            "<p class='note warn'><b>Some variants have 1 seed: they have no intervals</b>, and a single "
+            f"run says nothing about the spread over seeds; run {INFORMATIVE_SEEDS} or more seeds "
+            f"(<code>--seeds {INFORMATIVE_SEEDS}</code>).</p>"
+        )
+    elif 1 < fewest < INFORMATIVE_SEEDS:
+        t = t_quantile(0.975, fewest - 1)
+        notes.append(
+            f"<p class='note warn'><b>With {fewest} seeds these intervals are not informative</b>: a 95% "
+            f"t-interval over {fewest} seeds has {fewest - 1} degree{'s' * (fewest > 2)} of freedom "
+            f"(t = {t:.2f}), so it "
+            f"spans about ±{t / fewest**0.5:.1f} standard deviations of the seeds around the mean and "
+            "rarely excludes anything. Read the per-seed values (the wins column, the plots), or run "
+            f"{INFORMATIVE_SEEDS} or more seeds (<code>--seeds {INFORMATIVE_SEEDS}</code>).</p>"
+        )
+    cells = [r.get(k) or {} for r in results for k in ("final_sampled", "final_greedy", "diff_to_grpo")]
+    if any(c.get("clipped") for c in cells):
+        notes.append(
+            "<p class='note'>* The t-interval ran past the possible range (accuracy 0–100%, a difference "
+            "−100 to +100) and is clipped to it: the true mean lies inside the range, so only impossible "
+            "values are cut (clip-and-mark; see <code>oar_rl.study.stats</code>).</p>"
+        )
+    return notes
 
 
 def _num(ci: Mapping[str, Any] | None) -> str:
@@ -199,7 +248,7 @@ def _reach(r: Mapping[str, Any]) -> str:
 def _table(head: list[str], rows: list[list[str]]) -> str:
     th = "".join(f"<th>{html.escape(h)}</th>" for h in head)
     body = "".join("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in r) + "</tr>" for r in rows)
-    return f"<table><tr>{th}</tr>{body}</table>"
+    return f"<div class='table-wrap'><table><tr>{th}</tr>{body}</table></div>"
 
 
 def _img(path: Path) -> str:
@@ -228,6 +277,7 @@ def render(study: Mapping[str, Any], plots: Mapping[str, Path]) -> str:
         "are paired by seed; MDE is the smallest true difference a paired t-test at 95% detects with 80% "
         "power, from the measured paired SD. Accuracies in %.</p>"
     )
+    parts.extend(_seed_notes(study))
     per_method = lr.get("per_method") or {}
     if any(v != lr["value"] for v in per_method.values()):
         own = ", ".join(f"{m} {v:g}" for m, v in per_method.items())

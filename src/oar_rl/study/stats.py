@@ -5,6 +5,15 @@ replicates; the problems of the test set are shared by every run, so their sampl
 all methods and cancels in the paired differences). With one seed there is no interval: `low`/`high`
 are None, never a made-up width.
 
+Bounded quantities (accuracies in [0, 1], differences of two accuracies in [-1, 1]) take `bounds`: the
+t-interval is then *clipped and marked* -- intersected with the possible range, and `clipped` names the
+bound(s) that were cut ("low", "high"). Why not an interval built for proportions (Wilson, Clopper-Pearson):
+the replicates are training runs, and a run's accuracy varies with its seed far more than the binomial
+noise of its test samples, so a binomial interval over the pooled samples would be too narrow. The true
+mean lies in the range, so clipping removes only impossible values and keeps the t-interval's coverage;
+the mark says the t-interval itself ran past the range (with 2 seeds it usually does: 1 degree of freedom,
+t = 12.71).
+
 The t quantile is computed here (regularised incomplete beta by Lentz's continued fraction, inverted
 by bisection) so the project needs no SciPy; tests check it against published table values.
 """
@@ -86,11 +95,26 @@ def t_quantile(p: float, df: float) -> float:
     return 0.5 * (lo + hi)
 
 
-def mean_ci(values: Sequence[float], level: float = 0.95) -> dict[str, Any]:
+def _check_bounds(bounds: tuple[float, float] | None, vals: Sequence[float]) -> None:
+    if bounds is None:
+        return
+    lo, hi = bounds
+    if not lo < hi:
+        raise ValueError(f"bounds={bounds} must be (low, high) with low < high")
+    outside = [v for v in vals if not lo <= v <= hi]
+    if outside:
+        raise ValueError(f"values {outside[:3]} lie outside bounds [{lo}, {hi}]")
+
+
+def mean_ci(
+    values: Sequence[float], level: float = 0.95, bounds: tuple[float, float] | None = None
+) -> dict[str, Any]:
     """Mean and two-sided Student-t interval over `values` (one per seed).
 
-    Returns {"n", "mean", "sd", "low", "high", "half_width"}; with n == 1 the sd, bounds and half width
-    are None (no interval from one replicate); with n == 0 the mean is None too.
+    Returns {"n", "mean", "sd", "low", "high", "half_width", "clipped"}; with n == 1 the sd, bounds and
+    half width are None (no interval from one replicate); with n == 0 the mean is None too. `bounds`
+    (low, high): the possible range of the quantity; `low`/`high` are clipped to it and `clipped` lists
+    the ends that were ("low", "high"; module docstring). `half_width` is the unclipped t half width.
     """
     if not 0.0 < level < 1.0:
         raise ValueError(f"level={level} must be in (0, 1)")
@@ -98,8 +122,11 @@ def mean_ci(values: Sequence[float], level: float = 0.95) -> dict[str, Any]:
     bad = [v for v in vals if not math.isfinite(v)]
     if bad:
         raise ValueError(f"values must be finite, got {bad[:3]}")
+    _check_bounds(bounds, vals)
     n = len(vals)
-    out: dict[str, Any] = {"n": n, "mean": None, "sd": None, "low": None, "high": None, "half_width": None}
+    out: dict[str, Any] = {
+        "n": n, "mean": None, "sd": None, "low": None, "high": None, "half_width": None, "clipped": [],
+    }  # fmt: skip
     if n == 0:
         return out
     mean = statistics.fmean(vals)
@@ -108,22 +135,30 @@ def mean_ci(values: Sequence[float], level: float = 0.95) -> dict[str, Any]:
         return out
     sd = statistics.stdev(vals)
     half = t_quantile(0.5 + level / 2.0, n - 1) * sd / math.sqrt(n)
-    out.update(sd=sd, low=mean - half, high=mean + half, half_width=half)
+    low, high = mean - half, mean + half
+    if bounds is not None:
+        out["clipped"] = [name for name, cut in (("low", low < bounds[0]), ("high", high > bounds[1])) if cut]
+        low, high = max(low, bounds[0]), min(high, bounds[1])
+    out.update(sd=sd, low=low, high=high, half_width=half)
     return out
 
 
 def paired_difference(
-    treatment: Mapping[int, float], reference: Mapping[int, float], level: float = 0.95
+    treatment: Mapping[int, float],
+    reference: Mapping[int, float],
+    level: float = 0.95,
+    bounds: tuple[float, float] | None = None,
 ) -> dict[str, Any]:
     """Per-seed differences treatment − reference over the seeds both have, with their t-interval.
 
     Pairing by seed removes what the seed shares between the two runs (the prompt order, the warm
     start, the test problems). Returns `mean_ci` of the differences plus {"seeds", "diffs"} and
-    "wins" (seeds where the treatment is strictly better).
+    "wins" (seeds where the treatment is strictly better). `bounds`: the differences' possible range
+    (for two accuracies (-1, 1)), as in `mean_ci`.
     """
     seeds = sorted(set(treatment) & set(reference))
     diffs = [float(treatment[s]) - float(reference[s]) for s in seeds]
-    out = mean_ci(diffs, level)
+    out = mean_ci(diffs, level, bounds)
     out.update(seeds=seeds, diffs=diffs, wins=sum(d > 0 for d in diffs))
     out["mde80"] = minimum_detectable_effect(out["sd"], len(diffs), level) if out["sd"] is not None else None
     return out
@@ -141,17 +176,20 @@ def minimum_detectable_effect(sd: float, n: int, level: float = 0.95, power: flo
     return (t_quantile(0.5 + level / 2.0, df) + t_quantile(power, df)) * sd / math.sqrt(n)
 
 
-def curve_ci(curves: Sequence[Mapping[int, float]], level: float = 0.95) -> dict[str, list]:
+def curve_ci(
+    curves: Sequence[Mapping[int, float]], level: float = 0.95, bounds: tuple[float, float] | None = None
+) -> dict[str, list]:
     """Mean and t-interval over seeds at every step that all `curves` (step -> value) share.
 
-    Returns {"step", "mean", "low", "high"}; bounds are None where there is a single curve.
+    Returns {"step", "mean", "low", "high"}; bounds are None where there is a single curve; `bounds`
+    clips them to the quantity's range, as in `mean_ci`.
     """
     if not curves:
         return {"step": [], "mean": [], "low": [], "high": []}
     shared = sorted(set.intersection(*(set(c) for c in curves)))
     out: dict[str, list] = {"step": [], "mean": [], "low": [], "high": []}
     for s in shared:
-        ci = mean_ci([c[s] for c in curves], level)
+        ci = mean_ci([c[s] for c in curves], level, bounds)
         out["step"].append(s)
         out["mean"].append(ci["mean"])
         out["low"].append(ci["low"])

@@ -22,7 +22,7 @@ Output directory (``--out``):
   Written atomically at the end.
 
 Before sampling, every prompt plus ``--max-new-tokens`` is checked against the model's positions (a clear
-error naming the prompts, or ``--truncate-prompts`` to left-truncate them; see `oar_rl.eval_sampling`).
+error naming the prompts, or ``--truncate-prompts`` to left-truncate them; see `oar_rl.eval.sampling`).
 
 Reproducibility: problems are sampled in fixed batches (``max(1, batch_size // n)`` consecutive problems,
 or one problem in ``ceil(n / batch_size)`` chunks), each seeded from (seed, benchmark, first index,
@@ -47,8 +47,8 @@ from typing import Any
 
 import numpy as np
 
-from oar_rl.eval_config import BenchmarkJob, EvalConfig, build_parser
-from oar_rl.eval_sampling import build_sampler, check_prompt_lengths, resolve_chat
+from oar_rl.eval.config import BenchmarkJob, EvalConfig, build_parser
+from oar_rl.eval.sampling import build_sampler, check_prompt_lengths, resolve_chat
 from oar_rl.fetch import resolve_model
 from oar_rl.io import write_text_atomic
 
@@ -132,7 +132,7 @@ def mean_at_n(c: int | Sequence[int] | np.ndarray, n: int) -> float:
     return float(arr.mean() / n)
 
 
-# configuration, CLI and the job record: oar_rl.eval_config (EvalConfig, build_parser, BenchmarkJob)
+# configuration, CLI and the job record: oar_rl.eval.config (EvalConfig, build_parser, BenchmarkJob)
 
 
 # ----------------------------------------------------------------------------------------------------

@@ -1,7 +1,7 @@
 """`oar-rl eval`'s configuration: `EvalConfig` (one field per CLI flag) and the parser built from it.
 
 Also `BenchmarkJob`, one benchmark's data, files and resume state. The sampling lives in
-:mod:`oar_rl.eval_sampling`; the files, the run and pass@k in :mod:`oar_rl.evaluation`.
+:mod:`oar_rl.eval.sampling`; the files, the run and pass@k in :mod:`oar_rl.eval.evaluation`.
 """
 
 from __future__ import annotations

@@ -14,7 +14,7 @@ import logging
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from oar_rl.eval_config import BenchmarkJob, EvalConfig
+    from oar_rl.eval.config import BenchmarkJob, EvalConfig
 
 logger = logging.getLogger(__name__)
 

@@ -1,5 +1,5 @@
 """The step-level part of `oar-rl bench`: one `OARTrainer` per method, each in its own process, their
-steps interleaved, timed and their memory read (see :mod:`oar_rl.analysis.bench` for what is measured
+steps interleaved, timed and their memory read (see :mod:`oar_rl.bench.cli` for what is measured
 and how it is reported).
 
 Each method runs in a worker process of its own (``multiprocessing``, spawn context), as a real training
@@ -240,7 +240,7 @@ def _train(method: str, shape_kwargs: dict[str, Any], args: argparse.Namespace, 
     warnings.filterwarnings("ignore", category=DeprecationWarning)
     if args.threads:
         torch.set_num_threads(args.threads)
-    from oar_rl.analysis.bench_shapes import build_shape
+    from oar_rl.bench.shapes import build_shape
 
     shape = build_shape(**shape_kwargs)
     with tempfile.TemporaryDirectory() as work:
@@ -319,7 +319,7 @@ def run_interleaved(
     """Train every method for warmup + repeats steps, one process each, interleaved.
 
     Returns one record per step (in the order they ran) and, per method, its worker's info (pid, torch
-    threads). `shape_kwargs` are :func:`oar_rl.analysis.bench_shapes.build_shape`'s arguments: each
+    threads). `shape_kwargs` are :func:`oar_rl.bench.shapes.build_shape`'s arguments: each
     worker builds the shape itself. `worker` is the process entry point (tests swap it).
     """
     ctx = multiprocessing.get_context("spawn")

@@ -18,7 +18,7 @@ median and min–max over repeats are reported. The first ``--warmup`` steps of 
 ``oar-p-full`` recomputes every perturbed copy from position 0 (no prefix reuse) and
 ``oar-p-serial`` also runs one copy per forward pass, the paper's "naive serial implementation".
 The worker processes, the interleaving and the memory readings are in
-:mod:`oar_rl.analysis.bench_steps`.
+:mod:`oar_rl.bench.steps`.
 
 Generation parity check. Generation is the same code on the same weights for every credit mode, so its
 median time per token should match GRPO's. The bench flags any mode whose median generation seconds
@@ -26,10 +26,10 @@ per token differ from GRPO's by more than 10% (bench.md, the console and ``gener
 bench.json): its "step" figures then carry something other than the credit mode's cost, and the
 update-sweep figures are the ones to use.
 
-After the steps, a scorer-level part (:mod:`oar_rl.analysis.bench_scorers`, skip with
+After the steps, a scorer-level part (:mod:`oar_rl.bench.scorers`, skip with
 ``--no-scorers``; ``--scorers-only`` skips the steps instead) times the importance functions on one batch
 of the same shape, OAR-G's and OAR-P's compute floors, and recall of OAR-P's top-20% tokens. Shapes are
-in :mod:`oar_rl.analysis.bench_shapes`.
+in :mod:`oar_rl.bench.shapes`.
 
 Ratios are only meaningful within one run on one machine; the outputs name the machine.
 """
@@ -46,9 +46,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from oar_rl.analysis.bench_shapes import SHAPE_NAMES
-from oar_rl.analysis.bench_steps import METHOD_CONFIG, BenchWorkerError, run_interleaved
 from oar_rl.argparsing import add, new_parser
+from oar_rl.bench.shapes import SHAPE_NAMES
+from oar_rl.bench.steps import METHOD_CONFIG, BenchWorkerError, run_interleaved
 from oar_rl.credits import CREDITS
 from oar_rl.io import ensure_writable_dir, write_text_atomic
 
@@ -274,7 +274,7 @@ def _run_scorers(shape, args: argparse.Namespace) -> dict[str, Any]:
     import torch
     from tqdm.auto import tqdm
 
-    from oar_rl.analysis.bench_scorers import random_batch, run_scorers
+    from oar_rl.bench.scorers import random_batch, run_scorers
 
     model = shape.make_model()
     if isinstance(model, str):
@@ -315,8 +315,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     from tqdm.auto import tqdm
 
-    from oar_rl.analysis.bench_scorers import scorer_lines
-    from oar_rl.analysis.bench_shapes import build_shape
+    from oar_rl.bench.scorers import scorer_lines
+    from oar_rl.bench.shapes import build_shape
     from oar_rl.console import print_settings
     from oar_rl.options import apply_threads
 

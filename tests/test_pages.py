@@ -1,0 +1,195 @@
+"""The HTML pages as a person sees them: `heatmaps.html` and the study's `report.html`.
+
+The browser checks load each page in headless Chromium at 1280 px (where it is installed: Debian package
+`chromium`; skipped cleanly where it is not) with a small script appended that measures the layout and
+writes the numbers into the DOM, read back through `--dump-dom`: the page must not scroll sideways, the
+last token of a 1,000-token trace must be inside the window, every method's row must keep its tokens in
+the same columns, and a table wider than the page must scroll inside its own box.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+
+import pytest
+import torch
+
+from oar_rl.analysis.attribute import Trajectory, heatmap_page
+from oar_rl.analysis.heatmap import heatmap_html, wrap_tokens
+from oar_rl.study.report import aggregate, render
+from oar_rl.tiny import build_char_tokenizer
+
+WIDTH = 1280
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+needs_chromium = pytest.mark.skipif(
+    CHROMIUM is None, reason="chromium is not installed (Debian: apt-get install chromium)"
+)
+
+MEASURE = """<script>(function () {
+  const W = window.innerWidth, out = {inner: W, scroll: document.documentElement.scrollWidth};
+  const chunks = [...document.querySelectorAll('table.oar-chunk')];
+  out.chunks = chunks.length; out.misaligned = 0;
+  for (const c of chunks) {
+    const rows = [...c.querySelectorAll('span.oar-trace')].map(
+      r => [...r.children].map(s => Math.round(s.getBoundingClientRect().left)).join());
+    out.misaligned += rows.filter(r => r !== rows[0]).length;
+  }
+  const traces = document.querySelectorAll('div.oar-heatmap');
+  if (traces.length) {
+    const lines = traces[traces.length - 1].querySelectorAll('table.oar-chunk');
+    const rows = lines[lines.length - 1].querySelectorAll('span.oar-trace');
+    const box = lines[lines.length - 1].parentElement.getBoundingClientRect();
+    out.last_right = Math.max(...[...rows].map(r => r.lastElementChild.getBoundingClientRect().right));
+    out.box_right = Math.min(box.right, W);
+  }
+  out.scrolling_boxes = [...document.querySelectorAll('.table-wrap, .oar-wrap')]
+    .filter(w => w.scrollWidth > w.clientWidth).length;
+  const pre = document.createElement('pre'); pre.id = 'oar-measure'; pre.textContent = JSON.stringify(out);
+  document.body.appendChild(pre);
+})();</script>"""
+
+
+def measure(page: str, tmp_path) -> dict:
+    """Load `page` in headless Chromium at `WIDTH` px and return what `MEASURE` found."""
+    path = tmp_path / "page.html"
+    path.write_text(page.replace("</body>", MEASURE + "</body>"), encoding="utf-8")
+    cmd = [
+        CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
+        f"--user-data-dir={tmp_path / 'profile'}", f"--window-size={WIDTH},900", "--dump-dom", path.as_uri(),
+    ]  # fmt: skip
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+    found = re.search(r'<pre id="oar-measure">(.*?)</pre>', done.stdout)
+    assert found, f"chromium exited {done.returncode} without the measurement: {done.stderr[-2000:]}"
+    return json.loads(found.group(1))
+
+
+# ----------------------------------------------------------------------------------------------------
+# heatmaps.html
+# ----------------------------------------------------------------------------------------------------
+def _trace(tok, completion: str, answer: str, seed: int):
+    """A char-level trace (one token per character), random scores for four methods and an oracle row,
+    the reasoning mask (before `<answer>`) and the answer-span mask."""
+    ids = torch.tensor(tok(completion, add_special_tokens=False)["input_ids"])
+    n = ids.numel()
+    start = completion.index("<answer>")
+    scored = torch.zeros(1, n, dtype=torch.bool)
+    scored[0, :start] = True
+    span = torch.zeros(1, n, dtype=torch.bool)
+    a = start + len("<answer>")
+    span[0, a : a + len(answer)] = True
+    g = torch.Generator().manual_seed(seed)
+    rows = {m: torch.rand(1, n, generator=g) for m in ("oar-p", "oar-g", "entropy", "random")}
+    rows["oracle"] = (torch.rand(1, n, generator=g) > 0.9).float()
+    traj = Trajectory("Leo has 4 apples and buys 7 more. How many?", completion, answer, ids[:3], ids)
+    return traj, rows, scored, span
+
+
+def _page(n_steps: int) -> tuple[str, int]:
+    tok = build_char_tokenizer()
+    short = "4+7=11. So 11.<answer>11</answer>"  # the testbed's size: about 40 tokens
+    long = "".join(f"Step {k}: {k}+{k + 1}={2 * k + 1}. " for k in range(n_steps)) + "<answer>42</answer>"
+    (t1, r1, s1, a1), (t2, r2, s2, a2) = _trace(tok, short, "11", 0), _trace(tok, long, "42", 1)
+    n = max(t1.completion_ids.numel(), t2.completion_ids.numel())
+
+    def pad(x, m):
+        return torch.nn.functional.pad(x.float(), (0, n - m)).to(x.dtype)
+
+    m1, m2 = t1.completion_ids.numel(), t2.completion_ids.numel()
+    rows = {k: torch.cat([pad(r1[k], m1), pad(r2[k], m2)]) for k in r1}
+    scored, answer = torch.cat([pad(s1, m1), pad(s2, m2)]), torch.cat([pad(a1, m1), pad(a2, m2)])
+    return heatmap_page([t1, t2], tok, rows, "t", scored=scored, answer=answer), m2
+
+
+def test_heatmap_marks_the_answer_and_the_end_of_reasoning():
+    page, n = _page(60)
+    assert n > 1000  # a real trace's length, one token per character
+    assert page.count('class="oar-chunk"') > 10  # the long trace is cut into lines
+    for label in ("oar-p", "oar-g", "entropy", "random", "oracle"):  # every line holds every method's row
+        assert page.count(f"<tr><th>{label}</th>") == page.count('class="oar-chunk"')
+    ends = re.findall(r'class="[^"]*\boar-end(?:"| )', page)
+    assert len(ends) == 2 * 5 + 1  # the bar in each row of 2 traces × 5 rows, and the legend's
+    assert "answer span (underlined): tokens" in page and f"{n} tokens" in page
+    assert 'title="oar-p · #0 · ' in page  # hover: method, token index, score
+
+
+def test_wrap_tokens_breaks_before_words_and_after_newlines():
+    toks = ["ab", " cd", " ef", "gh", "\n", "ij"]
+    assert wrap_tokens(toks, 8) == [(0, 2), (2, 5), (5, 6)]  # " ef" moves down with its word; ⏎ ends a line
+    assert wrap_tokens(["x" * 20, "y"], 5) == [(0, 1), (1, 2)]  # a token longer than a line gets its own
+    assert wrap_tokens([], 5) == [(0, 0)]
+    with pytest.raises(ValueError, match="line_chars must be >= 1, got 0"):
+        wrap_tokens(toks, 0)
+    with pytest.raises(ValueError, match="row 'b' has other tokens"):
+        heatmap_html("p", [("a", ["x"], [0.1]), ("b", ["y"], [0.1])])
+    with pytest.raises(ValueError, match=r"reasoning_end=5 must be in \[0, 1\]"):
+        heatmap_html("p", [("a", ["x"], [0.1])], reasoning_end=5)
+
+
+@needs_chromium
+def test_heatmap_wraps_to_the_window_in_chromium(tmp_path):
+    page, _ = _page(60)
+    m = measure(page, tmp_path)
+    assert m["inner"] == WIDTH
+    assert m["scroll"] <= WIDTH, m  # the page never scrolls sideways
+    assert m["chunks"] > 10 and m["misaligned"] == 0, m  # every method's row under the same tokens
+    assert m["last_right"] <= m["box_right"], m  # the last token (the answer's end) is on screen
+    assert m["scrolling_boxes"] == 0, m  # no line needs its own scroll bar at 1280 px
+
+
+# ----------------------------------------------------------------------------------------------------
+# report.html
+# ----------------------------------------------------------------------------------------------------
+METRICS = [f"oar/{name}" for name in (
+    "ess_ratio", "top10_mass", "importance_seconds", "probe_fallback_frac", "entropy_by_role_pivot",
+    "entropy_by_role_filler", "weight_pivot", "weight_filler", "scored_fraction", "advantage_std",
+    "importance_max", "importance_mean",
+)]  # fmt: skip
+
+
+def _study(seeds: int) -> dict:
+    """A study record as `oar_rl.study.cli` writes it, from made-up runs near 100% accuracy."""
+    finals = {"grpo": [0.97, 1.0, 0.99], "oar-g": [0.60, 0.83, 0.7]}
+    runs = {}
+    for variant, accs in finals.items():
+        for s in range(seeds):
+            history = [{"step": 1, **{k: 0.1 * (i + 1) + 0.01 * s for i, k in enumerate(METRICS)}}]
+            runs[f"{variant}/seed{s}"] = {
+                "variant": variant, "seed": s, "curve": {"0": 0.5, "4": accs[s]}, "history": history,
+                "final": {"sampled": accs[s], "greedy": accs[s]}, "train_seconds": 10.0,
+            }  # fmt: skip
+    protocol = {
+        "task": "wordproblems", "steps": 4, "prompts_per_step": 4, "num_generations": 4, "probe": "as-mean",
+        "tau": 0.5, "oar_beta": 1.0, "test_problems": 50, "eval_samples": 2, "temperature": 1.0,
+        "eval_every": 4,
+    }  # fmt: skip
+    return {
+        "protocol": protocol, "complete": True, "scope": {"seeds": seeds}, "runs": runs, "wall": {"s": 1},
+        "learning_rate": {"value": 5e-5, "source": "task default"},
+        "warm_start": {"recipe_hash": "f" * 64, "accuracy": {"sampled": 0.5, "greedy": 0.6}},
+        "groups": aggregate({"main": list(finals)}, runs),
+    }  # fmt: skip
+
+
+def test_report_intervals_stay_in_range_and_few_seeds_are_flagged():
+    page = render(_study(2), {})
+    assert "With 2 seeds these intervals are not informative" in page
+    assert "1 degree of freedom (t = 12.71)" in page
+    assert "98.5 [79.4, 100.0*]" in page  # GRPO at .97, 1.0: the t-interval's 117.6 cut to 100, marked
+    assert "clipped to it" in page
+    bounds = re.findall(r"\[([-+]?[\d.]+)\*?, ([-+]?[\d.]+)\*?\]", page)
+    numbers = [float(v) for pair in bounds for v in pair]
+    assert numbers and all(-100.0 <= x <= 100.0 for x in numbers)
+    three = render(_study(3), {})
+    assert "not informative" not in three and "1 seed" not in three
+    one = render(_study(1), {})
+    assert "Some variants have 1 seed: they have no intervals" in one
+
+
+@needs_chromium
+def test_report_fits_the_window_in_chromium(tmp_path):
+    m = measure(render(_study(2), {}), tmp_path)
+    assert m["scroll"] <= WIDTH, m  # the page itself never scrolls sideways
+    assert m["scrolling_boxes"] >= 1, m  # the credit-metrics table is wider: it scrolls in its own box
