@@ -167,9 +167,9 @@ def summarize(runs: dict[str, dict[int, dict[str, Any]]], arms: list[Arm]) -> li
         acc = {s: 100 * r["final"]["sampled"] for s, r in got.items()}
         row: dict[str, Any] = {"arm": arm.name, "method": arm.method, "overrides": dict(arm.overrides),
                                "baseline": arm.baseline, "stage": arm.stage, "seeds": sorted(acc),
-                               "accuracy": mean_ci(list(acc.values())) if acc else None}  # fmt: skip
+                               "accuracy": mean_ci(list(acc.values()), bounds=(0, 100)) if acc else None}  # fmt: skip
         greedy = [100 * r["final"]["greedy"] for r in got.values() if r["final"].get("greedy") is not None]
-        row["greedy"] = mean_ci(greedy) if greedy else None
+        row["greedy"] = mean_ci(greedy, bounds=(0, 100)) if greedy else None
         row["train_seconds"] = (sum(r["train_seconds"] for r in got.values()) / len(got)) if got else None
         if arm.baseline is not None:
             base = {s: 100 * r["final"]["sampled"] for s, r in runs.get(arm.baseline, {}).items()}
@@ -202,7 +202,9 @@ def _fmt_ci(ci: dict[str, Any] | None, signed: bool = False) -> str:
     f = "{:+.1f}" if signed else "{:.1f}"
     if ci.get("low") is None:
         return f.format(ci["mean"])
-    return f"{f.format(ci['mean'])} ({f.format(ci['low'])}, {f.format(ci['high'])})"
+    lo = f.format(ci["low"]) + ("*" if "low" in ci.get("clipped", ()) else "")
+    hi = f.format(ci["high"]) + ("*" if "high" in ci.get("clipped", ()) else "")
+    return f"{f.format(ci['mean'])} ({lo}, {hi})"
 
 
 def markdown(rows: list[dict[str, Any]], title: str, note: str) -> str:
@@ -232,7 +234,8 @@ def write_report(out: Path, kind: str) -> dict[str, Any]:
                               "seeds": list(SCREEN_SEEDS if kind == "screen" else CONFIRM_SEEDS)}  # fmt: skip
     note = (
         "Validation split, 300 problems × 4 samples at T = 1 per run; seeds 2000-2004; differences paired "
-        "by seed against the arm's GRPO baseline (same learning rate and trust region)."
+        "by seed against the arm's GRPO baseline (same learning rate and trust region). Student-t "
+        "intervals over seeds; * marks an end clipped to [0, 100]."
         if kind == "screen"
         else "Test split, 500 problems × 4 samples at T = 1 per run (2000), fresh seeds 100-109; differences "
         "paired by seed against the arm's GRPO baseline."
