@@ -165,9 +165,15 @@ def summarize(runs: dict[str, dict[int, dict[str, Any]]], arms: list[Arm]) -> li
     for arm in arms:
         got = runs.get(arm.name, {})
         acc = {s: 100 * r["final"]["sampled"] for s, r in got.items()}
-        row: dict[str, Any] = {"arm": arm.name, "method": arm.method, "overrides": dict(arm.overrides),
-                               "baseline": arm.baseline, "stage": arm.stage, "seeds": sorted(acc),
-                               "accuracy": mean_ci(list(acc.values()), bounds=(0, 100)) if acc else None}  # fmt: skip
+        row: dict[str, Any] = {
+            "arm": arm.name,
+            "method": arm.method,
+            "overrides": dict(arm.overrides),
+            "baseline": arm.baseline,
+            "stage": arm.stage,
+            "seeds": sorted(acc),
+        }
+        row["accuracy"] = mean_ci(list(acc.values()), bounds=(0, 100)) if acc else None
         greedy = [100 * r["final"]["greedy"] for r in got.values() if r["final"].get("greedy") is not None]
         row["greedy"] = mean_ci(greedy, bounds=(0, 100)) if greedy else None
         row["train_seconds"] = (sum(r["train_seconds"] for r in got.values()) / len(got)) if got else None
