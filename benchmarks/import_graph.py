@@ -49,6 +49,7 @@ TIERS: dict[str, int] = {
     "oar_rl.credits": 2,
     # 3 the TRL seam
     "oar_rl.config": 3,
+    "oar_rl.credit_logging": 3,
     "oar_rl.trainer": 3,
     # 4 tasks, their warm starts, and models by name (`--model default`, fetched models)
     "oar_rl.tiny": 4,

@@ -15,7 +15,7 @@ from torch import nn
 
 from conftest import pad_texts
 from float64 import float64_copy
-from oar_rl.answer_span import answer_span_mask, scored_positions
+from oar_rl.answer_span import answer_span_mask, reasoning_mask, scored_positions
 from oar_rl.credits import compute_importance
 from oar_rl.importance import (
     entropy_importance,
@@ -238,10 +238,14 @@ def _row_objective(model, attn_row, P, comp_row, ans_row, probe, clean, noisy_ro
     return (x.exp() * (x - y)).sum() if kind == "dist" else 0.5 * (x - y) ** 2
 
 
+@pytest.mark.parametrize("reasoning_only", [False, True])
 @pytest.mark.parametrize("probe", PROBES)
-def test_oar_g_matches_finite_differences(probe, model64, batch):
+def test_oar_g_matches_finite_differences(probe, reasoning_only, model64, batch, tokenizer):
+    """OAR-G against central differences of J; with a reasoning mask the noise sits on the reasoning
+    tokens alone (none on the answer's format or content) and only they are scored."""
     p_ids, p_mask, c_ids, c_mask, ans = batch
     sigma, seed = 1e-2, 123
+    reasoning = reasoning_mask(c_ids, c_mask, tokenizer, pattern="boxed") if reasoning_only else None
     got = gradient_importance(
         model64,
         p_ids,
@@ -250,12 +254,17 @@ def test_oar_g_matches_finite_differences(probe, model64, batch):
         c_mask,
         probe=probe,
         answer_mask=ans,
+        reasoning_mask=reasoning,
         noise_std=sigma,
         generator=torch.Generator().manual_seed(seed),
     )
     P = p_ids.shape[1]
     ids, attn = torch.cat([p_ids, c_ids], 1), torch.cat([p_mask, c_mask], 1)
     scored = c_mask.bool() if probe == "lt-logits" else scored_positions(c_mask, ans)
+    noised = c_mask.bool()
+    if reasoning_only:
+        assert (scored & ~reasoning).any()  # the format tokens ("\\boxed{") were scored before
+        scored, noised = scored & reasoning, reasoning
     assert (got[~scored] == 0).all() and (got[scored] > 0).all()
     with torch.no_grad():
         emb = model64.get_input_embeddings()(ids)  # (B, L, H)
@@ -263,7 +272,7 @@ def test_oar_g_matches_finite_differences(probe, model64, batch):
         seeds = row_seeds(torch.Generator().manual_seed(seed), ids.shape[0])
         noise = torch.stack([row_noise(s, 1, c_ids.shape[1], emb.shape[-1])[0] for s in seeds]) * sigma
         noisy = emb.clone()
-        noisy[:, P:] += (noise * c_mask[..., None]).double()
+        noisy[:, P:] += (noise * noised[..., None]).double()
         # a few tokens of every scored row: first, last, and one in the middle
         pairs = []
         for b in scored.any(1).nonzero().flatten().tolist():

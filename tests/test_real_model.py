@@ -87,6 +87,21 @@ def test_default_span_is_the_rewarded_answer_in_each_format(fmt, real):
     assert bool(tags.any()) == (fmt == "answer-tag")  # the old default missed the other two
 
 
+@pytest.mark.parametrize("fmt", sorted(FORMATS))
+def test_reasoning_mask_stops_before_the_answer_format(fmt, real):
+    """Reasoning-only scoring on the real tokenizer: the reasoning tokens decode to the reasoning, in
+    every rewarded format; the introducing format ("The final answer is", `<answer>`, `\\boxed{`) is not
+    in it."""
+    from oar_rl.answer_span import reasoning_mask
+
+    _, tok = real
+    text = FORMATS[fmt]
+    ids = torch.tensor([tok(text, add_special_tokens=False)["input_ids"]])
+    reasoning = reasoning_mask(ids, torch.ones_like(ids), tok)
+    assert tok.decode(ids[0][reasoning[0]]).strip() == REASONING.strip(), fmt
+    assert reasoning[0, : int(reasoning.sum())].all()  # a prefix of the completion
+
+
 @pytest.fixture(scope="module")
 def trace(real):
     """A short real trace in TRL's layout (chat template applied), with its answer span."""

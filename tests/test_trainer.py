@@ -402,14 +402,18 @@ def test_answer_span_probe_inputs_decode_completions(tmp_path, tokenizer, datase
     for b, row in enumerate(rows):
         ids[b, : len(row)] = torch.tensor(tokenizer(row, add_special_tokens=False)["input_ids"])
         mask[b, : len(row)] = 1
-    probe, answer_mask, scored = trainer._probe_inputs(ids, mask)
-    assert probe == "as-joint"
+    assert trainer._probe() == "as-joint"
+    answer_mask, reasoning = trainer._token_masks(ids, mask, span=True)
     start = text.index(span)
     expected_span = torch.zeros(width, dtype=torch.bool)
     expected_span[start : start + len(span)] = True
     assert torch.equal(answer_mask[0], expected_span) and not answer_mask[1].any()
-    assert torch.equal(scored[0], torch.arange(width) < start)  # tokens before the span only
-    assert torch.equal(scored[1], mask[1].bool())  # no span: every valid token (LT-Logits fallback)
+    fmt = text.index("<answer>") if pattern is None else text.index("\\boxed")  # the introducing format
+    end = len(text[:fmt].rstrip())  # the whitespace before it is format too
+    assert torch.equal(reasoning[0], torch.arange(width) < end)  # reasoning only: the format is not scored
+    assert torch.equal(reasoning[1], mask[1].bool())  # no answer marker: every valid token
+    args.scored_tokens = "before-answer"  # the earlier behaviour: no reasoning mask
+    assert trainer._token_masks(ids, mask, span=True)[1] is None
 
 
 def test_oar_g_noise_options_reach_the_scorer(tmp_path, tokenizer, dataset, monkeypatch):

@@ -27,6 +27,8 @@ _EXPORTS: dict[str, str] = {
     "entropy_importance": "oar_rl.importance",
     "random_importance": "oar_rl.importance",
     "answer_span_mask": "oar_rl.answer_span",
+    "answer_masks": "oar_rl.answer_span",
+    "reasoning_mask": "oar_rl.answer_span",
     # GRAIL (Pala, Toh & Poria 2026)
     "grail_importance": "oar_rl.importance",
     "grail_credit": "oar_rl.credits",

@@ -22,6 +22,14 @@ UTF-8 character (``😀`` is four byte tokens in a byte-level BPE) is mapped to 
 build, as the tokenizer's ``offset_mapping`` maps it (tests check the two agree on canonical encodings),
 so an answer made of such characters has no holes.
 
+Reasoning tokens (:func:`reasoning_mask`). The paper's importance is over the *reasoning* tokens T. The
+format that introduces the answer (the ``<answer>`` tag, ``\\boxed{``, "The final answer is") is not
+reasoning: it sits next to the probe, takes a row's top scores and squeezes the min-max range of the
+reasoning tokens (issue 26). :func:`reasoning_mask` marks the valid tokens that end before that format
+starts (:func:`oar_rl.rewards.extract.reasoning_end` for the rewarded span; for ``"boxed"`` or a regex,
+the start of the last match, with the same lead-in rule). A token that straddles the boundary is format.
+A row without an answer marker is all reasoning.
+
 Scored positions (:func:`scored_positions`). With an answer-span probe only the valid completion tokens
 strictly *before* the span start get a score; the span and everything after it get 0 (and so keep
 weight 1 after reshaping, which is the trainer's job). A row without a span falls back to LT-Logits for
@@ -218,6 +226,72 @@ def _token_spans(tokenizer, rows: list[list[int]]) -> list[tuple[str, list[tuple
     return out
 
 
+def _reasoning_end(text: str, compiled: re.Pattern[str] | str | None) -> int | None:
+    """Character index where the reasoning of `text` ends (the answer's introducing format starts), or
+    None when `text` has no answer marker of the pattern."""
+    from oar_rl.rewards.extract import lead_in_start, reasoning_end
+
+    if compiled == REWARDED:
+        return reasoning_end(text)
+    if compiled is None:  # "boxed": the command of the last balanced \boxed{...}
+        span = last_boxed_span(text)
+        if span is None:
+            return None
+        return lead_in_start(text, text.rfind("\\boxed", 0, span[0]))
+    last = None
+    for m in compiled.finditer(text):
+        last = m
+    return None if last is None else lead_in_start(text, last.start())
+
+
+def answer_masks(
+    completion_ids: Tensor,
+    completion_mask: Tensor,
+    tokenizer,
+    *,
+    pattern: str | None = None,
+) -> tuple[Tensor, Tensor]:
+    """(answer span (B, C) bool, reasoning tokens (B, C) bool) from one decode of the rows.
+
+    The answer span is :func:`answer_span_mask`'s. The reasoning tokens are the valid tokens whose
+    characters end at or before the start of the format that introduces the answer (module docstring);
+    every valid token of a row without an answer marker.
+    """
+    compiled = _compile_pattern(pattern)
+    _check_ids_and_mask(completion_ids, completion_mask, "completion")
+    valid = completion_mask.bool()
+    ids_cpu = completion_ids.detach().cpu()
+    valid_cpu = valid.cpu()
+    rows = [ids_cpu[b][valid_cpu[b]].tolist() for b in range(ids_cpu.shape[0])]
+    answer = torch.zeros(completion_ids.shape, dtype=torch.bool)
+    reasoning = valid_cpu.clone()
+    for b, (text, spans) in enumerate(_token_spans(tokenizer, rows)):
+        cols = valid_cpu[b].nonzero().flatten().tolist()
+        end = _reasoning_end(text, compiled)
+        if end is not None:
+            for col, (lo, hi) in zip(cols, spans, strict=True):
+                reasoning[b, col] = lo < end and hi <= end
+        span = _last_span(text, compiled)
+        if span is None or span[0] == span[1]:
+            continue
+        s, e = span
+        for col, (lo, hi) in zip(cols, spans, strict=True):
+            if hi > lo and lo < e and hi > s:  # non-empty overlap of [lo, hi) and [s, e)
+                answer[b, col] = True
+    return answer.to(completion_ids.device), reasoning.to(completion_ids.device)
+
+
+def reasoning_mask(
+    completion_ids: Tensor,
+    completion_mask: Tensor,
+    tokenizer,
+    *,
+    pattern: str | None = None,
+) -> Tensor:
+    """(B, C) bool: the reasoning tokens of each row (see :func:`answer_masks`)."""
+    return answer_masks(completion_ids, completion_mask, tokenizer, pattern=pattern)[1]
+
+
 def answer_span_mask(
     completion_ids: Tensor,
     completion_mask: Tensor,
@@ -240,23 +314,7 @@ def answer_span_mask(
         multi-byte character counts for that character). Rows with no match (or an empty content) are
         all False.
     """
-    compiled = _compile_pattern(pattern)
-    _check_ids_and_mask(completion_ids, completion_mask, "completion")
-    valid = completion_mask.bool()
-    ids_cpu = completion_ids.detach().cpu()
-    valid_cpu = valid.cpu()
-    rows = [ids_cpu[b][valid_cpu[b]].tolist() for b in range(ids_cpu.shape[0])]
-    out = torch.zeros(completion_ids.shape, dtype=torch.bool)
-    for b, (text, spans) in enumerate(_token_spans(tokenizer, rows)):
-        span = _last_span(text, compiled)
-        if span is None or span[0] == span[1]:
-            continue
-        s, e = span
-        cols = valid_cpu[b].nonzero().flatten().tolist()
-        for col, (lo, hi) in zip(cols, spans, strict=True):
-            if hi > lo and lo < e and hi > s:  # non-empty overlap of [lo, hi) and [s, e)
-                out[b, col] = True
-    return out.to(completion_ids.device)
+    return answer_masks(completion_ids, completion_mask, tokenizer, pattern=pattern)[0]
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -320,16 +378,17 @@ def _check_ids_and_mask(ids: Tensor, mask: Tensor, name: str) -> None:
         )
 
 
-def check_answer_mask(answer_mask: Tensor, completion_mask: Tensor) -> None:
-    """Raise ValueError unless `answer_mask` is a 0/1 (B, C) mask inside `completion_mask`."""
-    _check_mask(answer_mask, "answer_mask")
+def check_answer_mask(answer_mask: Tensor, completion_mask: Tensor, *, name: str = "answer_mask") -> None:
+    """Raise ValueError unless `answer_mask` (or another token mask, called `name`) is a 0/1 (B, C) mask
+    inside `completion_mask`."""
+    _check_mask(answer_mask, name)
     if answer_mask.shape != completion_mask.shape:
         raise ValueError(
-            f"answer_mask shape {tuple(answer_mask.shape)} does not match completion_mask shape "
+            f"{name} shape {tuple(answer_mask.shape)} does not match completion_mask shape "
             f"{tuple(completion_mask.shape)}"
         )
     if bool((answer_mask.bool() & ~completion_mask.bool().to(answer_mask.device)).any()):
-        raise ValueError("answer_mask marks padding positions (where completion_mask is 0)")
+        raise ValueError(f"{name} marks padding positions (where completion_mask is 0)")
 
 
 def check_batch(

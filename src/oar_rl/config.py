@@ -20,6 +20,10 @@ from oar_rl.reshape import check_grail_options
 Credit = Literal[CREDITS]  # the registered modes (oar_rl.credits), in registration order
 Threshold = Literal["quantile", "value"]
 GrailRollouts = Literal["wrong", "correct", "all"]  # credit="grail"
+ScoredTokens = Literal["reasoning", "before-answer"]
+ReshapeRows = Literal["all", "positive", "negative"]
+SCORED_TOKENS: tuple[str, ...] = ("reasoning", "before-answer")
+RESHAPE_ROWS: tuple[str, ...] = ("all", "positive", "negative")
 
 THRESHOLDS: tuple[str, ...] = ("quantile", "value")
 
@@ -149,6 +153,32 @@ class OARConfig(GRPOConfig):
             "fails on every completion of 3 consecutive batches still stops the run. False: TRL's behaviour."
         },
     )
+    # --- which tokens and rows are reshaped (issue 26) ---
+    scored_tokens: ScoredTokens = field(
+        default="reasoning",
+        metadata={
+            "help": "Tokens that get an importance score and a reshaped weight. 'reasoning' (default): the "
+            "tokens before the format that introduces the answer (the <answer> tag, \\boxed{, 'The final "
+            "answer is'; oar_rl.answer_span.reasoning_mask), as the paper's T; the format and the answer "
+            "keep weight 1 and OAR-G puts no noise on them. 'before-answer': every token before the answer "
+            "span (all tokens under lt-logits), the behaviour before issue 26. Applies to random, oar-g, "
+            "oar-p, oar-gp, grail and gold-value; entropy shaping (Eq. 6) covers every token as in its paper."
+        },
+    )
+    reshape_rows: ReshapeRows = field(
+        default="all",
+        metadata={
+            "help": "Rows whose advantage is reshaped: 'all' (the paper), 'positive' (A_i > 0 only) or "
+            "'negative' (A_i < 0 only); the other rows keep GRPO's uniform advantage and are not scored."
+        },
+    )
+    gold_column: str = field(
+        default="answer",
+        metadata={
+            "help": "credit='first-error': the dataset column with each prompt's gold answer (what the "
+            "greedy continuations are checked against)."
+        },
+    )
     # --- GRAIL (credit="grail"; oar_rl.importance.grail) ---
     grail_mu: float = field(
         default=1.0,
@@ -191,6 +221,8 @@ class OARConfig(GRPOConfig):
         _check_choice("credit", self.credit, CREDITS)
         _check_choice("probe", self.probe, PROBES)
         _check_choice("threshold", self.threshold, THRESHOLDS)
+        _check_choice("scored_tokens", self.scored_tokens, SCORED_TOKENS)
+        _check_choice("reshape_rows", self.reshape_rows, RESHAPE_ROWS)
         _check_range("tau", self.tau, 0.0, 1.0)
         _check_range("floor", self.floor, 0.0, 1.0)
         if not float(self.oar_beta) >= 0.0:

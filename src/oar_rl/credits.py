@@ -22,6 +22,7 @@ from typing import Any, Literal
 from torch import Tensor, nn
 
 from oar_rl.importance.baselines import entropy_scores, random_scores
+from oar_rl.importance.first_error import first_error_scores
 from oar_rl.importance.gradient import gradient_scores
 from oar_rl.importance.grail import batch_reasoning, grail_scores
 from oar_rl.importance.hybrid import hybrid_scores
@@ -114,6 +115,18 @@ register_credit(
     )
 )
 
+register_credit(
+    CreditMode(
+        "first-error",
+        "blame a wrong rollout's first token after which the policy's own greedy continuation misses the "
+        "gold answer (binary search; not in the paper, oar_rl.importance.first_error); correct rollouts "
+        "keep GRPO's uniform advantage",
+        "bilevel",
+        first_error_scores,
+        needs_model=True,
+    )
+)
+
 CREDITS: tuple[str, ...] = tuple(CREDIT_MODES)
 MODEL_CREDITS: tuple[str, ...] = tuple(n for n, m in CREDIT_MODES.items() if m.needs_model)
 NOISY_CREDITS: tuple[str, ...] = tuple(n for n, m in CREDIT_MODES.items() if m.noisy)
@@ -137,6 +150,7 @@ def compute_importance(
     *,
     rows: Tensor | None = None,
     answer_mask: Tensor | None = None,
+    reasoning_mask: Tensor | None = None,
     **kwargs: Any,
 ) -> Tensor:
     """Raw (B, C) importance of one of :data:`SCORED_CREDITS`; extra keyword arguments go to the scorer.
@@ -153,12 +167,17 @@ def compute_importance(
             sequence advantage is exactly 0, DESIGN §3). None scores every row.
         answer_mask: optional (B, C) answer span (the AS probes and GRAIL need one); validated with the
             batch, and sliced to `rows` along with it.
+        reasoning_mask: optional (B, C) reasoning tokens (:func:`oar_rl.answer_span.reasoning_mask`): only
+            they are scored (OAR-G noises only them), as the trainer does by default
+            (`OARConfig.scored_tokens="reasoning"`). None scores every token the probe allows.
         **kwargs: passed through (probe, noise_std, noise_scale, num_draws, generator, batch_size, ...).
     """
     if kind not in SCORED_CREDITS:
         raise ValueError(f"kind={kind!r} is not a known importance kind; valid: {list(SCORED_CREDITS)}")
     scorer = CREDIT_MODES[kind].scorer
-    batch = prepare_batch(model, prompt_ids, prompt_mask, completion_ids, completion_mask, answer_mask)
+    batch = prepare_batch(
+        model, prompt_ids, prompt_mask, completion_ids, completion_mask, answer_mask, reasoning_mask
+    )
     if rows is not None:
         return score_rows(scorer, model, batch, rows, **kwargs)
     return scorer(model, batch, **kwargs)

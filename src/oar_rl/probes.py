@@ -267,6 +267,9 @@ class ScoringBatch:
         completion_mask: (B, C) bool.
         answer_mask: (B, C) bool answer span inside `completion_mask`, or None (none was given: the
             answer-span probes and GRAIL need one).
+        reasoning_mask: (B, C) bool reasoning tokens inside `completion_mask`
+            (:func:`oar_rl.answer_span.reasoning_mask`), or None: every valid token may be scored. When
+            given, only reasoning tokens are scored and OAR-G puts its noise on them alone.
     """
 
     input_ids: Tensor
@@ -274,18 +277,27 @@ class ScoringBatch:
     prompt_len: int
     completion_mask: Tensor
     answer_mask: Tensor | None = None
+    reasoning_mask: Tensor | None = None
 
     def take(self, rows: Tensor) -> ScoringBatch:
         """The rows `rows` (a (n,) index tensor) of the batch, with the same prompt width P."""
         rows = rows.to(self.input_ids.device)
         answer = None if self.answer_mask is None else self.answer_mask[rows]
+        reasoning = None if self.reasoning_mask is None else self.reasoning_mask[rows]
         return ScoringBatch(
             self.input_ids[rows],
             self.attention_mask[rows],
             self.prompt_len,
             self.completion_mask[rows],
             answer,
+            reasoning,
         )
+
+    @property
+    def noised(self) -> Tensor:
+        """(B, C) bool: where OAR-G adds embedding noise (the reasoning tokens when given, else every
+        valid completion token)."""
+        return self.completion_mask if self.reasoning_mask is None else self.reasoning_mask
 
     def span(self, probe: str) -> Tensor | None:
         """The answer span `probe` reads: None for LT-Logits, else `answer_mask` (ValueError if absent)."""
@@ -299,9 +311,11 @@ class ScoringBatch:
 
     def scored(self, probe: str) -> Tensor:
         """(B, C) bool: the tokens `probe` scores: every valid token under LT-Logits, else those before the
-        answer span (every valid token of a row without one)."""
+        answer span (every valid token of a row without one); only reasoning tokens when the batch has a
+        `reasoning_mask`."""
         span = self.span(probe)
-        return self.completion_mask if span is None else positions_before(self.completion_mask, span)
+        scored = self.completion_mask if span is None else positions_before(self.completion_mask, span)
+        return scored if self.reasoning_mask is None else scored & self.reasoning_mask
 
 
 def check_rows_per_pass(value: int | None, name: str = "batch_size", *, optional: bool = True) -> None:
@@ -319,9 +333,10 @@ def prepare_batch(
     completion_ids: Tensor,
     completion_mask: Tensor,
     answer_mask: Tensor | None = None,
+    reasoning_mask: Tensor | None = None,
 ) -> ScoringBatch:
-    """Validate the batch (shapes, dtypes, 0/1 masks, ids inside the vocabulary, the answer span inside the
-    completion) and concatenate it: the one validation every scorer relies on."""
+    """Validate the batch (shapes, dtypes, 0/1 masks, ids inside the vocabulary, the answer span and the
+    reasoning tokens inside the completion) and concatenate it: the one validation every scorer relies on."""
     check_batch(prompt_ids, prompt_mask, completion_ids, completion_mask)
     if prompt_ids.shape[1] == 0:
         raise ValueError(
@@ -329,6 +344,8 @@ def prepare_batch(
         )
     if answer_mask is not None:
         check_answer_mask(answer_mask, completion_mask)
+    if reasoning_mask is not None:
+        check_answer_mask(reasoning_mask, completion_mask, name="reasoning_mask")
     emb = base_model(model).get_input_embeddings()
     n_emb = getattr(emb, "num_embeddings", None)
     device = model_device(model)
@@ -342,8 +359,9 @@ def prepare_batch(
     attention_mask = torch.cat([prompt_mask.bool(), completion_mask.bool()], dim=1).to(device).long()
     verify_head(model, input_ids, attention_mask)
     answer = None if answer_mask is None else answer_mask.bool().to(device)
+    reasoning = None if reasoning_mask is None else reasoning_mask.bool().to(device)
     return ScoringBatch(
-        input_ids, attention_mask, prompt_ids.shape[1], completion_mask.bool().to(device), answer
+        input_ids, attention_mask, prompt_ids.shape[1], completion_mask.bool().to(device), answer, reasoning
     )
 
 
@@ -355,8 +373,11 @@ def prepare_probe_batch(
     completion_mask: Tensor,
     probe: str,
     answer_mask: Tensor | None,
+    reasoning_mask: Tensor | None = None,
 ) -> ScoringBatch:
     """:func:`prepare_batch` with the answer span `probe` reads: none under LT-Logits, which ignores a
     given `answer_mask` (unchecked)."""
     span = None if probe == "lt-logits" else answer_mask
-    return prepare_batch(model, prompt_ids, prompt_mask, completion_ids, completion_mask, span)
+    return prepare_batch(
+        model, prompt_ids, prompt_mask, completion_ids, completion_mask, span, reasoning_mask
+    )

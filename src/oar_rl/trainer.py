@@ -15,6 +15,11 @@ Credit modes (`OARConfig.credit`):
 - ``random``: w ~ U(0, 1) per token, rescaled to sum to T_i (Eq. 17), A_t = A_i·w̃_t (paper §4.2).
 - ``entropy``: Eq. 6, A_t = A_i + min(α·H_t, |A_i|/κ) (Cheng et al. 2025), H_t from the old policy.
 - ``oar-g`` / ``oar-p``: gradient (Eq. 9–13) or perturbation (Eq. 7–8) importance, then Eq. 14–17.
+- ``first-error`` (not in the paper, issue 26): a wrong rollout's first token after which the policy's
+  own greedy continuation no longer reaches the gold answer (binary search,
+  `oar_rl.importance.first_error`) gets importance 1, the others 0, then Eq. 14-17; correct rollouts stay
+  uniform. It reads the gold answer from the dataset column `gold_column` and checks continuations with
+  the trainer's `answer_check` (default: the math-verify accuracy reward).
 - ``oar-gp`` (not in the paper): OAR-G ranks every token, OAR-P rescores each row's top
   `oar_gp_fraction` (`oar_rl.importance.hybrid`), then Eq. 14–17.
 - ``grail``: GRAIL (Pala, Toh & Poria 2026): A_t = A_i·clamp(μ_w + σ_w·z_t, w_min, w_max), z_t the z-scored
@@ -31,9 +36,16 @@ Where this departs from the paper or from TRL, and why:
   restored afterwards, so TRL's train/eval detection is unaffected.
 - Rows whose sequence advantage is exactly 0 (and rows with no loss token, e.g. masked truncated
   completions) are not scored: their token advantages are 0 whatever the weights.
-- Answer-span probes (AS-Mean, AS-Joint) score only tokens before the span; span and later tokens keep
-  weight 1. During the first `probe_warmup_steps` optimizer steps LT-Logits is used instead (paper §6.2:
-  "we initially apply LT-LOGITS as a warm-up").
+- Only the *reasoning* tokens are scored and reshaped (`scored_tokens="reasoning"`, the default): the
+  tokens before the format that introduces the answer (the ``<answer>`` tag, ``\\boxed{``, "The final answer
+  is"). The paper's T is the reasoning; the format sits next to the probe, took each row's top score and
+  squeezed the reasoning's min-max range (issue 26). The format, the answer and later tokens keep weight 1.
+  Answer-span probes (AS-Mean, AS-Joint) read the span; `scored_tokens="before-answer"` restores the
+  earlier behaviour (every token before the span is scored).
+- `reshape_rows` may restrict reshaping to rows with A_i > 0 or A_i < 0 (not in the paper; a control of
+  issue 26); the other rows keep GRPO's uniform advantage and are not scored.
+- During the first `probe_warmup_steps` optimizer steps LT-Logits is used instead of an answer-span probe
+  (paper §6.2: "we initially apply LT-LOGITS as a warm-up").
 - Multi-turn tool outputs (`tool_mask`) are not trained by TRL; they get weight 0 here and the
   remaining tokens share the row's token count.
 - Random draws (random credit, OAR-G noise) come from dedicated CPU generators, one per row, seeded
@@ -61,17 +73,15 @@ import torch
 from trl import GRPOTrainer
 from trl.models import unwrap_model_for_generation
 
-from oar_rl.answer_span import answer_span_mask, scored_positions
+from oar_rl.answer_span import answer_masks
 from oar_rl.config import OARConfig
+from oar_rl.credit_logging import BOOST_EPS, CreditLogging
 from oar_rl.credits import CREDIT_MODES, grail_rows
 from oar_rl.distributed import ScoringSync, row_generators, scoring_params
 from oar_rl.importance.baselines import random_importance  # credit="random"
 from oar_rl.importance.rows import score_rows
-from oar_rl.metrics import ess_ratio, top_advantage_mass
 from oar_rl.probes import ANSWER_SPAN_PROBES, prepare_batch
 from oar_rl.reshape import entropy_shaped_advantages, grail_token_advantages, rescale_sum, token_advantages
-
-BOOST_EPS = 1e-6  # a weight counts as boosted when > 1 + BOOST_EPS (uniform weights can round to 1 + ulp)
 
 
 def _safe_rewards(funcs: Any) -> Any:
@@ -106,7 +116,7 @@ class TokenCredit:
     """(B, C) the credit mode's raw importance signal (0 on unscored rows); None for plain GRPO."""
 
 
-class OARTrainer(GRPOTrainer):
+class OARTrainer(CreditLogging, GRPOTrainer):
     """`GRPOTrainer` with token-level credit assignment (see the module docstring).
 
     Use it exactly like `GRPOTrainer`, with an `OARConfig` as `args`.
@@ -116,6 +126,14 @@ class OARTrainer(GRPOTrainer):
         # token_roles (oar-rl): optional labeller `completion text -> per-char roles | None` (see
         # oar_rl.roles); when given, ground-truth credit metrics are logged every step.
         self._oar_token_roles = kwargs.pop("token_roles", None)
+        # answer_check (oar-rl, credit="first-error"): (completion text, gold) -> correct; default: the
+        # math-verify accuracy reward
+        self._oar_answer_check = kwargs.pop("answer_check", None)
+        if self._oar_answer_check is not None and not callable(self._oar_answer_check):
+            raise ValueError(
+                f"answer_check must be a callable (text, gold) -> bool, got {self._oar_answer_check!r}"
+            )
+        self._oar_inputs: list[dict[str, Any]] = []
         if self._oar_token_roles is not None and not callable(self._oar_token_roles):
             raise ValueError(f"token_roles must be a callable text -> roles, got {self._oar_token_roles!r}")
         config = args[2] if len(args) > 2 else kwargs.get("args")
@@ -141,6 +159,7 @@ class OARTrainer(GRPOTrainer):
     # the seam
     # ------------------------------------------------------------------------------------------------
     def _generate_and_score_completions(self, inputs: list[dict[str, Any]]) -> dict[str, Any]:
+        self._oar_inputs = inputs  # this process's rows, one per completion (first-error reads the gold)
         output = super()._generate_and_score_completions(inputs)
         mode = "train" if self.model.training else "eval"
         if self.args.credit != "none" and "pixel_values" in output:
@@ -172,7 +191,12 @@ class OARTrainer(GRPOTrainer):
         active = (seq_adv != 0) & mask.any(dim=1)  # (B,): rows whose credit matters
         if reshape == "none":
             return TokenCredit(token_adv, weights, fallback, active)
-        rows = active.nonzero(as_tuple=True)[0]  # (R,)
+        reshaped = active  # (B,): rows this mode reshapes
+        if args.reshape_rows == "positive":
+            reshaped = active & (seq_adv > 0)
+        elif args.reshape_rows == "negative":
+            reshaped = active & (seq_adv < 0)
+        rows = reshaped.nonzero(as_tuple=True)[0]  # (R,)
         signal = torch.zeros_like(weights)  # (B, C): the raw importance, for TokenCredit.importance
         sub_mask = mask[rows]  # (R, C)
         importance, scored_mask = None, None  # (R, C) raw scores; (R, C) the tokens they reweight
@@ -181,6 +205,11 @@ class OARTrainer(GRPOTrainer):
                 importance = random_importance(
                     sub_mask, generator=self._credit_generators(rows, len(seq_adv))
                 )
+                ids = output["completion_ids"][rows]
+                scored_mask = self._token_masks(ids, output["completion_mask"][rows], span=False)[1]
+                if scored_mask is not None:
+                    scored_mask = scored_mask & sub_mask
+                    importance = importance * scored_mask
         else:
             keys = ("prompt_ids", "prompt_mask", "completion_ids", "completion_mask")
             sub = {k: output[k][rows] for k in keys}
@@ -199,8 +228,9 @@ class OARTrainer(GRPOTrainer):
             return TokenCredit(token_adv, weights, fallback, active, None if reshape == "grail" else signal)
         # --- the one place where scores become token advantages, for every credit mode ---
         importance = importance.float().to(mask.device)  # (R, C)
-        if reshape == "uniform":  # Eq. 17 on the raw draws
-            w_rows = rescale_sum(importance, sub_mask)  # (R, C), rows sum to T_i
+        if reshape == "uniform":  # Eq. 17 on the raw draws (over the scored tokens; the others keep 1)
+            scored = sub_mask if scored_mask is None else scored_mask.to(mask.device)  # (R, C)
+            w_rows = torch.where(scored, rescale_sum(importance, scored), sub_mask.float())  # (R, C)
             adv_rows = seq_adv[rows, None] * w_rows
         elif reshape == "grail":  # GRAIL's weights on the rollouts it selects, no Eq. 14-17
             adv_rows, w_rows = grail_token_advantages(
@@ -224,7 +254,7 @@ class OARTrainer(GRPOTrainer):
                 seq_adv[rows],
                 importance,
                 sub_mask,
-                scored_mask=scored_mask,
+                scored_mask=None if scored_mask is None else scored_mask.to(mask.device),
                 tau=args.tau,
                 beta=args.oar_beta,
                 threshold=args.threshold,
@@ -264,16 +294,20 @@ class OARTrainer(GRPOTrainer):
             batch = prepare_batch(model, *sub.values())
             return mode.scorer(model, batch, batch_size=batch_size, temperature=args.temperature), None
         if mode.reshape == "grail":  # GRAIL always reads the answer span, whatever `probe` says
-            answer_mask = self._answer_mask(sub["completion_ids"], sub["completion_mask"])
+            answer_mask, reasoning = self._token_masks(
+                sub["completion_ids"], sub["completion_mask"], span=True
+            )
             fallback[rows] = ~answer_mask.any(dim=1)  # no span: weight 1
-            batch = prepare_batch(model, *sub.values(), answer_mask)
+            batch = prepare_batch(model, *sub.values(), answer_mask, reasoning)
             selected, reasoning = grail_rows(batch, seq_adv, args.grail_rollouts)  # (R,), (R, C)
             scores = score_rows(
                 mode.scorer, model, batch, selected, temperature=args.temperature, batch_size=batch_size
             )
             return scores, reasoning
-        probe, answer_mask, scored_mask = self._probe_inputs(sub["completion_ids"], sub["completion_mask"])
-        if answer_mask is not None:
+        probe = self._probe()
+        span = probe in ANSWER_SPAN_PROBES
+        answer_mask, reasoning = self._token_masks(sub["completion_ids"], sub["completion_mask"], span=span)
+        if span:
             fallback[rows] = ~answer_mask.any(dim=1)
         gradient_kwargs = dict(
             noise_std=args.noise_std,
@@ -287,6 +321,8 @@ class OARTrainer(GRPOTrainer):
             batch_size=args.perturbation_batch_size,
             prefix_reuse=args.perturbation_prefix_reuse,
         )
+        if args.credit == "first-error":
+            return self._first_error(model, sub, rows, seq_adv, batch_size, answer_mask, reasoning, probe)
         options = {  # each bi-level mode's scorer options from OARConfig
             "oar-g": gradient_kwargs,
             "oar-p": perturbation_kwargs,
@@ -296,24 +332,64 @@ class OARTrainer(GRPOTrainer):
                 perturbation_kwargs=perturbation_kwargs,
             ),
         }
-        batch = prepare_batch(model, *sub.values(), answer_mask)
-        return mode.scorer(model, batch, probe=probe, **options[args.credit]), scored_mask
+        batch = prepare_batch(model, *sub.values(), answer_mask if span else None, reasoning)
+        return mode.scorer(model, batch, probe=probe, **options[args.credit]), batch.scored(probe)
 
-    def _answer_mask(self, completion_ids: torch.Tensor, completion_mask: torch.Tensor) -> torch.Tensor:
-        """(R, C) bool answer span of `answer_pattern` (on the batch's device)."""
-        return answer_span_mask(
+    def _first_error(self, model, sub, rows, seq_adv, batch_size, answer_mask, reasoning, probe):
+        """credit="first-error": (R, C) scores of the rows `rows` and the tokens they reweight."""
+        gold = [self._gold(int(r)) for r in rows.tolist()]
+        batch = prepare_batch(model, *sub.values(), None, reasoning)
+        scores = CREDIT_MODES["first-error"].scorer(
+            model,
+            batch,
+            tokenizer=self.processing_class,
+            gold=gold,
+            check=self._answer_check(),
+            direction=torch.sign(seq_adv),
+            max_new_tokens=int(self.args.max_completion_length),
+            batch_size=batch_size,
+        )
+        return scores, batch.scored("lt-logits")
+
+    def _gold(self, row: int) -> str:
+        """The gold answer of local row `row` (the `gold_column` of its dataset row)."""
+        column = self.args.gold_column
+        example = self._oar_inputs[row] if row < len(self._oar_inputs) else {}
+        if column not in example or example[column] is None:
+            raise ValueError(
+                f"credit='first-error' needs each prompt's gold answer in the dataset column "
+                f"gold_column={column!r}; this batch's rows have columns {sorted(example)}"
+            )
+        return str(example[column])
+
+    def _answer_check(self):
+        """(text, gold) -> correct: `answer_check` if given, else the math-verify accuracy reward."""
+        if self._oar_answer_check is not None:
+            return self._oar_answer_check
+        from oar_rl.rewards import accuracy_reward
+
+        return lambda text, gold: accuracy_reward([text], answer=[gold])[0] == 1.0
+
+    def _token_masks(
+        self, completion_ids: torch.Tensor, completion_mask: torch.Tensor, *, span: bool
+    ) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+        """((R, C) answer span of `answer_pattern` or None, (R, C) reasoning tokens or None), on the batch's
+        device: the span when `span`, the reasoning tokens when `scored_tokens="reasoning"` (one decode)."""
+        reasoning_only = self.args.scored_tokens == "reasoning"
+        if not span and not reasoning_only:
+            return None, None
+        answer, reasoning = answer_masks(
             completion_ids, completion_mask, self.processing_class, pattern=self.args.answer_pattern
-        ).to(completion_mask.device)
+        )
+        device = completion_mask.device
+        return (answer.to(device) if span else None), (reasoning.to(device) if reasoning_only else None)
 
-    def _probe_inputs(
-        self, completion_ids: torch.Tensor, completion_mask: torch.Tensor
-    ) -> tuple[str, torch.Tensor | None, torch.Tensor | None]:
-        """(effective probe, (R, C) answer-span mask or None, (R, C) scored-token mask or None)."""
+    def _probe(self) -> str:
+        """The probe in effect at this step (LT-Logits during `probe_warmup_steps`)."""
         probe = self.args.probe
         if probe not in ANSWER_SPAN_PROBES or self.state.global_step < self.args.probe_warmup_steps:
-            return "lt-logits", None, None
-        answer_mask = self._answer_mask(completion_ids, completion_mask)  # (R, C)
-        return probe, answer_mask, scored_positions(completion_mask, answer_mask)
+            return "lt-logits"
+        return probe
 
     @contextlib.contextmanager
     def _policy_for_scoring(self) -> Iterator[torch.nn.Module]:
@@ -345,111 +421,5 @@ class OARTrainer(GRPOTrainer):
         offset = self.accelerator.process_index * local_batch
         return row_generators(self.args.seed, step, count, [offset + int(r) for r in rows.tolist()])
 
-    def _log_credit(self, mode: str, credit: TokenCredit, mask: torch.Tensor, seconds: float) -> None:
-        """Gather per-rank sums (equal-size tensors) and log global means over rows with A_i != 0."""
-        active = credit.active  # (B,)
-        valid = mask & active[:, None]  # (B, C)
-        if active.any():
-            ess = ess_ratio(credit.weights[active], mask[active]).sum()
-            top = top_advantage_mass(credit.advantages[active], mask[active], fraction=0.1).sum()
-        else:
-            ess = top = torch.zeros((), device=mask.device)
-        local = torch.stack(
-            [
-                ess.float(),
-                top.float(),
-                active.sum().float(),
-                ((credit.weights > 1.0 + BOOST_EPS) & valid).sum().float(),
-                valid.sum().float(),
-                (credit.fallback & active).sum().float(),
-                torch.tensor(float(seconds), device=mask.device),
-            ]
-        )  # (7,)
-        stats = self.accelerator.gather(local).view(-1, local.numel())  # (world, 7)
-        ess_sum, top_sum, rows, boosted, tokens, fallback, _ = stats.sum(dim=0).tolist()
-        metrics = self._metrics[mode]
-        if rows > 0:
-            metrics["oar/ess_ratio"].append(ess_sum / rows)
-            metrics["oar/top10_mass"].append(top_sum / rows)
-            metrics["oar/probe_fallback_frac"].append(fallback / rows)
-            self._warn_fallback(fallback / rows, int(rows))
-        if tokens > 0:
-            metrics["oar/boosted_frac"].append(boosted / tokens)
-        metrics["oar/importance_seconds"].append(stats[:, 6].mean().item())
 
-    FALLBACK_WARN_FRAC = 0.5
-    """Warn (once per run) when more than this share of a step's scored rows has no answer span."""
-
-    def _warn_fallback(self, frac: float, rows: int) -> None:
-        """A loud warning when most rows fall back from an answer-span probe (or GRAIL) to LT-Logits."""
-        if frac <= self.FALLBACK_WARN_FRAC or self._oar_fallback_warned:
-            return
-        self._oar_fallback_warned = True
-        if not self.accelerator.is_main_process:
-            return
-        import warnings
-
-        pattern = self.args.answer_pattern or "rewarded"
-        what = (
-            "GRAIL leaves them at weight 1"
-            if self.args.credit == "grail"
-            else f"probe={self.args.probe!r} scored them with LT-Logits instead"
-        )
-        warnings.warn(
-            f"step {self.state.global_step}: {frac:.0%} of {rows} scored completions have no answer span "
-            f"(answer_pattern={pattern!r}), so {what} (logged as oar/probe_fallback_frac). Check that "
-            "completions end in an answer the pattern finds (\\boxed{...}, <answer>...</answer> or "
-            "'the final answer is ...' for 'rewarded'), raise max_completion_length if they are clipped, "
-            "or set answer_pattern / probe='lt-logits'",
-            UserWarning,
-            stacklevel=1,
-        )
-
-    # ------------------------------------------------------------------------------------------------
-    # token_roles (oar-rl): ground-truth credit metrics (begin)
-    # ------------------------------------------------------------------------------------------------
-    ROLE_RECALL_KS: tuple[float, ...] = (0.1, 0.2)
-
-    def _log_roles(self, mode: str, credit: TokenCredit, mask: torch.Tensor, output: dict[str, Any]) -> None:
-        """Log the share of |A_t| on ground-truth pivots and the signal's pivot recall@K%.
-
-        Completions the labeller cannot parse are left out and counted (oar/roles_unknown_frac). The
-        means run over rows with A_i != 0 and at least one reasoning token (recall: at least one pivot).
-        """
-        from oar_rl.metrics import pivot_advantage_share, pivot_fraction, pivot_recall_at_k
-        from oar_rl.roles import role_masks
-
-        pivot, filler, known = role_masks(
-            output["completion_ids"], output["completion_mask"], self.processing_class, self._oar_token_roles
-        )  # (B, C), (B, C), (B,)
-        pivot, filler = pivot & mask, filler & mask
-        has_tokens = mask.any(dim=1)  # (B,)
-        rows = credit.active & known & (pivot | filler).any(dim=1)  # (B,)
-        sums = [
-            (has_tokens & ~known).sum().float(),
-            has_tokens.sum().float(),
-            rows.sum().float(),
-            pivot_fraction(pivot, filler)[rows].sum(),
-            pivot_advantage_share(credit.advantages, pivot, filler)[rows].sum(),
-        ]
-        recall_rows = rows & pivot.any(dim=1)  # (B,)
-        sums.append(recall_rows.sum().float())
-        for k in self.ROLE_RECALL_KS:
-            if credit.importance is None:
-                sums.append(torch.zeros((), device=mask.device))
-            else:
-                sums.append(pivot_recall_at_k(credit.importance, pivot, filler, k)[recall_rows].sum())
-        local = torch.stack([x.float().to(mask.device) for x in sums])  # (6 + len(KS),)
-        stats = self.accelerator.gather(local).view(-1, local.numel()).sum(dim=0).tolist()
-        unknown, completions, n_rows, frac, share, n_recall, *recalls = stats
-        metrics = self._metrics[mode]
-        if completions > 0:
-            metrics["oar/roles_unknown_frac"].append(unknown / completions)
-        if n_rows > 0:
-            metrics["oar/pivot_frac"].append(frac / n_rows)
-            metrics["oar/pivot_adv_share"].append(share / n_rows)
-        if n_recall > 0 and credit.importance is not None:
-            for k, r in zip(self.ROLE_RECALL_KS, recalls, strict=True):
-                metrics[f"oar/pivot_recall@{round(100 * k)}"].append(r / n_recall)
-
-    # token_roles (oar-rl): ground-truth credit metrics (end)
+__all__ = ["BOOST_EPS", "OARConfig", "OARTrainer", "TokenCredit"]

@@ -189,28 +189,43 @@ def method_scores(
     probe: str = "lt-logits",
     seed: int = 0,
     answer_pattern: str | None = None,
+    scored_tokens: str = "reasoning",
 ) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
     """Normalised importance (Eq. 14) of every method, and the (B, C) mask of the *reasoning* tokens.
 
-    Reasoning tokens are the completion tokens before the answer span (all of them in a row without a
-    span): the tokens credit assignment is about. Answer-span probes score only those; every method's
-    scores are normalised over them, so rankings are comparable across methods.
+    Reasoning tokens are the completion tokens before the format that introduces the answer (the
+    ``<answer>`` tag, "The final answer is \\boxed{"; :func:`oar_rl.answer_span.reasoning_mask`), all of
+    them in a row without an answer marker: the tokens credit assignment is about, as the trainer scores
+    them by default (`OARConfig.scored_tokens`). Every method scores only those (OAR-G noises only them)
+    and is normalised over them, so rankings are comparable across methods. ``scored_tokens=
+    "before-answer"`` gives the earlier set (every token before the answer span, the tag included).
     """
-    from oar_rl.answer_span import scored_positions
+    from oar_rl.answer_span import answer_masks, scored_positions
+    from oar_rl.config import SCORED_TOKENS
     from oar_rl.credits import compute_importance
     from oar_rl.reshape import normalize_importance
 
-    batch, answer_mask = answer_spans(trajs, tokenizer, answer_pattern)
-    reasoning = scored_positions(batch[3], answer_mask) & batch[3].bool()  # (B, C)
+    if scored_tokens not in SCORED_TOKENS:
+        raise ValueError(
+            f"scored_tokens={scored_tokens!r} is not valid; choose one of {', '.join(SCORED_TOKENS)}"
+        )
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    batch = batch_layout(trajs, pad)
+    answer_mask, reasoning_only = answer_masks(batch[2], batch[3], tokenizer, pattern=answer_pattern)
+    if scored_tokens == "reasoning":
+        reasoning = reasoning_only & batch[3].bool()  # (B, C)
+    else:
+        reasoning = scored_positions(batch[3], answer_mask) & batch[3].bool()  # (B, C)
+    given = reasoning if scored_tokens == "reasoning" else None
     out = {}
     for method in methods:
-        kwargs: dict = {}
+        kwargs: dict = {"reasoning_mask": given}
         if method in ("oar-g", "oar-p"):
-            kwargs = {"probe": probe, "answer_mask": answer_mask if probe != "lt-logits" else None}
+            kwargs.update(probe=probe, answer_mask=answer_mask if probe != "lt-logits" else None)
         if method in ("oar-g", "random"):
             kwargs["generator"] = torch.Generator().manual_seed(seed)
         if method == "grail":  # saliency of the answer span's NLL; rows without a span score 0
-            kwargs = {"answer_mask": answer_mask}
+            kwargs["answer_mask"] = answer_mask
         raw = compute_importance(method, model, *batch, **kwargs)
         out[method] = normalize_importance(raw.float(), reasoning)
     return out, reasoning

@@ -147,8 +147,10 @@ def random_scores(
     generator: torch.Generator | Sequence[torch.Generator] | None = None,
 ) -> Tensor:
     """:func:`random_importance` of a prepared batch's completion mask (the registry's scorer for
-    ``random``; the model is not run)."""
-    return random_importance(batch.completion_mask, generator=generator)
+    ``random``; the model is not run), 0 outside the reasoning tokens when the batch has them (the draws
+    are the same either way)."""
+    u = random_importance(batch.completion_mask, generator=generator)
+    return u if batch.reasoning_mask is None else u * batch.reasoning_mask
 
 
 def position_importance(completion_mask: Tensor) -> Tensor:

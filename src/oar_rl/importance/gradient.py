@@ -146,6 +146,7 @@ def gradient_importance(
     *,
     probe: Probe = "lt-logits",
     answer_mask: Tensor | None = None,
+    reasoning_mask: Tensor | None = None,
     **options: Any,
 ) -> Tensor:
     """OAR-G raw importance I_t = mean over draws of |⟨∂J/∂e_t, e_t⟩| (Eq. 9-13).
@@ -158,6 +159,8 @@ def gradient_importance(
         completion_mask: (B, C) 1 on real completion tokens.
         probe: ``"lt-logits"``, ``"as-mean"`` or ``"as-joint"``.
         answer_mask: (B, C) answer-span mask; required for AS probes, ignored by LT-Logits.
+        reasoning_mask: (B, C) reasoning tokens (:func:`oar_rl.answer_span.reasoning_mask`) or None; when
+            given only they are scored (and, for OAR-G, noised).
         **options: the options of :func:`gradient_scores` (listed there), which scores the batch once
             :func:`~oar_rl.probes.prepare_batch` has validated and laid it out.
 
@@ -165,7 +168,7 @@ def gradient_importance(
         (B, C) float32 on the model's device; 0 on padding and unscored positions.
     """
     batch = prepare_probe_batch(
-        model, prompt_ids, prompt_mask, completion_ids, completion_mask, probe, answer_mask
+        model, prompt_ids, prompt_mask, completion_ids, completion_mask, probe, answer_mask, reasoning_mask
     )
     return gradient_scores(model, batch, probe=probe, **options)
 
@@ -247,7 +250,7 @@ def gradient_scores(
                 del hidden
             clean = clean.take(torch.arange(n, device=device).repeat_interleave(K))  # (nK) rows
             emb, attn = emb.repeat_interleave(K, dim=0), attn.repeat_interleave(K, dim=0)  # (nK, L, .)
-            valid = batch.completion_mask[rep, : L - P].cpu()  # (nK, L - P)
+            valid = batch.noised[rep, : L - P].cpu()  # (nK, L - P): reasoning tokens when given
             eps = torch.cat(
                 [
                     _row_eps(seeds[int(r)], K, C, H, batch.completion_mask[r] if own else None)[:, : L - P]

@@ -96,12 +96,14 @@ def hybrid_importance(
     *,
     probe: Probe = "lt-logits",
     answer_mask: Tensor | None = None,
+    reasoning_mask: Tensor | None = None,
     **options: Any,
 ) -> Tensor:
     """OAR-GP raw importance: OAR-G everywhere, OAR-P on each row's top `fraction` by OAR-G.
 
     Args:
-        model, prompt_ids, prompt_mask, completion_ids, completion_mask, probe, answer_mask: as for
+        model, prompt_ids, prompt_mask, completion_ids, completion_mask, probe, answer_mask,
+            reasoning_mask: as for
             :func:`~oar_rl.importance.gradient_importance` and
             :func:`~oar_rl.importance.perturbation_importance` (the same probe for both).
         **options: the options of :func:`hybrid_scores` (listed there), which scores the batch once
@@ -111,7 +113,7 @@ def hybrid_importance(
         (B, C) float32 on the model's device; 0 on padding and on unscored positions.
     """
     batch = prepare_probe_batch(
-        model, prompt_ids, prompt_mask, completion_ids, completion_mask, probe, answer_mask
+        model, prompt_ids, prompt_mask, completion_ids, completion_mask, probe, answer_mask, reasoning_mask
     )
     return hybrid_scores(model, batch, probe=probe, **options)
 

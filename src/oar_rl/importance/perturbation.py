@@ -65,6 +65,7 @@ def perturbation_importance(
     *,
     probe: Probe = "lt-logits",
     answer_mask: Tensor | None = None,
+    reasoning_mask: Tensor | None = None,
     **options: Any,
 ) -> Tensor:
     """OAR-P raw importance I_t = D(P ‖ P^(t)) for every scored completion token (Eq. 7-8).
@@ -78,6 +79,8 @@ def perturbation_importance(
         probe: ``"lt-logits"``, ``"as-mean"`` or ``"as-joint"``.
         answer_mask: (B, C) answer-span mask (:func:`oar_rl.answer_span.answer_span_mask`); required for AS
             probes, ignored by LT-Logits.
+        reasoning_mask: (B, C) reasoning tokens (:func:`oar_rl.answer_span.reasoning_mask`) or None; when
+            given only they are scored (and, for OAR-G, noised).
         **options: the options of :func:`perturbation_scores` (listed there), which scores the batch once
             :func:`~oar_rl.probes.prepare_batch` has validated and laid it out.
 
@@ -85,7 +88,7 @@ def perturbation_importance(
         (B, C) float32 on the model's device; 0 on padding and on unscored positions.
     """
     batch = prepare_probe_batch(
-        model, prompt_ids, prompt_mask, completion_ids, completion_mask, probe, answer_mask
+        model, prompt_ids, prompt_mask, completion_ids, completion_mask, probe, answer_mask, reasoning_mask
     )
     return perturbation_scores(model, batch, probe=probe, **options)
 

@@ -14,7 +14,10 @@ One rule for every prompt format (``answer-tag``, ``boxed``, none):
    math delimiters from it, see `oar_rl.rewards.verify`).
 
 Unclosed markers (``<answer>4`` cut off by the length limit) are not markers. `answer_char_span` gives the
-character span of that answer in the completion, for code that must mark the same answer in tokens.
+character span of that answer in the completion, for code that must mark the same answer in tokens, and
+`reasoning_end` where the answer's *introducing format* starts (the ``<answer>`` tag, ``\\boxed{``, "the
+final answer is", with a short lead-in such as "The final answer is $" before a ``\\boxed``): everything
+before it is the reasoning.
 
 `normalise_answer` is applied to golds and predictions alike before any comparison: escaped dollars
 (``\\$32,\\!348``, MATH-500's currency golds), ``\\!``/``\\,`` thin spaces and ``{,}`` thousands separators
@@ -133,6 +136,56 @@ def find_markers(text: str) -> list[tuple[int, Marker, int, int]]:
     found += [(end, "final", i, j) for end, i, j in _final_markers(text)]
     order = {"final": 0, "boxed": 1, "answer": 2}  # equal ends: the enclosing marker wins, then recurse
     return sorted(found, key=lambda f: (f[0], order[f[1]]))
+
+
+# A short lead-in right before the answer marker ("The final answer is $", "Answer: \\(", "so the answer is
+# ", "Therefore, the "), matched backwards from the marker's start: it is format, not reasoning.
+_CONNECTIVE = r"(?:(?:so|thus|therefore|hence)[,:]?\s+)?(?:the\s+)?"
+# before <answer> / \boxed: "The final answer is $", "so the answer is ", "Answer: "
+_LEAD_IN_RE = re.compile(
+    r"\s*(?:(?<![A-Za-z])" + _CONNECTIVE + r"(?:final\s+)?answer(?:\s+is)?\s*:?\s*)?"
+    r"(?:\$\$|\$|\\\[|\\\()?\s*$",
+    re.IGNORECASE,
+)
+# before a "final answer is" phrase: "Therefore, the "
+_PHRASE_LEAD_IN_RE = re.compile(r"\s*(?:(?<![A-Za-z])" + _CONNECTIVE + r")?$", re.IGNORECASE)
+_LEAD_IN_WINDOW = 48  # characters before a marker searched for its lead-in
+_MARKER_RE: dict[str, re.Pattern[str]] = {
+    "answer": re.compile(r"<answer>"),
+    "boxed": _BOXED_RE,
+    "final": _FINAL_RE,
+}
+
+
+def reasoning_end(text: str) -> int | None:
+    """Character index where the reasoning of ``text`` ends: the start of the format that introduces the
+    final answer, or None when the completion has no closed answer marker (then all of it is reasoning).
+
+    The marker is the one :func:`answer_char_span` picks first (the last-ending one): its ``<answer>`` tag,
+    its ``\\boxed``/``\\fbox`` command or its "final answer is" phrase. A short lead-in right before it
+    ("The final answer is $", "Answer:", "so the answer is ", "Therefore, the ") counts as format too, and
+    so does the whitespace before it.
+    Everything from there on (lead-in, tag, answer content, closing format) is not reasoning.
+    """
+    markers = find_markers(text)
+    if not markers:
+        return None
+    _end, kind, content_start, _content_end = markers[-1]
+    start = content_start
+    for m in _MARKER_RE[kind].finditer(text, 0, content_start + 1):
+        if m.end() <= content_start:
+            start = m.start()  # the last opening of this kind before the content
+    return lead_in_start(text, start, phrase=kind == "final")
+
+
+def lead_in_start(text: str, start: int, *, phrase: bool = False) -> int:
+    """``start`` moved back over a short lead-in that introduces an answer marker beginning at ``start``
+    (see :func:`reasoning_end`): "The final answer is $", "so the answer is ", "Answer:" before a tag or
+    ``\\boxed``; "Therefore, the " before a "final answer is" phrase (`phrase`). A bare connective ("so
+    \\boxed{5}") is reasoning."""
+    lo = max(0, start - _LEAD_IN_WINDOW)
+    lead = (_PHRASE_LEAD_IN_RE if phrase else _LEAD_IN_RE).search(text, lo, start)
+    return start if lead is None else min(start, lead.start())
 
 
 def answer_char_span(text: str) -> tuple[int, int, Marker | None]:

@@ -287,6 +287,9 @@ PRESETS: dict[str, StudySettings] = {
     # accuracy on 500 x 4 test samples.
     "full": StudySettings(
         task="wordproblems",
+        # the v2 study's seven methods, named so that a credit mode added later (first-error, issue 26)
+        # does not join this protocol's run plan unasked
+        methods=("grpo", "random", "entropy", "oar-g", "oar-p", "grail", "oar-gp"),
         steps=30,
         prompts_per_step=16,
         num_generations=8,

@@ -268,17 +268,21 @@ def train_and_evaluate(
         return _accuracy(task, model, ws.tokenizer, eval_rows[:n_curve], settings, greedy=False,
                          samples=curve_samples)  # fmt: skip
 
-    every = settings.eval_every if curve else settings.steps
-    heldout = HeldOutEval(evaluate, every, settings.steps)
+    overrides = dict(variant.overrides)
+    spg = int(overrides.get("steps_per_generation", 1))  # a trust region: optimizer steps per batch
+    every = (settings.eval_every if curve else settings.steps) * spg
+    heldout = HeldOutEval(evaluate, every, settings.steps * spg)
     callbacks: list[Any] = [heldout]
     if progress is not None:
         callbacks.append(StepProgress(progress.tick))
-    overrides = dict(variant.overrides)
     kw = {"probe": settings.probe, "tau": settings.tau, "oar_beta": settings.oar_beta}
     kw.update(overrides)
     learning_rate = kw.pop("learning_rate", learning_rate)  # a method's own sweep choice
     if task.answer_pattern is not None:
         kw["answer_pattern"] = task.answer_pattern
+    trainer_kwargs = task.trainer_kwargs() if task.trainer_kwargs else {}
+    if variant.credit == "first-error":  # greedy continuations are checked as held-out accuracy is
+        trainer_kwargs["answer_check"] = task.check
     t0 = time.perf_counter()
     model, history, seconds = train_policy(
         ws.path,
@@ -294,7 +298,7 @@ def train_and_evaluate(
         temperature=settings.temperature,
         workdir=workdir,
         callbacks=callbacks,
-        trainer_kwargs=task.trainer_kwargs() if task.trainer_kwargs else None,
+        trainer_kwargs=trainer_kwargs or None,
         show_progress=False,
         **kw,
     )

@@ -125,6 +125,7 @@ def train_policy(
     run_name: str | None = None,
     log_dir: str | Path | None = None,
     verbose: bool = False,
+    steps_per_generation: int = 1,
     **config_overrides: Any,
 ) -> tuple[Any, list[dict[str, Any]], float]:
     """Train one run from the warm start in `model_path`; returns (trained model in eval mode, cleaned
@@ -132,7 +133,13 @@ def train_policy(
 
     Output goes through `oar_rl.console.attach` (a per-run bar `desc`, or TRL's log dicts with
     `verbose`; `log_dir/logs.jsonl` and TensorBoard with `log_dir`). With `show_progress=False` the
-    caller draws its own progress: no per-run bar and no printed log dicts."""
+    caller draws its own progress: no per-run bar and no printed log dicts.
+
+    `steps_per_generation` > 1 is a trust region: each generation batch of `prompts_per_step` ×
+    `num_generations` completions is split into that many optimizer steps (TRL's `steps_per_generation`),
+    so from the second step on the policy differs from the one that sampled and the clipped ratio acts;
+    `steps` still counts generation batches (the run makes `steps × steps_per_generation` optimizer steps).
+    """
     import torch
     from transformers import AutoModelForCausalLM, PreTrainedTokenizerFast
 
@@ -141,15 +148,21 @@ def train_policy(
     from oar_rl.trainer import OARTrainer
 
     batch = prompts_per_step * num_generations
+    if steps_per_generation < 1 or batch % steps_per_generation:
+        raise ValueError(
+            f"steps_per_generation={steps_per_generation} must be >= 1 and divide the generation batch "
+            f"{prompts_per_step} x {num_generations} = {batch}"
+        )
     config = OARConfig(
         output_dir=str(workdir),
         credit=credit,
-        per_device_train_batch_size=batch,
+        per_device_train_batch_size=batch // steps_per_generation,
+        steps_per_generation=steps_per_generation,
         gradient_accumulation_steps=1,
         num_generations=num_generations,
         max_completion_length=max_completion_length,
         temperature=temperature,
-        max_steps=steps,
+        max_steps=steps * steps_per_generation,
         learning_rate=learning_rate,
         lr_scheduler_type="constant",
         warmup_steps=0,

@@ -1,0 +1,291 @@
+"""The credit-rule screen and its confirmation (issue 26), as pre-registered in
+`results/credit-screen/PREREGISTRATION.md` (committed before the first run file).
+
+- **Screen** (`python -m oar_rl.study.screen run --out DIR`): every arm of :data:`ARMS` trains from the
+  shipped word-problem warm start with the v2 study's recipe (30 generation batches of 16 prompts × 8,
+  τ 0.4, β 2, AS-Mean, learning rate 4e-4 unless the arm says otherwise) on seeds 2000-2004, and is
+  scored on the **validation** split (300 problems × 4 samples at T = 1). Each arm is paired by seed with
+  its GRPO baseline arm (the same learning rate and trust region).
+- **Decision** (`... report --out DIR`): the two non-GRPO arms with the highest mean paired difference to
+  their baseline (ties: the cheaper) are the winners (:func:`winners`).
+- **Confirmation** (`... confirm --out DIR`): the two winners and their GRPO baselines on 10 fresh seeds
+  (100-109) on the **test** split (500 problems × 4 samples = 2000, and greedy), paired by seed.
+
+Runs are resumable and several processes may share an output directory (the study's claim files);
+each run file records the protocol, and a changed protocol is refused. This module holds the plan and
+the arithmetic; training is the study's (`oar_rl.study.runner.train_and_evaluate`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from oar_rl.io import write_text_atomic
+from oar_rl.study.config import PRESETS, Variant
+
+SCREEN_SEEDS: tuple[int, ...] = (2000, 2001, 2002, 2003, 2004)
+CONFIRM_SEEDS: tuple[int, ...] = tuple(range(100, 110))
+LEARNING_RATE = 4e-4  # every method's choice in the v2 study's sweep (results/study-wordproblems-v2)
+VALIDATION_PROBLEMS = 300
+SCREEN_FORMAT = 1
+
+
+@dataclass(frozen=True)
+class Arm:
+    """One screened configuration: a method, its OARConfig overrides and the GRPO arm it is paired with."""
+
+    name: str
+    method: str
+    overrides: tuple[tuple[str, Any], ...] = ()
+    baseline: str | None = "grpo"
+    stage: int = 1
+    cost: float = 1.0
+    """Relative CPU cost (GRPO = 1), from the v2 study's per-run seconds; breaks ties between winners."""
+
+    def variant(self) -> Variant:
+        return Variant(self.name, self.method, self.overrides)
+
+
+_TR = (("steps_per_generation", 2), ("learning_rate", 2e-4))  # trust region: 2 clipped steps per batch
+
+ARMS: tuple[Arm, ...] = (
+    # stage 1: the scored set, which rows, the floor, the new rule, OAR-P
+    Arm("grpo", "grpo", baseline=None),
+    Arm("oar-g[before-answer]", "oar-g", (("scored_tokens", "before-answer"),), cost=1.1),
+    Arm("oar-g", "oar-g", cost=1.1),
+    Arm("oar-g[positive]", "oar-g", (("reshape_rows", "positive"),), cost=1.1),
+    Arm("oar-g[negative]", "oar-g", (("reshape_rows", "negative"),), cost=1.1),
+    Arm("oar-g[floor=0.1]", "oar-g", (("floor", 0.1),), cost=1.1),
+    Arm("first-error", "first-error", cost=2.5),
+    Arm("oar-p", "oar-p", cost=4.0),
+    # stage 2: step size (finer learning-rate grid, a trust region) and OAR-G's noise draws
+    Arm("grpo[lr=2e-4]", "grpo", (("learning_rate", 2e-4),), baseline=None, stage=2),
+    Arm("grpo[lr=2.8e-4]", "grpo", (("learning_rate", 2.83e-4),), baseline=None, stage=2),
+    Arm("oar-g[lr=2e-4]", "oar-g", (("learning_rate", 2e-4),), "grpo[lr=2e-4]", 2, 1.1),
+    Arm("oar-g[lr=2.8e-4]", "oar-g", (("learning_rate", 2.83e-4),), "grpo[lr=2.8e-4]", 2, 1.1),
+    Arm("grpo[tr]", "grpo", _TR, baseline=None, stage=2),
+    Arm("oar-g[tr]", "oar-g", _TR, "grpo[tr]", 2, 1.1),
+    Arm("oar-g[draws=4]", "oar-g", (("oar_noise_draws", 4),), stage=2, cost=1.5),
+)
+ARM_BY_NAME = {a.name: a for a in ARMS}
+
+
+def settings(split_problems: int, eval_samples: int):
+    """The v2 study's full recipe at the screen's learning rate, evaluated on `split_problems` problems."""
+    return replace(
+        PRESETS["full"],
+        learning_rate=LEARNING_RATE,
+        lr_source="the v2 study's sweep chose 4e-4 for every method (results/study-wordproblems-v2)",
+        test_problems=split_problems,
+        eval_samples=eval_samples,
+        curve_problems=None,
+        curve_samples=None,
+        recall_trajectories=0,
+    )
+
+
+def protocol(kind: str) -> dict[str, Any]:
+    """What every run of the screen (kind "screen") or the confirmation ("confirm") shares."""
+    s = settings(VALIDATION_PROBLEMS, 4) if kind == "screen" else settings(500, 4)
+    return {
+        **s.protocol(),
+        "split": "validation" if kind == "screen" else "test",
+        "screen_format": SCREEN_FORMAT,
+    }
+
+
+# ----------------------------------------------------------------------------------------------------
+# training
+
+
+def train_arms(out: Path, arms: list[Arm], seeds: tuple[int, ...], kind: str, cache_dir: str | None) -> None:
+    """Train every (arm, seed) not stored under `out/<kind>/runs`, seed-major, sharing work with other
+    processes on the same directory."""
+    from oar_rl.study.runner import Progress, RunStore, run_claimed, train_and_evaluate
+    from oar_rl.tasks import get_task
+
+    task = get_task("wordproblems")
+    s = settings(VALIDATION_PROBLEMS, 4) if kind == "screen" else settings(500, 4)
+    s = replace(s, max_completion_length=task.max_completion_length, probe=task.probe)
+    store = RunStore(out / kind / "runs", protocol(kind))
+    store.check_all()
+    ws = task.load_warm_start("default", cache_dir)
+    train_rows = task.prompts("train", s.n_train_prompts)
+    eval_rows = task.prompts("validation" if kind == "screen" else "test", s.test_problems)
+    plan = [(a, seed) for seed in seeds for a in arms]
+    progress = Progress(sum(s.steps * int(dict(a.overrides).get("steps_per_generation", 1)) for a, _ in plan))
+    try:
+        with tempfile.TemporaryDirectory(prefix="oar-rl-screen-") as work:
+
+            def train(item: tuple[int, Arm, int]) -> dict[str, Any]:
+                i, arm, seed = item
+                progress.describe(f"[{i}/{len(plan)}] {arm.name} seed {seed}")
+                rec = train_and_evaluate(
+                    task, ws, s, arm.variant(), seed, train_rows, eval_rows, Path(work) / f"run{i}",
+                    progress, learning_rate=s.learning_rate, curve=kind == "confirm",
+                )  # fmt: skip
+                progress.write(
+                    f"[{i}/{len(plan)}] {arm.name} seed {seed}: {kind} accuracy "
+                    f"{rec['final']['sampled']:.3f}, {rec['wall_seconds']:.0f} s"
+                )
+                return rec
+
+            items = [(a.name, seed, (i, a, seed)) for i, (a, seed) in enumerate(plan, 1)]
+            run_claimed(store, items, train, progress, s.steps)
+    finally:
+        progress.close()
+
+
+# ----------------------------------------------------------------------------------------------------
+# aggregation and the decision rule
+
+
+def load_runs(out: Path, kind: str) -> dict[str, dict[int, dict[str, Any]]]:
+    """{arm: {seed: run record}} of every finished run under `out/<kind>/runs` (protocol checked)."""
+    from oar_rl.study.runner import RunStore
+
+    runs: dict[str, dict[int, dict[str, Any]]] = {}
+    for rec in RunStore(out / kind / "runs", protocol(kind)).check_all().values():
+        runs.setdefault(rec["variant"], {})[int(rec["seed"])] = rec
+    return runs
+
+
+def summarize(runs: dict[str, dict[int, dict[str, Any]]], arms: list[Arm]) -> list[dict[str, Any]]:
+    """One row per arm: accuracy (mean, t-interval over seeds), paired difference to its baseline."""
+    from oar_rl.study.stats import mean_ci, paired_difference
+
+    rows = []
+    for arm in arms:
+        got = runs.get(arm.name, {})
+        acc = {s: 100 * r["final"]["sampled"] for s, r in got.items()}
+        row: dict[str, Any] = {"arm": arm.name, "method": arm.method, "overrides": dict(arm.overrides),
+                               "baseline": arm.baseline, "stage": arm.stage, "seeds": sorted(acc),
+                               "accuracy": mean_ci(list(acc.values())) if acc else None}  # fmt: skip
+        greedy = [100 * r["final"]["greedy"] for r in got.values() if r["final"].get("greedy") is not None]
+        row["greedy"] = mean_ci(greedy) if greedy else None
+        row["train_seconds"] = (sum(r["train_seconds"] for r in got.values()) / len(got)) if got else None
+        if arm.baseline is not None:
+            base = {s: 100 * r["final"]["sampled"] for s, r in runs.get(arm.baseline, {}).items()}
+            both = set(acc) & set(base)
+            row["paired"] = paired_difference(acc, base) if len(both) >= 2 else None
+        rows.append(row)
+    return rows
+
+
+def winners(rows: list[dict[str, Any]], seeds: int = len(SCREEN_SEEDS), k: int = 2) -> list[str]:
+    """The pre-registered rule: among non-GRPO arms with all `seeds` paired seeds, the `k` highest mean
+    paired differences to their baselines; ties go to the cheaper arm. ValueError while arms are missing."""
+    missing = [
+        r["arm"]
+        for r in rows
+        if r["baseline"] is not None and len((r.get("paired") or {}).get("seeds", [])) < seeds
+    ]
+    if missing:
+        raise ValueError(
+            f"the screen is not complete: {', '.join(missing)} lack paired runs on {seeds} seeds"
+        )
+    cand = [r for r in rows if r["baseline"] is not None]
+    cand.sort(key=lambda r: (-r["paired"]["mean"], ARM_BY_NAME[r["arm"]].cost))
+    return [r["arm"] for r in cand[:k]]
+
+
+def _fmt_ci(ci: dict[str, Any] | None, signed: bool = False) -> str:
+    if not ci or ci.get("mean") is None:
+        return "–"
+    f = "{:+.1f}" if signed else "{:.1f}"
+    if ci.get("low") is None:
+        return f.format(ci["mean"])
+    return f"{f.format(ci['mean'])} ({f.format(ci['low'])}, {f.format(ci['high'])})"
+
+
+def markdown(rows: list[dict[str, Any]], title: str, note: str) -> str:
+    head = (
+        "| arm | stage | seeds | accuracy % (95% CI) | Δ vs baseline, paired (95% CI) | baseline | wins "
+        "| train s/run |"
+    )
+    lines = [f"# {title}", "", note, "", head, "|---|---:|---:|---:|---:|---|---:|---:|"]
+    for r in rows:
+        p = r.get("paired")
+        wins = "{}/{}".format(p["wins"], len(p["seeds"])) if p else "–"
+        secs = "{:.0f}".format(r["train_seconds"]) if r["train_seconds"] else "–"
+        lines.append(
+            f"| {r['arm']} | {r['stage']} | {len(r['seeds'])} | {_fmt_ci(r['accuracy'])} | "
+            f"{_fmt_ci(p, signed=True) if p else '–'} | {r['baseline'] or '–'} | {wins} | {secs} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def write_report(out: Path, kind: str) -> dict[str, Any]:
+    """`out/<kind>.json` and `.md`: the table of every arm with runs (and, for the screen, the winners
+    once it is complete)."""
+    runs = load_runs(out, kind)
+    arms = [a for a in ARMS if a.name in runs] if kind == "screen" else _confirm_arms(out)
+    rows = summarize(runs, arms)
+    record: dict[str, Any] = {"kind": kind, "protocol": protocol(kind), "rows": rows,
+                              "seeds": list(SCREEN_SEEDS if kind == "screen" else CONFIRM_SEEDS)}  # fmt: skip
+    note = (
+        "Validation split, 300 problems × 4 samples at T = 1 per run; seeds 2000-2004; differences paired "
+        "by seed against the arm's GRPO baseline (same learning rate and trust region)."
+        if kind == "screen"
+        else "Test split, 500 problems × 4 samples at T = 1 per run (2000), fresh seeds 100-109; differences "
+        "paired by seed against the arm's GRPO baseline."
+    )
+    if kind == "screen":
+        try:
+            record["winners"] = winners(summarize(runs, list(ARMS)))
+            note += f" **Winners (pre-registered rule): {', '.join(record['winners'])}.**"
+        except ValueError as e:
+            record["winners"] = None
+            note += f" Winners not decided yet: {e}."
+    write_text_atomic(out / f"{kind}.json", json.dumps(record, indent=1, sort_keys=True))
+    write_text_atomic(out / f"{kind}.md", markdown(rows, f"Credit {kind}", note))
+    return record
+
+
+def _confirm_arms(out: Path) -> list[Arm]:
+    screen = json.loads((out / "screen.json").read_text())
+    chosen = screen.get("winners")
+    if not chosen:
+        raise ValueError(f"{out / 'screen.json'} names no winners yet: finish the screen first")
+    arms: list[Arm] = []
+    for name in chosen:
+        arm = ARM_BY_NAME[name]
+        base = ARM_BY_NAME[arm.baseline]
+        arms += [a for a in (base, arm) if a not in arms]
+    return arms
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m oar_rl.study.screen", description=__doc__.split("\n\n")[0])
+    p.add_argument("action", choices=("run", "report", "confirm"))
+    p.add_argument("--out", default="results/credit-screen")
+    p.add_argument("--stages", default="1,2", help="screen stages to train (default 1,2)")
+    p.add_argument("--cache-dir", "--cache_dir", dest="cache_dir", default=None)
+    p.add_argument("--threads", type=int, default=1, help="torch threads per process (default 1)")
+    a = p.parse_args(argv)
+    import torch
+
+    torch.set_num_threads(a.threads)
+    out = Path(a.out)
+    t0 = time.perf_counter()
+    if a.action == "run":
+        stages = {int(x) for x in a.stages.split(",")}
+        train_arms(out, [x for x in ARMS if x.stage in stages], SCREEN_SEEDS, "screen", a.cache_dir)
+    if a.action == "confirm":
+        write_report(out, "screen")
+        train_arms(out, _confirm_arms(out), CONFIRM_SEEDS, "confirm", a.cache_dir)
+    rec = write_report(out, "screen" if a.action != "confirm" else "confirm")
+    print(markdown(rec["rows"], f"Credit {rec['kind']}", ""), file=sys.stderr)
+    print(f"{rec['kind']}: {time.perf_counter() - t0:.0f} s; wrote {out}/{rec['kind']}.md", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    raise SystemExit(main())

@@ -1,0 +1,52 @@
+"""The credit screen's plan and decision rule (issue 26): every arm is a valid OARConfig, every paired
+baseline exists and is GRPO at the same step size, and the rule picks what it says on fake results."""
+
+from __future__ import annotations
+
+import pytest
+
+from conftest import make_args
+from oar_rl.study.screen import ARM_BY_NAME, ARMS, markdown, protocol, summarize, winners
+
+
+def test_every_arm_is_a_valid_config_paired_with_grpo_at_its_step_size(tmp_path):
+    for arm in ARMS:
+        over = {k: v for k, v in arm.overrides if k not in ("learning_rate", "steps_per_generation")}
+        credit = "none" if arm.method == "grpo" else arm.method
+        make_args(tmp_path, credit=credit, **over)  # OARConfig accepts every override
+        if arm.baseline is None:
+            assert arm.method == "grpo"
+            continue
+        base = ARM_BY_NAME[arm.baseline]
+        assert base.method == "grpo" and base.baseline is None
+        step = {k: v for k, v in arm.overrides if k in ("learning_rate", "steps_per_generation")}
+        assert step == dict(base.overrides), arm.name  # the same learning rate and trust region
+    assert len({a.name for a in ARMS}) == len(ARMS)
+    assert protocol("screen")["split"] == "validation" and protocol("confirm")["split"] == "test"
+    assert protocol("screen") != protocol("confirm")
+
+
+def _runs(accs: dict[str, list[float]]) -> dict[str, dict[int, dict]]:
+    return {
+        name: {2000 + i: {"final": {"sampled": a / 100}, "train_seconds": 1.0} for i, a in enumerate(v)}
+        for name, v in accs.items()
+    }
+
+
+def test_decision_rule_on_fake_results():
+    base = [80.0, 81.0, 82.0, 83.0, 84.0]
+    accs = {a.name: list(base) for a in ARMS}
+    accs["oar-g[negative]"] = [b + 2 for b in base]  # +2 every seed
+    accs["first-error"] = [b + 1 for b in base]
+    accs["oar-g[floor=0.1]"] = [b + 1 for b in base]  # ties first-error, cheaper: wins the tie
+    accs["grpo[tr]"] = [b - 5 for b in base]
+    accs["oar-g[tr]"] = [b - 4 for b in base]  # +1 against its own baseline, but costlier than floor
+    rows = summarize(_runs(accs), list(ARMS))
+    by = {r["arm"]: r for r in rows}
+    assert by["oar-g[negative]"]["paired"]["mean"] == pytest.approx(2.0)
+    assert by["oar-g[negative]"]["paired"]["wins"] == 5
+    assert winners(rows) == ["oar-g[negative]", "oar-g[floor=0.1]"]
+    assert "| oar-g[negative] | 1 | 5 |" in markdown(rows, "t", "n")
+    del accs["oar-p"][-1]
+    with pytest.raises(ValueError, match="not complete: oar-p"):
+        winners(summarize(_runs(accs), list(ARMS)))
