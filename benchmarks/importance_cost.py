@@ -11,7 +11,7 @@ tiny random Qwen2 and reports wall time and peak resident-memory growth, each as
 Peak memory is the growth of the process's resident set (Linux VmHWM, reset through
 /proc/self/clear_refs before each measurement); elsewhere it is reported as n/a. Times are the
 median of --repeats runs after one warm-up run. For the cost per token of whole training steps, at
-realistic shapes and with the modes interleaved, use ``oar-rl bench`` (README, "Cost").
+realistic shapes and with the modes interleaved, use ``oar-rl bench`` (docs/results/cost.md).
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 Trains with the study's own training function (`oar_rl.study.training.train_policy`) from the shipped
 warm start or a saved model, measures sampled accuracy on the validation split every ``--every`` steps,
-then the final sampled and greedy accuracy on more validation problems. The README's "Why RL barely
+then the final sampled and greedy accuracy on more validation problems. docs/history.md's "Why RL barely
 moved the first warm start" table was made with it. Run:
 
     python benchmarks/rl_pilot.py --lr 3e-4 --prompts 16 --steps 30 --out pilot.json

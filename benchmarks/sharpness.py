@@ -1,6 +1,6 @@
 """How sharp is a warm start along its own policy gradient? The check behind the testbed's RL protocol.
 
-GRPO on the first word-problem warm start learned only with small steps (README, "Why RL barely moved
+GRPO on the first word-problem warm start learned only with small steps (docs/history.md, "Why RL barely moved
 the first warm start"). This measures why, on any saved task model:
 
 1. sample ``--prompts`` training prompts × ``--group`` completions at T = 1, reward them, and form GRPO's

@@ -45,7 +45,7 @@ def test_oracle_study_end_to_end(tiny_model_dir, tmp_path, monkeypatch):
         [
             "--model",
             str(tiny_model_dir),
-            "--n",
+            "--trajectories",
             "3",
             "--max-prompts",
             "160",  # sampled in chunks of 32 only until 3 correct ones are found
@@ -77,7 +77,7 @@ def test_oracle_study_end_to_end(tiny_model_dir, tmp_path, monkeypatch):
         (["attribute", "--completion", "x"], "--completion needs --prompt"),
         (["oracle", "--split", "test"], "--split"),
         (["oracle", "--split", "hard"], "--split"),  # an arithmetic split; the default task is wordproblems
-        (["oracle", "--n", "0"], "--n"),
+        (["oracle", "--trajectories", "0"], "--trajectories"),
     ],
 )
 def test_bad_input_is_a_clear_error(argv, needle, capsys, tmp_path):
@@ -98,7 +98,7 @@ def test_oracle_takes_the_task_and_its_splits(tiny_model_dir, tmp_path, monkeypa
 
     monkeypatch.setattr(arithmetic, "check", lambda text, answer: True)
     out = tmp_path / "o"
-    argv = ["--task", "arithmetic", "--split", "hard", "--model", str(tiny_model_dir), "--n", "2"]
+    argv = ["--task", "arithmetic", "--split", "hard", "--model", str(tiny_model_dir), "--trajectories", "2"]
     argv += ["--max-prompts", "8", "--max-new-tokens", "4", "--methods", "random", "--out", str(out)]
     assert recall.main(argv) == 0
     result = json.loads((out / "recall.json").read_text())

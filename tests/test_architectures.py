@@ -16,7 +16,7 @@ tie or swap):
 - OAR-P must keep ρ ≥ 0.8. Masking a token moves the probe far more than bf16 rounding does; measured
   ρ ≥ 0.98 on every architecture here.
 - OAR-G runs with ``noise_scale="rms"`` and ``noise_std=0.1`` (σ = 10% of the embedding RMS, ~25 bf16
-  ulps), the setting the README recommends for bf16, and must keep ρ ≥ 0.6. Its score multiplies a
+  ulps), the setting the docs (OAR-G noise) recommend for bf16, and must keep ρ ≥ 0.6. Its score multiplies a
   rounded gradient by a rounded embedding, so it loses more: measured ρ ≥ 0.78 here (0.97 on average
   over seeds, benchmarks/oar_g_precision.py). The paper's absolute σ = 1e-3, which rounds away, averages
   0.58, so this threshold separates a working setting from a broken one.

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import warnings
 from pathlib import Path
 
@@ -214,7 +215,8 @@ def test_train_takes_trl_dataset_names_on_the_command_line_and_in_yaml(tmp_path)
         ("eval", "--temperature", "0.6"),
         ("attribute", "--max-new-tokens", "96"),
         ("oracle", "--max-prompts", "400"),
-        ("oracle", "--model", "default"),
+        ("oracle", "--model", "the task's warm start"),
+        ("bench", "--threads", "1"),
         ("demo", "--out", "demo_out"),
         ("train", "--tau", "0.4"),
     ],
@@ -223,23 +225,37 @@ def test_every_help_shows_defaults(command, flag, default, capsys):
     with pytest.raises(SystemExit) as exit_:
         cli.main([command, "--help"])
     assert exit_.value.code == 0
-    text = " ".join(capsys.readouterr().out.split())
-    after = text[text.index(flag, text.index("options:")) :]  # the option's entry, not the usage line
-    assert f"(default: {default})" in after[: after.index(" --", len(flag) + 20)]
+    lines = capsys.readouterr().out.splitlines()
+    start = next(i for i, line in enumerate(lines) if re.match(rf"  {flag}[ ,]|  {flag}$", line))
+    entry = [lines[start]]  # the option's entry: its line and the indented lines under it
+    for line in lines[start + 1 :]:
+        if not line.startswith("   ") or line.lstrip().startswith("--"):
+            break
+        entry.append(line)
+    assert f"(default: {default})" in " ".join(" ".join(entry).split())
 
 
 def test_train_help_lists_oar_options_first_under_their_heading(capsys):
     with pytest.raises(SystemExit):
         cli.main(["train", "--help"])
     text = capsys.readouterr().out
-    data, credit, trl = (text.index(h) for h in ("OAR options: data", "OAR options: credit", "TRL options"))
+    headings = ("OAR options: model, data", "OAR options: credit", "TRL options")
+    data, credit, trl = (text.index(h) for h in headings)
     assert data < credit < trl
-    assert data < text.index("--dataset_name") < credit < text.index("--credit") < text.index("--tau") < trl
+    assert (
+        data
+        < text.index("--model_name_or_path")
+        < text.index("--dataset_name")
+        < credit
+        < text.index("--credit")
+        < text.index("--tau")
+        < trl
+    )
     assert trl < text.index("--learning_rate")
 
 
 # ----------------------------------------------------------------------------------------------------
-# oracle: samples only what --n needs, warns when it finds fewer; report items
+# oracle: samples only what --trajectories needs, warns when it finds fewer; report items
 # ----------------------------------------------------------------------------------------------------
 def test_oracle_samples_only_what_n_needs(tiny_model_dir, monkeypatch):
     import oar_rl.data.arithmetic as arithmetic
@@ -264,7 +280,16 @@ def test_oracle_warns_when_fewer_correct_than_n_and_plots_n_and_intervals(
     real_plot = recall._plot
     monkeypatch.setattr(recall, "_plot", lambda *a, **k: titles.append(k) or real_plot(*a, **k))
     out = tmp_path / "o"
-    argv = ["--model", str(tiny_model_dir), "--n", "50", "--max-prompts", "6", "--max-new-tokens", "7"]
+    argv = [
+        "--model",
+        str(tiny_model_dir),
+        "--trajectories",
+        "50",
+        "--max-prompts",
+        "6",
+        "--max-new-tokens",
+        "7",
+    ]
     assert recall.main([*argv, "--methods", "random", "--out", str(out)]) == 0
     err = capsys.readouterr().err
     result = json.loads((out / "recall.json").read_text())

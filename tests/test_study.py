@@ -203,7 +203,7 @@ def fake_study(monkeypatch, tmp_path):
 
 def _args(out: Path, *extra: str) -> list[str]:
     base = ["--task", "fake", "--out", str(out), "--methods", "grpo,oar-g", "--seeds", "2", "--steps", "4"]
-    return [*base, "--recall", "0", *extra]
+    return [*base, "--recall", "0", "--full", *extra]
 
 
 def test_interrupt_resume_extend_and_refuse_a_changed_protocol(tmp_path, fake_study, capsys):

@@ -112,7 +112,7 @@ def test_train_tiny_recipe_saves_and_resumes(tiny_model_dir, tmp_path, capsys):
         (["--credit", "oar-x"], "invalid choice: 'oar-x'"),
         (["--resume_from_checkpoint", "true"], "no checkpoint-* directory"),
         (["--resume_from_checkpoint", "/no/such/checkpoint"], "not a directory"),
-        (["--model_name_or_path", ""], "--model_name_or_path is required"),
+        (["--model_name_or_path", ""], "--model is required (TRL's --model_name_or_path)"),
         (["--dataset", ""], "--dataset is required"),
         (["--limit", "0"], "limit must be >= 1"),
     ],

@@ -253,7 +253,7 @@ def test_shipped_warm_start_matches_its_recipe(tok):
 
 def test_the_first_recipe_keeps_its_hash():
     """Fields added to recipes later (slip_prob) are absent at their default, so the first shipped warm
-    start, which the README's first study used, is still named by the hash recorded with its results."""
+    start, which the first study used, is still named by the hash recorded with its results."""
     from oar_rl.shipped import FIRST_WORDPROBLEMS_RECIPE, WORDPROBLEMS_RECIPE
 
     assert FIRST_WORDPROBLEMS_RECIPE.hash() == "d30225c1cf6e2256"

@@ -113,3 +113,20 @@ def unknown_flags_message(parser: argparse.ArgumentParser, unknown: Iterable[str
         close = difflib.get_close_matches(name, known, n=1, cutoff=0.85)
         parts.append(f"{name} (did you mean {close[0]}?)" if close else name)
     return "unknown option(s): " + ", ".join(parts) if parts else ""
+
+
+class _Renamed(argparse.Action):
+    """A flag that was renamed: using it is an error that names the new flag (never a silent no-op)."""
+
+    def __init__(self, option_strings, dest, new: str = "", why: str = "", **kwargs):
+        kwargs.update(nargs="?", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
+        super().__init__(option_strings, dest=argparse.SUPPRESS, **kwargs)
+        self.new, self.why = new, why
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        parser.error(f"{option_string} was renamed {self.new}{f' ({self.why})' if self.why else ''}")
+
+
+def add_renamed(parser: Any, old: str, new: str, why: str = "") -> argparse.Action:
+    """Hidden flag `old` (both spellings) whose use exits with "OLD was renamed NEW (why)"."""
+    return parser.add_argument(*flag_names(old), action=_Renamed, new=new, why=why)

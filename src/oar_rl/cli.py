@@ -1,8 +1,9 @@
 """The `oar-rl` command: one sub-command per module, imported only when used.
 
-Each sub-command module exposes `main(argv: list[str]) -> int` and owns its own argument parser,
-so `oar-rl demo --help` stays fast and a broken optional dependency of one command cannot break
-the others.
+Each sub-command module exposes `main(argv: list[str]) -> int` and `build_parser()` (its argument
+parser, built without side effects), so `oar-rl demo --help` stays fast and a broken optional
+dependency of one command cannot break the others. The flags several commands take are defined once,
+in `oar_rl.options` (one name, meaning and default each).
 """
 
 from __future__ import annotations

@@ -43,12 +43,14 @@ class OARConfig(GRPOConfig):
         metadata={"help": credit_help()},
     )
     probe: Probe = field(
-        default="lt-logits",
+        default="as-mean",
         metadata={
             "help": "Outcome probe for OAR importance (paper §6.2). 'lt-logits': next-token distribution "
             "after the completion; 'as-mean': mean logits over the answer span; 'as-joint': mean "
             "log-likelihood of the answer span. Answer-span probes score only tokens before the span; "
-            "rows without a span fall back to 'lt-logits' (logged as oar/probe_fallback_frac).",
+            "rows without a span fall back to 'lt-logits' (logged as oar/probe_fallback_frac, with a "
+            "warning when most rows do). as-mean is the default of every oar-rl command (oar_rl.options): "
+            "a completion ending in a fixed text such as '</answer>' leaves lt-logits almost no signal.",
         },
     )
     answer_pattern: str | None = field(
@@ -97,14 +99,14 @@ class OARConfig(GRPOConfig):
         default=1,
         metadata={
             "help": "OAR-G noise draws K >= 1, run in one batched pass; the score is the mean of "
-            "|<g_t, e_t>| over draws (see oar_rl.importance.gradient and the README's K table)."
+            "|<g_t, e_t>| over draws (see oar_rl.importance.gradient and docs/guides/oar-g-noise.md)."
         },
     )
     oar_noise_scale: str = field(
         default="absolute",
         metadata={
             "help": "'absolute': σ = noise_std (the paper); 'rms': σ = noise_std times the RMS of the row's "
-            "completion embeddings (use with noise_std ~0.05 for bf16/fp16 models, see the README)."
+            "completion embeddings (use with noise_std ~0.05 for bf16/fp16 models; docs: OAR-G noise)."
         },
     )
     mask_token_id: int | None = field(

@@ -4,7 +4,8 @@ TRL/transformers print the whole log dict (~30 keys) every logging step. `quiet_
 log_file=...)` swaps transformers' `ProgressCallback` (and `PrinterCallback`) for `StepProgress`, a
 tqdm bar over the optimizer steps with the reward and loss in its postfix; every log dict still goes
 to the trainers' trackers (`report_to`) and, when a log file is given, to that file as one JSON line
-per log. `summary(history)` turns a log history into a few lines for the end of a run.
+per log. `summary(history)` turns a log history into a few lines for the end of a run;
+`print_settings(command, settings)` prints a run's resolved settings in one block at its start.
 """
 
 from __future__ import annotations
@@ -149,6 +150,21 @@ def set_tensorboard_dir(trainer: Any, path: str | Path) -> bool:
             cb.logging_dir = str(path)
             found = True
     return found
+
+
+def settings_block(command: str, settings: Mapping[str, Any]) -> str:
+    """A run's resolved settings as one block: a title line, then one `name  value` line each."""
+    width = max(map(len, settings), default=0)
+    lines = [f"oar-rl {command}: resolved settings"]
+    lines += [f"  {name:<{width}}  {value}" for name, value in settings.items()]
+    return "\n".join(lines)
+
+
+def print_settings(command: str, settings: Mapping[str, Any]) -> None:
+    """`settings_block` on stderr (stdout stays the command's results)."""
+    import sys
+
+    print(settings_block(command, settings), file=sys.stderr, flush=True)
 
 
 def summary(history: Sequence[Mapping[str, Any]], keys: Sequence[str] = ("reward", "loss")) -> list[str]:

@@ -33,12 +33,7 @@ def _csv(kind):
 class EvalConfig:
     """Everything `oar-rl eval` needs; the CLI flags are these fields (``--max-new-tokens`` etc.)."""
 
-    model: str = field(
-        metadata={
-            "help": "Model directory (save_pretrained), Hub id, or 'default' for the embedded default model "
-            "(built and cached on first use, see oar_rl.tiny)."
-        }
-    )
+    model: str = field(metadata={"help": "Model (the shared --model of oar_rl.options; resolved by main)."})
     out: str = field(metadata={"help": "Output directory (resumable; see the module docs)."})
     benchmarks: list[str] = field(
         default_factory=lambda: ["aime25", "aime24", "amc23", "math500", "gsm8k"],
@@ -123,14 +118,26 @@ class EvalConfig:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """The `oar-rl eval` parser, generated from `EvalConfig`'s fields."""
+    """The `oar-rl eval` parser, generated from `EvalConfig`'s fields; the shared options (`--model`,
+    `--out`, `--seed`, `--threads`, `--cache-dir`) come from `oar_rl.options`."""
     from oar_rl.argparsing import flag_names, new_parser
+    from oar_rl.options import shared_parser
 
+    shared = shared_parser(
+        "model", "out", "seed", "threads", "cache-dir",
+        model={"default": None, "required": True},
+        out={"required": True, "help": "output directory (resumable; see the module docs)"},
+        seed={"help": "base random seed"},
+    )  # fmt: skip
     parser = new_parser(
         "oar-rl eval",
         "Sample n completions per problem and report unbiased pass@k (results.json, results.md).",
+        parents=[shared],
     )
+    taken = {a.dest for a in shared._actions}
     for f in dataclasses.fields(EvalConfig):
+        if f.name in taken:
+            continue
         flags = flag_names(f.name)  # --max-new-tokens and --max_new_tokens, as TRL takes them
         kwargs: dict[str, Any] = {"help": f.metadata.get("help", ""), "dest": f.name}
         if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:

@@ -452,10 +452,19 @@ def evaluate(config: EvalConfig, *, sampler: Any = None) -> dict[str, Any]:
 
 def main(argv: list[str] | None = None) -> int:
     """`oar-rl eval`: exit 0 on success, 2 on bad input (nothing sampled), 130 when interrupted."""
-    args = build_parser().parse_args(sys.argv[1:] if argv is None else argv)
-    args.model = resolve_model(args.model)
-    config = EvalConfig(**vars(args))
+    from oar_rl.console import print_settings
+    from oar_rl.options import apply_threads
+
+    args = vars(build_parser().parse_args(sys.argv[1:] if argv is None else argv))
+    threads, cache_dir, given = args.pop("threads"), args.pop("cache_dir"), args["model"]
     try:
+        apply_threads(threads)
+        args["model"] = resolve_model(given, cache_dir)
+        config = EvalConfig(**args)
+        shown = {**vars(config), "threads": threads or "torch's choice"}
+        if given != config.model:
+            shown["model"] = f"{given} -> {config.model}"
+        print_settings("eval", shown)
         results = evaluate(config)
     except ValueError as exc:
         print(f"oar-rl eval: error: {exc}", file=sys.stderr)

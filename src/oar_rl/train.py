@@ -41,6 +41,9 @@ from typing import Any
 from oar_rl.fetch import resolve_model
 
 REWARD_NAMES: tuple[str, ...] = ("accuracy", "format")
+MODEL_REQUIRED = (
+    "a directory, a Hub id, smollm2-135m, a .gguf file, default (the word-problem model) or arithmetic"
+)
 
 
 @dataclass
@@ -78,6 +81,20 @@ class DataArguments:
     answer_column: str | None = field(
         default=None, metadata={"help": "Answer column of a local file (None: detected by the loader)."}
     )
+    threads: int = field(
+        default=1,
+        metadata={
+            "help": "torch CPU threads, the same default in every oar-rl command (oar_rl.options."
+            "THREADS_DEFAULT); 0 = torch's own choice (one per core)."
+        },
+    )
+    cache_dir: str | None = field(
+        default=None,
+        metadata={
+            "help": "Model cache for --model names and .gguf files (default: $OAR_RL_CACHE/models, else "
+            "~/.cache/oar-rl/models)."
+        },
+    )
     verbose: bool = field(
         default=False,
         metadata={"help": "Print TRL's log dict every logging step instead of one progress bar."},
@@ -96,8 +113,10 @@ def build_parser():
     """TRL's parser over (DataArguments, OARConfig, ModelConfig).
 
     As TRL's: every flag in both spellings (`--max_steps`, `--max-steps`), defaults in `--help`. Added:
-    TRL's dataset flag names (`--dataset_name`, `--dataset_train_split`) as aliases, in YAML too, and
-    `--help` lists oar-rl's options under their own headings before TRL's.
+    the names the other oar-rl commands use, `--model` (TRL's `--model_name_or_path`) and `--out`
+    (`--output_dir`), and TRL's dataset flag names (`--dataset_name`, `--dataset_train_split`) as
+    aliases, in YAML too; `--help` lists oar-rl's options (the model first) under their own headings
+    before TRL's.
     """
     import dataclasses
 
@@ -105,10 +124,13 @@ def build_parser():
 
     from oar_rl.argparsing import DATASET_ALIASES, dealias_config, group_options
     from oar_rl.config import OARConfig
+    from oar_rl.options import MODEL_HELP
+
+    aliases = {**DATASET_ALIASES, "model_name_or_path": ("model",), "output_dir": ("out",)}
 
     class Parser(TrlParser):
         def set_defaults_with_config(self, **kwargs):
-            return super().set_defaults_with_config(**dealias_config(kwargs, DATASET_ALIASES))
+            return super().set_defaults_with_config(**dealias_config(kwargs, aliases))
 
     parser = Parser(
         (DataArguments, OARConfig, ModelConfig),
@@ -116,22 +138,31 @@ def build_parser():
         usage="oar-rl train [--config RECIPE.yaml] [--key value ...]   (YAML keys are the flag names)",
     )
     for action in parser._actions:
-        for alias in DATASET_ALIASES.get(action.dest, ()):
-            for flag in (f"--{alias}", f"--{alias.replace('_', '-')}"):
+        for alias in aliases.get(action.dest, ()):
+            for flag in dict.fromkeys((f"--{alias}", f"--{alias.replace('_', '-')}")):
                 parser._option_string_actions[flag] = action
                 action.option_strings.append(flag)
-    data = [f.name for f in dataclasses.fields(DataArguments)]
+        if action.dest == "model_name_or_path":
+            action.help = MODEL_HELP + " (--model in every oar-rl command; TRL's name also works)"
+        elif action.dest == "seed":
+            action.help = (
+                f"{action.help} TRL's default 42, kept here; the other oar-rl commands' --seed is 0."
+            )
+    data = ["model_name_or_path", "output_dir", *(f.name for f in dataclasses.fields(DataArguments))]
     grpo = {f.name for f in dataclasses.fields(GRPOConfig)}
     oar = [f.name for f in dataclasses.fields(OARConfig) if f.name not in grpo]
     rest = [a.dest for a in parser._actions if a.dest not in {"help", *data, *oar}]
     group_options(
         parser,
         [
-            ("OAR options: data and rewards", None, data),
+            ("OAR options: model, data and rewards", None, data),
             ("OAR options: credit assignment", "OARConfig's fields (see oar_rl.trainer)", oar),
             ("TRL options", "TRL's GRPOConfig (with transformers' TrainingArguments) and ModelConfig", rest),
         ],
     )
+    first = ("model_name_or_path", "output_dir")  # the model on top, as in every oar-rl command's help
+    group = next(g for g in parser._action_groups if g.title == "OAR options: model, data and rewards")
+    group._group_actions.sort(key=lambda a: first.index(a.dest) if a.dest in first else len(first))
     return parser
 
 
@@ -253,7 +284,7 @@ def model_init_kwargs(model_args, training_args) -> dict[str, Any]:
     tokenizer with `AutoProcessor.from_pretrained` (left padding; pad token defaults to EOS).
     """
     if not model_args.model_name_or_path:
-        raise ValueError("--model_name_or_path is required (a Hub model id or a local directory)")
+        raise ValueError("--model is required (TRL's --model_name_or_path): " + MODEL_REQUIRED)
     kwargs: dict[str, Any] = dict(
         revision=model_args.model_revision,
         trust_remote_code=training_args.trust_remote_code,
@@ -280,6 +311,28 @@ def resolve_checkpoint(value: str | None, output_dir: str) -> str | None:
     return value
 
 
+def run_settings(given: str, model_args, data_args: DataArguments, args) -> dict[str, Any]:
+    """The resolved settings `oar-rl train` prints at its start."""
+    path = model_args.model_name_or_path
+    probe = args.probe
+    if args.credit in ("oar-g", "oar-p", "oar-gp") and probe != "lt-logits":
+        probe += f" (answer span: {args.answer_pattern or 'rewarded'}; rows without one: lt-logits)"
+    return {
+        "model": path if given == path else f"{given} -> {path}",
+        "dataset": f"{data_args.dataset} (split {data_args.dataset_split}, limit {data_args.limit})",
+        "rewards": ",".join(data_args.reward_funcs),
+        "credit": args.credit,
+        "probe": probe,
+        "tau / oar_beta": f"{args.tau} / {args.oar_beta}",
+        "learning rate": args.learning_rate,
+        "steps": f"max_steps {args.max_steps}, epochs {args.num_train_epochs}",
+        "generations": f"{args.num_generations} per prompt, {args.generation_batch_size} per batch",
+        "seed": args.seed,
+        "threads": data_args.threads or "torch's choice",
+        "out": args.output_dir,
+    }
+
+
 def main(argv: list[str] | None = None) -> int:
     """Parse, load, train, save. Returns 0 on success, 2 on a configuration error."""
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -292,7 +345,15 @@ def main(argv: list[str] | None = None) -> int:
             from oar_rl.argparsing import unknown_flags_message
 
             raise ValueError(unknown_flags_message(parser, unknown) or f"unrecognised arguments: {unknown}")
-        model_args.model_name_or_path = resolve_model(model_args.model_name_or_path)  # 'default': embedded
+        if data_args.threads < 0:
+            raise ValueError(f"--threads {data_args.threads} must be >= 0 (0: torch's own choice)")
+        from oar_rl.options import apply_threads
+
+        apply_threads(data_args.threads)
+        given = model_args.model_name_or_path
+        if not given:
+            raise ValueError("--model is required (TRL's --model_name_or_path): " + MODEL_REQUIRED)
+        model_args.model_name_or_path = resolve_model(given, data_args.cache_dir)
         reward_names = list(data_args.reward_funcs)
         reward_funcs = [resolve_reward(name) for name in reward_names]
         if training_args.reward_weights is not None and len(training_args.reward_weights) != len(
@@ -340,9 +401,10 @@ def main(argv: list[str] | None = None) -> int:
 
     attach(trainer, desc=f"train {training_args.credit}", verbose=data_args.verbose)
     if trainer.accelerator.is_main_process:
-        from oar_rl.console import JsonlLog
+        from oar_rl.console import JsonlLog, print_settings
 
         trainer.add_callback(JsonlLog(Path(training_args.output_dir) / "logs.jsonl"))
+        print_settings("train", run_settings(given, model_args, data_args, training_args))
     t0 = time.perf_counter()
     trainer.train(resume_from_checkpoint=checkpoint)
     if trainer.state.global_step == 0:  # a second line of defence behind check_enough_prompts

@@ -24,8 +24,7 @@ import torch
 from oar_rl.credits import SCORED_CREDITS
 from oar_rl.fetch import resolve_model
 from oar_rl.io import ensure_writable_dir, write_text_atomic
-from oar_rl.probes import PROBES
-from oar_rl.tasks import DEFAULT_TASK, Task, get_task, task_names
+from oar_rl.tasks import Task, get_task
 
 METHODS = ("oar-p", "oar-g", "entropy", "random", "grail")  # the display order of SCORED_CREDITS
 assert sorted(METHODS) == sorted(SCORED_CREDITS), "every standalone-scorable credit mode is a method"
@@ -46,13 +45,20 @@ class Trajectory:
     completion_ids: torch.Tensor  # (T,)
 
 
-def load_model(spec: str, task: Task | None = None):
-    """(model in eval mode, tokenizer with left padding) from a directory, a known model name
-    (`oar_rl.fetch.KNOWN_MODELS`), a `.gguf` file, or for 'default' the task's default warm start (no
-    task: the embedded arithmetic model), loaded from its directory like any other."""
-    if spec == "default" and task is not None:
-        spec = str(task.load_warm_start("default", None).path)
-    spec = resolve_model(spec)
+def load_model(spec: str | None, task: Task | None = None, cache_dir: str | None = None):
+    """(model in eval mode, tokenizer with left padding) from any `--model` value (`oar_rl.options`:
+    a directory, a known model name, a `.gguf` file, or a warm start by name, 'default' being the shipped
+    word-problem model); None: the warm start of `task`. A warm start of another task than `task` is an
+    error (`check_model_task`)."""
+    from oar_rl.options import check_model_task
+
+    if task is not None:
+        check_model_task(spec, task.name)
+    if spec is None:
+        if task is None:
+            raise ValueError("--model is required without a task")
+        spec = str(task.load_warm_start("default", cache_dir).path)
+    spec = resolve_model(spec, cache_dir)
     if not Path(spec).is_dir():
         raise ValueError(
             f"--model {spec!r} is not a directory; pass a saved model dir, a .gguf file, 'default', or "
@@ -280,51 +286,29 @@ def heatmap_page(
     return "\n".join(parts)
 
 
-def add_scoring_arguments(p: argparse.ArgumentParser) -> None:
-    """The options every analysis command shares: task, model, methods, probe, sampling length, seed."""
+def scoring_parser() -> argparse.ArgumentParser:
+    """The options every analysis command shares: the shared task, model, seed, threads, cache, probe and
+    answer span (`oar_rl.options`), plus methods, sampling length and the chat template."""
     from oar_rl.argparsing import add
+    from oar_rl.options import MODEL_HELP, shared_parser
 
+    p = shared_parser(
+        "task", "model", "seed", "threads", "cache-dir", "probe", "answer-pattern",
+        model={"default": None, "help": f"{MODEL_HELP} (default: the task's warm start)"},
+    )  # fmt: skip
+    group = p.add_argument_group("scoring options")
     add(
-        p,
-        "--task",
-        default=DEFAULT_TASK,
-        choices=task_names(),
-        help="the task whose problems are sampled and checked, and whose warm start is the model 'default' "
-        "(the same default task as `oar-rl study`)",
+        group, "--methods", default=",".join(DEFAULT_METHODS), help=f"comma-separated of {', '.join(METHODS)}"
     )
     add(
-        p,
-        "--model",
-        default="default",
-        help="model directory, known model name (smollm2-135m), .gguf file, or 'default' (the task's warm "
-        "start)",
-    )
-    add(p, "--methods", default=",".join(DEFAULT_METHODS), help=f"comma-separated of {', '.join(METHODS)}")
-    add(
-        p,
-        "--probe",
-        default="as-mean",
-        choices=PROBES,
-        help="outcome probe of oar-p/oar-g; as-mean because on the embedded tasks every completion ends in "
-        "the fixed text '</answer>', which leaves lt-logits almost no signal",
-    )
-    add(
-        p,
+        group,
         "--max-new-tokens",
         type=int,
         default=None,
         help=f"longest sampled completion, in tokens (default: {MAX_NEW_TOKENS}); sampling the task's own "
         "problems, at least the task's completion length (wordproblems: 160)",
     )
-    add(p, "--seed", type=int, default=0, help="sampling and scoring seed")
-    add(
-        p,
-        "--answer-pattern",
-        default="rewarded",
-        help="answer span of the as-* probes and grail: 'rewarded' (what the accuracy reward scores: "
-        "\\boxed{}, <answer>, 'the final answer is'), 'boxed', or a regex with one group",
-    )
-    chat = p.add_mutually_exclusive_group()
+    chat = group.add_mutually_exclusive_group()
     chat.add_argument(
         "--chat",
         dest="chat",
@@ -337,6 +321,24 @@ def add_scoring_arguments(p: argparse.ArgumentParser) -> None:
     chat.add_argument(
         "--no-chat", "--no_chat", dest="chat", action="store_const", const="off", help="use raw prompts"
     )
+    return p
+
+
+def scoring_settings(a: argparse.Namespace, task: Task, methods: list[str], budget: int, chat: bool) -> dict:
+    """The resolved settings an analysis command prints at its start (`oar_rl.console.print_settings`)."""
+    model = a.model if a.model is not None else f"warm start of {task.name}"
+    return {
+        "task": task.name,
+        "model": model if model == a.model_path else f"{model} -> {a.model_path}",
+        "methods": ",".join(methods),
+        "probe": f"{a.probe} (answer span: {a.answer_pattern}"
+        + ("; traces without one: lt-logits)" if a.probe != "lt-logits" else ")"),
+        "max new tokens": budget,
+        "chat template": "on" if chat else "off",
+        "seed": a.seed,
+        "threads": a.threads or "torch's choice",
+        "out": a.out,
+    }
 
 
 def sampling_budget(max_new_tokens: int | None, task: Task, task_problems: bool) -> int:
@@ -355,32 +357,53 @@ def chat_message(command: str, chat: bool, choice: str) -> str:
     return f"[{command}] raw prompts, no chat template ({why})"
 
 
-def main(argv: list[str] | None = None) -> int:
-    from oar_rl.argparsing import add, new_parser
+def build_parser() -> argparse.ArgumentParser:
+    """The `oar-rl attribute` parser."""
+    from oar_rl.argparsing import add, add_renamed, new_parser
+    from oar_rl.options import shared_parser
 
-    p = new_parser("oar-rl attribute", __doc__.split("\n\n")[0])
-    add_scoring_arguments(p)
+    p = new_parser(
+        "oar-rl attribute",
+        __doc__.split("\n\n")[0],
+        parents=[
+            scoring_parser(),
+            shared_parser("out", out={"default": "attribute_out", "help": "directory for heatmaps.html"}),
+        ],
+    )
     add(p, "--prompt", help="prompt text; with --completion scores that trace, else one is sampled")
     add(p, "--completion", help="completion text to score (needs --prompt)")
-    add(p, "--n", type=int, default=3, help="traces sampled from the task's held-out split (no --prompt)")
-    add(p, "--out", default="attribute_out", help="directory for heatmaps.html")
-    a = p.parse_args(list(sys.argv[1:] if argv is None else argv))
+    add(
+        p, "--traces", type=int, default=3, help="traces sampled from the task's held-out split (no --prompt)"
+    )
+    add_renamed(p, "--n", "--traces", "traces to sample; `oar-rl eval --n` is samples per problem")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    from oar_rl.console import print_settings
+    from oar_rl.options import apply_threads
+
+    a = build_parser().parse_args(list(sys.argv[1:] if argv is None else argv))
     try:
         methods = parse_list(a.methods, METHODS, "--methods")
         if a.completion is not None and a.prompt is None:
             raise ValueError("--completion needs --prompt")
-        if a.n < 1:
-            raise ValueError(f"--n must be >= 1, got {a.n}")
+        if a.traces < 1:
+            raise ValueError(f"--traces must be >= 1, got {a.traces}")
         from oar_rl.answer_span import compile_answer_pattern
 
         compile_answer_pattern(a.answer_pattern)
         out = ensure_writable_dir(a.out)
         task = get_task(a.task)
-        model, tok = load_model(a.model, task)
+        apply_threads(a.threads)
+        model, tok = load_model(a.model, task, a.cache_dir)
+        a.model_path = model.name_or_path
         chat = resolve_chat(tok, a.chat)
     except ValueError as exc:
         print(f"oar-rl attribute: {exc}", file=sys.stderr)
         return 2
+    budget = sampling_budget(a.max_new_tokens, task, task_problems=a.prompt is None)
+    print_settings("attribute", scoring_settings(a, task, methods, budget, chat))
     print(chat_message("attribute", chat, a.chat), flush=True)
     if a.prompt is not None and a.completion is not None:
         trajs = [given_trajectory(tok, a.prompt, a.completion, chat=chat)]
@@ -388,9 +411,8 @@ def main(argv: list[str] | None = None) -> int:
         if a.prompt is not None:
             prompts, answers = [a.prompt], [""]
         else:
-            ds = task.dataset(limit=a.n)
+            ds = task.dataset(limit=a.traces)
             prompts, answers = list(ds["prompt"]), list(ds["answer"])
-        budget = sampling_budget(a.max_new_tokens, task, task_problems=a.prompt is None)
         trajs = sample_trajectories(
             model, tok, prompts, answers, chat=chat, max_new_tokens=budget, seed=a.seed
         )

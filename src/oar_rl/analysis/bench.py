@@ -56,18 +56,26 @@ METHODS = (*CREDITS, *METHOD_CONFIG)  # every registered credit mode, and the va
 DEFAULT_METHODS = "none,oar-g,oar-p,oar-gp"
 
 
-def _parse(argv: list[str]) -> argparse.Namespace:
-    p = new_parser("oar-rl bench", __doc__.split("\n\n")[0])
+def build_parser() -> argparse.ArgumentParser:
+    """The `oar-rl bench` parser (the values are checked in `_parse`)."""
+    from oar_rl.argparsing import add_renamed
+    from oar_rl.options import shared_parser
+
+    out = {"default": "bench_out", "help": "directory for bench.json and bench.md"}
+    p = new_parser(
+        "oar-rl bench", __doc__.split("\n\n")[0], parents=[shared_parser("seed", "threads", "out", out=out)]
+    )
     add(p, "--shape", default="embedded", choices=SHAPE_NAMES, help="model shape (see module doc)")
-    add(p, "--model", default=None, help="--shape embedded only: a model dir instead of the default")
-    add(p, "--methods", default=DEFAULT_METHODS, help=f"comma-separated, from: {', '.join(METHODS)}")
     add(
         p,
-        "--repeats",
-        "--steps",
-        type=int,
-        default=3,
-        help="measured steps per method (interleaved)",
+        "--model",
+        default=None,
+        help="--shape embedded only: a saved arithmetic model directory instead of the arithmetic warm start",
+    )
+    add(p, "--methods", default=DEFAULT_METHODS, help=f"comma-separated, from: {', '.join(METHODS)}")
+    add(p, "--repeats", type=int, default=3, help="measured steps per method (interleaved)")
+    add_renamed(
+        p, "--steps", "--repeats", "measured steps per method; `oar-rl study --steps` is optimizer steps"
     )
     add(p, "--warmup", type=int, default=1, help="steps per method dropped from the figures")
     add(p, "--prompts", type=int, default=1, help="prompts per step")
@@ -80,7 +88,14 @@ def _parse(argv: list[str]) -> argparse.Namespace:
         default=None,
         help="completion tokens (random shapes: exact; default 256)",
     )
-    add(p, "--probe", default="lt-logits", choices=("lt-logits", "as-mean", "as-joint"))
+    add(
+        p,
+        "--probe",
+        default="lt-logits",
+        choices=("lt-logits", "as-mean", "as-joint"),
+        help="outcome probe (not the other commands' as-mean: random shapes have no answer span, so an "
+        "answer-span probe would fall back to lt-logits on every row)",
+    )
     add(p, "--oar-gp-fraction", type=float, default=0.25, help="OAR-P share of oar-gp, in (0, 1]")
     add(p, "--copies", type=int, default=64, help="OAR-P perturbed copies per forward pass")
     scope = p.add_mutually_exclusive_group()
@@ -100,9 +115,11 @@ def _parse(argv: list[str]) -> argparse.Namespace:
         default=1,
         help="timed rounds of the scorer-level part (OAR-P is slow)",
     )
-    add(p, "--threads", type=int, default=None, help="torch intra-op threads (default: torch's)")
-    add(p, "--seed", type=int, default=0)
-    add(p, "--out", default="bench_out", help="directory for bench.json and bench.md")
+    return p
+
+
+def _parse(argv: list[str]) -> argparse.Namespace:
+    p = build_parser()
     a = p.parse_args(argv)
     methods = [m.strip() for m in a.methods.split(",") if m.strip()]
     unknown = [m for m in methods if m not in METHODS]
@@ -133,8 +150,6 @@ def _parse(argv: list[str]) -> argparse.Namespace:
         p.error(f"--oar-gp-fraction must be in (0, 1], got {a.oar_gp_fraction}")
     if a.model is not None and a.shape != "embedded":
         p.error("--model goes with --shape embedded (the other shapes are random-initialised)")
-    if a.threads is not None and a.threads < 1:
-        p.error(f"--threads must be >= 1, got {a.threads}")
     a.methods = methods
     return a
 
@@ -298,14 +313,15 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as exc:
         print(f"oar-rl bench: {exc}", file=sys.stderr)
         return 2
-    import torch
     from tqdm.auto import tqdm
 
     from oar_rl.analysis.bench_scorers import scorer_lines
     from oar_rl.analysis.bench_shapes import build_shape
+    from oar_rl.console import print_settings
+    from oar_rl.options import apply_threads
 
-    if args.threads:
-        torch.set_num_threads(args.threads)
+    apply_threads(args.threads)
+    print_settings("bench", {k: ",".join(v) if k == "methods" else v for k, v in vars(args).items()})
     started = time.perf_counter()
     steps = args.warmup + args.repeats
     shape_kwargs = dict(

@@ -156,7 +156,7 @@ def build_shape(
         from oar_rl.tasks import get_task
 
         task = get_task("arithmetic")  # the embedded default model's task
-        path = resolve_model(model_dir or "default")
+        path = resolve_model(model_dir or "arithmetic")  # the arithmetic warm start by default
         tok = AutoTokenizer.from_pretrained(path)
         n = sum(p.numel() for p in AutoModelForCausalLM.from_pretrained(path).parameters())
         return Shape(

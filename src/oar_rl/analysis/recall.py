@@ -35,7 +35,6 @@ from tqdm.auto import tqdm
 
 from oar_rl.analysis.attribute import (
     METHODS,
-    add_scoring_arguments,
     answer_spans,
     chat_message,
     heatmap_page,
@@ -45,6 +44,8 @@ from oar_rl.analysis.attribute import (
     resolve_chat,
     sample_trajectories,
     sampling_budget,
+    scoring_parser,
+    scoring_settings,
     span_notes,
 )
 from oar_rl.analysis.oracle import causal_recall, counterfactual_oracle, recall_difference, recall_interval
@@ -284,24 +285,46 @@ def sample_correct(
     return trajs, correct[:n]
 
 
-def main(argv: list[str] | None = None) -> int:
-    p = new_parser("oar-rl oracle", __doc__.split("\n\n")[0])
-    add_scoring_arguments(p)
+def build_parser():
+    """The `oar-rl oracle` parser."""
+    from oar_rl.argparsing import add_renamed
+    from oar_rl.options import shared_parser
+
+    p = new_parser(
+        "oar-rl oracle",
+        __doc__.split("\n\n")[0],
+        parents=[
+            scoring_parser(),
+            shared_parser(
+                "out",
+                out={"default": "oracle_out", "help": "directory for recall.json/.md/.png, heatmaps.html"},
+            ),
+        ],
+    )
     add(
         p,
         "--split",
         help="the task's data split to sample from (default: its held-out split, eval; arithmetic: train, "
         "eval, hard; wordproblems: train, validation, eval)",
     )
-    add(p, "--n", type=int, default=40, help="correct trajectories to analyse")
+    add(p, "--trajectories", type=int, default=40, help="correct trajectories to analyse")
+    add_renamed(p, "--n", "--trajectories", "correct trajectories; `oar-rl eval --n` is samples per problem")
     add(p, "--max-prompts", type=int, default=400, help="give up after sampling this many prompts")
     add(p, "--heatmaps", type=int, default=4, help="traces shown in heatmaps.html")
-    add(p, "--out", default="oracle_out", help="directory for recall.json/.md/.png and heatmaps.html")
-    a = p.parse_args(list(sys.argv[1:] if argv is None else argv))
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    from oar_rl.console import print_settings
+    from oar_rl.options import apply_threads
+
+    a = build_parser().parse_args(list(sys.argv[1:] if argv is None else argv))
     try:
         methods = parse_list(a.methods, METHODS, "--methods")
-        if a.n < 1 or a.max_prompts < 1:
-            raise ValueError(f"--n and --max-prompts must be >= 1, got {a.n} and {a.max_prompts}")
+        if a.trajectories < 1 or a.max_prompts < 1:
+            raise ValueError(
+                f"--trajectories and --max-prompts must be >= 1, got {a.trajectories} and {a.max_prompts}"
+            )
         task = get_task(a.task)
         a.split = a.split or task.default_split
         try:
@@ -313,23 +336,34 @@ def main(argv: list[str] | None = None) -> int:
 
         compile_answer_pattern(a.answer_pattern)
         out = ensure_writable_dir(a.out)
-        model, tok = load_model(a.model, task)
+        apply_threads(a.threads)
+        model, tok = load_model(a.model, task, a.cache_dir)
+        a.model_path = model.name_or_path
         chat = resolve_chat(tok, a.chat)
     except ValueError as exc:
         print(f"oar-rl oracle: {exc}", file=sys.stderr)
         return 2
+    settings = scoring_settings(a, task, methods, a.max_new_tokens, chat)
+    print_settings("oracle", {**settings, "split": a.split, "trajectories": a.trajectories})
     print(chat_message("oracle", chat, a.chat), flush=True)
     trajs, correct = sample_correct(
-        model, tok, ds, a.n, max_new_tokens=a.max_new_tokens, seed=a.seed, chat=chat, check=task.check
+        model,
+        tok,
+        ds,
+        a.trajectories,
+        max_new_tokens=a.max_new_tokens,
+        seed=a.seed,
+        chat=chat,
+        check=task.check,
     )
     if not correct:
         print(f"oar-rl oracle: none of {len(trajs)} sampled completions is correct", file=sys.stderr)
         return 1
-    if len(correct) < a.n:
+    if len(correct) < a.trajectories:
         print(
-            f"oar-rl oracle: warning: only {len(correct)} correct trajectories of the {a.n} asked for "
-            f"(--n) in {len(trajs)} sampled prompts (--max-prompts {a.max_prompts}); the recall below is "
-            "over those",
+            f"oar-rl oracle: warning: only {len(correct)} correct trajectories of the {a.trajectories} asked "
+            f"for (--trajectories) in {len(trajs)} sampled prompts (--max-prompts {a.max_prompts}); the "
+            "recall below is over those",
             file=sys.stderr,
             flush=True,
         )

@@ -38,7 +38,7 @@ embeddings (bf16 keeps 8 significant bits, so ε_i is lost wherever |ε_i| < |e_
 embeddings (σ_row = noise_std · RMS), so the same ``noise_std`` means the same thing for Qwen's 0.02-scale
 embeddings and Gemma's unit-scale ones. ``benchmarks/oar_g_precision.py`` measures the bf16-vs-float32
 rank correlation on twelve tiny architectures: mean (min) Spearman ρ 0.58 (0.35) for the paper's
-absolute σ = 1e-3, 0.92 (0.77) for 0.05 × RMS, 0.97 (0.91) for 0.1 × RMS (README). So for bf16/fp16
+absolute σ = 1e-3, 0.92 (0.77) for 0.05 × RMS, 0.97 (0.91) for 0.1 × RMS (docs: OAR-G noise). So for bf16/fp16
 models use ``noise_scale="rms"`` with ``noise_std`` 0.05-0.1; the default stays the paper's absolute
 1e-3. Float32 arithmetic alone cannot rescue a σ below the model dtype's resolution, since the model
 still sees its own dtype. The scorer warns when most of the noise is lost to rounding.

@@ -9,7 +9,6 @@ aggregate everything into study.json, the plots and report.html.
 
 from __future__ import annotations
 
-import argparse
 import os
 import platform
 import shutil
@@ -21,7 +20,8 @@ from pathlib import Path
 from typing import Any
 
 from oar_rl.io import ensure_writable_dir
-from oar_rl.study.config import ABLATIONS, PRESETS, STUDY_FORMAT, StudySettings, all_methods, protocol_hash
+from oar_rl.study.args import build_parser, preset_name, settings_from_args
+from oar_rl.study.config import STUDY_FORMAT, StudySettings, protocol_hash
 from oar_rl.study.runner import (
     Progress,
     RunStore,
@@ -37,118 +37,9 @@ from oar_rl.study.runner import (
     train_and_evaluate,
     tune_learning_rate,
 )
-from oar_rl.tasks import DEFAULT_TASK, get_task, task_names
+from oar_rl.tasks import get_task
 
-
-def _parse(argv: list[str]) -> argparse.Namespace:
-    p = argparse.ArgumentParser(
-        prog="oar-rl study",
-        description="Compare credit-assignment methods under one fixed protocol (same warm start, prompts, "
-        "budget and hyperparameters; learning rate chosen once for GRPO on a validation split), over "
-        "several seeds, with confidence intervals, accuracy-vs-step curves, credit metrics, recall@K% "
-        "and optional tau/probe ablations. Resumable: rerun the same command to continue.",
-    )
-    p.add_argument("--out", default="study_out", help="output directory (default: study_out)")
-    p.add_argument(
-        "--task", help=f"task (default: {DEFAULT_TASK}, the testbed); valid: {', '.join(task_names())}"
-    )
-    p.add_argument(
-        "--quick",
-        action="store_true",
-        help="the small version `make demo` runs: grpo,oar-g,oar-p x 2 seeds, 16 steps of 8x8 "
-        "completions, 150 test problems, the task's default learning rate (no sweep)",
-    )
-    p.add_argument("--tiny", action="store_true", help=argparse.SUPPRESS)  # tests
-    p.add_argument("--methods", help=f"comma-separated (default: all); valid: {','.join(all_methods())}")
-    p.add_argument(
-        "--seeds",
-        help="seeds per method (default 5; --quick 2), optionally with per-method counts: "
-        "'10,grail=5,oar-gp=5'",
-    )
-    p.add_argument(
-        "--ablations", default="", help=f"comma-separated run groups to add; valid: {','.join(ABLATIONS)}"
-    )
-    p.add_argument("--steps", type=int, help="optimizer steps per run (protocol; default 30, --quick 16)")
-    p.add_argument(
-        "--tune-lr",
-        action="store_true",
-        help="choose the learning rate by a GRPO sweep on the validation split first",
-    )
-    p.add_argument(
-        "--lr-grid",
-        help="comma-separated learning rates of the sweep (default: "
-        + ",".join(f"{v:g}" for v in PRESETS["full"].lr_grid)
-        + "; --quick "
-        + ",".join(f"{v:g}" for v in PRESETS["quick"].lr_grid)
-        + ")",
-    )
-    p.add_argument("--tune-seeds", type=int, help="seeds per grid point of the sweep (default 1; protocol)")
-    p.add_argument("--lr", type=float, help="use this learning rate without a sweep (recorded as untuned)")
-    p.add_argument("--recall", type=int, help="correct warm-start trajectories for recall@K%% (0: skip)")
-    p.add_argument("--cache-dir", help="warm-start model cache (default: $OAR_RL_CACHE/models)")
-    p.add_argument("--fresh", action="store_true", help="discard the results in --out first")
-    p.add_argument(
-        "--threads",
-        type=int,
-        default=1,
-        help="torch CPU threads (default 1: the models are tiny, and on a shared 2-core machine two threads "
-        "spin against each other; 0 = torch's own choice)",
-    )
-    return p.parse_args(argv)
-
-
-def _csv(value: str | None) -> tuple[str, ...] | None:
-    if value is None:
-        return None
-    return tuple(v.strip() for v in value.split(",") if v.strip())
-
-
-def _parse_seeds(value: str) -> tuple[int, tuple[tuple[str, int], ...]]:
-    """'10' or '10,grail=5,oar-gp=5' -> (10, (("grail", 5), ("oar-gp", 5)))."""
-    default, per = None, []
-    for part in _csv(value) or ():
-        name, eq, count = part.partition("=")
-        try:
-            n = int(count if eq else name)
-        except ValueError:
-            raise ValueError(f"--seeds {value!r}: {part!r} is not N or METHOD=N") from None
-        if eq:
-            per.append((name.strip(), n))
-        elif default is None:
-            default = n
-        else:
-            raise ValueError(f"--seeds {value!r} gives the default count twice")
-    if default is None:
-        raise ValueError(f"--seeds {value!r} needs a default count first, e.g. '10,grail=5'")
-    return default, tuple(per)
-
-
-def settings_from_args(a: argparse.Namespace) -> StudySettings:
-    if a.quick and a.tiny:
-        raise ValueError("--quick and --tiny are exclusive")
-    if a.tune_lr and a.lr is not None:
-        raise ValueError("--tune-lr and --lr are exclusive: the learning rate is either swept or given")
-    s = PRESETS["tiny" if a.tiny else "quick" if a.quick else "full"]
-    changes: dict[str, Any] = {"ablations": _csv(a.ablations) or ()}
-    if a.task is not None:
-        changes["task"] = a.task
-    if a.methods is not None:
-        changes["methods"] = _csv(a.methods)
-        if not changes["methods"]:
-            raise ValueError(f"--methods {a.methods!r} names no method; valid: {','.join(all_methods())}")
-    if a.seeds is not None:
-        changes["seeds"], changes["method_seeds"] = _parse_seeds(a.seeds)
-    for flag, field in (("steps", "steps"), ("recall", "recall_trajectories"), ("tune_seeds", "tune_seeds")):
-        if getattr(a, flag) is not None:
-            changes[field] = getattr(a, flag)
-    if a.lr_grid is not None:
-        try:
-            changes["lr_grid"] = tuple(float(x) for x in _csv(a.lr_grid) or ())
-        except ValueError as e:
-            raise ValueError(f"--lr-grid {a.lr_grid!r} is not a comma-separated list of numbers") from e
-    if a.lr is not None and not a.lr > 0:
-        raise ValueError(f"--lr {a.lr} must be > 0")
-    return replace(s, **changes)
+__all__ = ["build_parser", "main", "run_study", "settings_from_args"]
 
 
 def _machine() -> dict[str, Any]:
@@ -455,29 +346,33 @@ def _summary_lines(study: dict[str, Any]) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    a = _parse(list(sys.argv[1:] if argv is None else argv))
+    from oar_rl.options import apply_threads
+    from oar_rl.study.plan import plan_lines
+
+    a = build_parser().parse_args(list(sys.argv[1:] if argv is None else argv))
     try:
         settings = settings_from_args(a)
         get_task(settings.task)
-        out = ensure_writable_dir(Path(a.out).expanduser())
+        out = Path(a.out).expanduser()
+        plan = plan_lines(settings, preset=preset_name(a), out=out, tune_lr=a.tune_lr, lr=a.lr)
+        print("\n".join(plan), file=sys.stderr, flush=True)
+        if a.dry_run:
+            return 0
+        if preset_name(a) == "full" and not a.full:
+            given = " ".join(sys.argv[1:] if argv is None else argv)
+            raise ValueError(
+                "not started: this is the full protocol (the plan above). Add --full to start it: "
+                f"`oar-rl study {given + ' ' if given else ''}--full`; or --quick for the small version "
+                "`make demo` runs, or --dry-run to print the plan only"
+            )
+        out = ensure_writable_dir(out)
     except ValueError as e:
         print(f"oar-rl study: {e}", file=sys.stderr)
         return 2
     from transformers.utils import logging as hf_logging
 
     hf_logging.disable_progress_bar()  # one progress bar: the study's (not one per weight load)
-    if a.threads < 0:
-        print(f"oar-rl study: --threads {a.threads} must be >= 0", file=sys.stderr)
-        return 2
-    if a.threads:
-        import torch
-
-        torch.set_num_threads(a.threads)
-    extra = f" + ablations {','.join(settings.ablations)}" if settings.ablations else ""
-    phase(
-        f"{len(settings.runs())} runs ({', '.join(settings.method_list)}{extra} x {settings.seeds} seeds), "
-        f"{settings.steps} steps each; output in {out}"
-    )
+    apply_threads(a.threads)
     try:
         study = run_study(settings, out, cache_dir=a.cache_dir, fresh=a.fresh, tune_lr=a.tune_lr, lr=a.lr)
     except StudyError as e:

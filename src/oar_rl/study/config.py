@@ -280,8 +280,8 @@ def protocol_diff(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
 
 
 PRESETS: dict[str, StudySettings] = {
-    # The comparison on the word-problem testbed (README "Study results"), on the converged fallible-teacher
-    # warm start (README "Why RL barely moved the first warm start"): 30 steps of 16 prompts x 8, every
+    # The comparison on the word-problem testbed (docs/results/study.md), on the converged fallible-teacher
+    # warm start (docs/history.md): 30 steps of 16 prompts x 8, every
     # method's learning rate swept on the validation split with one grid (pilots put GRPO's optimum between
     # 3e-4 and 1e-3: 1e-3 starts to break greedy accuracy), 10 seeds (5 for the two costliest peers), final
     # accuracy on 500 x 4 test samples.

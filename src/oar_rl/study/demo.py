@@ -7,30 +7,37 @@ taken; each is handed to `oar-rl study` unchanged, so `oar-rl demo --out DIR` an
 
 from __future__ import annotations
 
+import argparse
 import sys
 
 STUDY_ARGS = ("--quick", "--task", "wordproblems")
 """What `oar-rl demo` always passes to `oar-rl study`, ahead of the user's flags."""
 
 
-def study_argv(argv: list[str]) -> list[str]:
-    """`oar-rl demo` arguments -> the `oar-rl study` arguments that run the same thing."""
+def build_parser() -> argparse.ArgumentParser:
+    """The `oar-rl demo` parser."""
     from oar_rl.argparsing import add, new_parser
+    from oar_rl.options import shared_parser
+    from oar_rl.study.config import PRESETS
 
+    quick = PRESETS["quick"]
     p = new_parser(
         "oar-rl demo",
         "The quick study on the embedded word-problem task (shipped warm start, CPU, no download): "
         f"the same as `oar-rl study {' '.join(STUDY_ARGS)} --out DIR`, which is what `make demo` runs. "
         "Writes study.json, plots and report.html; rerun the same command to resume.",
+        parents=[shared_parser("out", "threads", "cache-dir", out={"default": "demo_out"})],
     )
-    add(p, "--out", default="demo_out", help="output directory")
-    add(p, "--methods", help="comma-separated methods (default: grpo,oar-g,oar-p)")
-    add(p, "--seeds", help="seeds per method (default: 2)")
-    add(p, "--steps", type=int, help="optimizer steps per run (default: 16)")
-    add(p, "--cache-dir", help="warm-start model cache (default: $OAR_RL_CACHE/models)")
+    add(p, "--methods", help=f"comma-separated methods (default: {','.join(quick.methods)})")
+    add(p, "--seeds", help=f"seeds per method (default: {quick.seeds})")
+    add(p, "--steps", type=int, help=f"optimizer steps per run (default: {quick.steps})")
     add(p, "--fresh", action="store_true", help="discard the results in --out first")
-    add(p, "--threads", type=int, default=1, help="torch CPU threads (0 = torch's own choice)")
-    a = p.parse_args(argv)
+    return p
+
+
+def study_argv(argv: list[str]) -> list[str]:
+    """`oar-rl demo` arguments -> the `oar-rl study` arguments that run the same thing."""
+    a = build_parser().parse_args(argv)
     out = [*STUDY_ARGS, "--out", a.out, "--threads", str(a.threads)]
     for flag in ("methods", "seeds", "steps", "cache_dir"):
         if getattr(a, flag) is not None:

@@ -1,0 +1,179 @@
+"""`oar-rl study`'s command line: the parser, and the settings it gives (`settings_from_args`).
+
+Help states the real defaults: they are read from the presets (`oar_rl.study.config.PRESETS`), never
+written twice. The full protocol runs only with `--full` (`oar_rl.study.plan`).
+"""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import replace
+from typing import Any
+
+from oar_rl.study.config import ABLATIONS, PRESETS, StudySettings, all_methods
+
+FULL, QUICK = PRESETS["full"], PRESETS["quick"]
+
+
+def _grid(s: StudySettings) -> str:
+    return ",".join(f"{v:g}" for v in s.lr_grid)
+
+
+def _seeds(s: StudySettings) -> str:
+    return f"{s.seeds}" + "".join(f", {m} {n}" for m, n in s.method_seeds)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The `oar-rl study` parser."""
+    from oar_rl.argparsing import add, new_parser
+    from oar_rl.options import shared_parser
+    from oar_rl.study.plan import duration, estimate_seconds
+
+    full = estimate_seconds(FULL, tune_lr=True)
+
+    shared = shared_parser(
+        "task", "out", "threads", "cache-dir", "probe",
+        task={"default": None, "help": "task (default: wordproblems, the testbed)"},
+        out={"default": "study_out", "help": "output directory (resumable: rerun the same command)"},
+        cache_dir={"help": "model cache of the arithmetic warm start (default: $OAR_RL_CACHE/models, else "
+                   "~/.cache/oar-rl/models)"},
+        probe={"default": None, "help": "outcome probe of oar-g/oar-p (protocol; default: the task's, "
+               "as-mean for both built-in tasks, the default of every oar-rl command)"},
+    )  # fmt: skip
+    p = new_parser(
+        "oar-rl study",
+        "Compare credit-assignment methods under one fixed protocol (same warm start, prompts, budget and "
+        "hyperparameters; with --tune-lr every method's learning rate is swept on a validation split "
+        "first, then frozen), over several seeds, with confidence intervals, accuracy-vs-step curves, "
+        "credit metrics, recall@K% and optional tau/probe ablations. Resumable: rerun the same command to "
+        "continue. The full protocol takes hours of CPU: without --quick it prints its plan and starts "
+        "only with --full (--dry-run: the plan only).",
+        parents=[shared],
+    )
+    scope = p.add_mutually_exclusive_group()
+    add(
+        scope,
+        "--quick",
+        action="store_true",
+        help=f"the small version `make demo` runs: {','.join(QUICK.methods)} x {QUICK.seeds} seeds, "
+        f"{QUICK.steps} steps of {QUICK.prompts_per_step}x{QUICK.num_generations} completions, "
+        f"{QUICK.test_problems} test problems, the task's default learning rate (no sweep); starts at once",
+    )
+    add(
+        scope,
+        "--full",
+        action="store_true",
+        help="start the full protocol (every method x "
+        f"{_seeds(FULL)} seeds, {FULL.steps} steps of {FULL.prompts_per_step}x{FULL.num_generations}; "
+        f"about {duration(full['total'] - full['sweep'])} of one CPU core, plus "
+        f"{duration(full['sweep'])} with --tune-lr): without it the plan is printed and nothing runs",
+    )
+    add(
+        p, "--dry-run", action="store_true", help="print the plan (runs, methods, seeds, estimated time) only"
+    )
+    add(p, "--tiny", action="store_true", help=argparse.SUPPRESS)  # tests
+    add(p, "--methods", help=f"comma-separated (default: all; --quick {','.join(QUICK.methods)}); valid: "
+        f"{','.join(all_methods())}")  # fmt: skip
+    add(
+        p,
+        "--seeds",
+        help=f"seeds per method (default {_seeds(FULL)}; --quick {_seeds(QUICK)}), optionally with "
+        "per-method counts: '10,grail=5,oar-gp=5'",
+    )
+    add(
+        p,
+        "--ablations",
+        help=f"comma-separated run groups to add (default: none); valid: {','.join(ABLATIONS)}",
+    )
+    add(
+        p,
+        "--steps",
+        type=int,
+        help=f"optimizer steps per run (protocol; default {FULL.steps}, --quick {QUICK.steps})",
+    )
+    add(
+        p,
+        "--tune-lr",
+        action="store_true",
+        help="sweep the learning rate of every method on the validation split first (each method then trains "
+        "at its own choice; the grpo_lr group repeats every method at GRPO's)",
+    )
+    add(p, "--lr-grid", help=f"comma-separated learning rates of the sweep (default {_grid(FULL)}; --quick "
+        f"{_grid(QUICK)})")  # fmt: skip
+    add(
+        p,
+        "--tune-seeds",
+        type=int,
+        help=f"seeds per grid point of the sweep (protocol; default {FULL.tune_seeds}, --quick "
+        f"{QUICK.tune_seeds})",
+    )
+    add(p, "--lr", type=float, help="use this learning rate without a sweep (recorded as untuned)")
+    add(
+        p,
+        "--recall",
+        type=int,
+        help="correct warm-start trajectories for recall@K%% (0: skip; default "
+        f"{FULL.recall_trajectories}, --quick {QUICK.recall_trajectories})",
+    )
+    add(p, "--fresh", action="store_true", help="discard the results in --out first")
+    return p
+
+
+def preset_name(a: argparse.Namespace) -> str:
+    return "tiny" if a.tiny else "quick" if a.quick else "full"
+
+
+def _csv(value: str | None) -> tuple[str, ...] | None:
+    if value is None:
+        return None
+    return tuple(v.strip() for v in value.split(",") if v.strip())
+
+
+def _parse_seeds(value: str) -> tuple[int, tuple[tuple[str, int], ...]]:
+    """'10' or '10,grail=5,oar-gp=5' -> (10, (("grail", 5), ("oar-gp", 5)))."""
+    default, per = None, []
+    for part in _csv(value) or ():
+        name, eq, count = part.partition("=")
+        try:
+            n = int(count if eq else name)
+        except ValueError:
+            raise ValueError(f"--seeds {value!r}: {part!r} is not N or METHOD=N") from None
+        if eq:
+            per.append((name.strip(), n))
+        elif default is None:
+            default = n
+        else:
+            raise ValueError(f"--seeds {value!r} gives the default count twice")
+    if default is None:
+        raise ValueError(f"--seeds {value!r} needs a default count first, e.g. '10,grail=5'")
+    return default, tuple(per)
+
+
+def settings_from_args(a: argparse.Namespace) -> StudySettings:
+    if a.tiny and (a.quick or a.full):
+        raise ValueError("--tiny goes alone (not with --quick or --full)")
+    if a.tune_lr and a.lr is not None:
+        raise ValueError("--tune-lr and --lr are exclusive: the learning rate is either swept or given")
+    s = PRESETS[preset_name(a)]
+    changes: dict[str, Any] = {"ablations": _csv(a.ablations) or ()}
+    if a.task is not None:
+        changes["task"] = a.task
+    if a.probe is not None:
+        changes["probe"] = a.probe
+    if a.methods is not None:
+        changes["methods"] = _csv(a.methods)
+        if not changes["methods"]:
+            raise ValueError(f"--methods {a.methods!r} names no method; valid: {','.join(all_methods())}")
+    if a.seeds is not None:
+        changes["seeds"], changes["method_seeds"] = _parse_seeds(a.seeds)
+    for flag, field in (("steps", "steps"), ("recall", "recall_trajectories"), ("tune_seeds", "tune_seeds")):
+        if getattr(a, flag) is not None:
+            changes[field] = getattr(a, flag)
+    if a.lr_grid is not None:
+        try:
+            changes["lr_grid"] = tuple(float(x) for x in _csv(a.lr_grid) or ())
+        except ValueError as e:
+            raise ValueError(f"--lr-grid {a.lr_grid!r} is not a comma-separated list of numbers") from e
+    if a.lr is not None and not a.lr > 0:
+        raise ValueError(f"--lr {a.lr} must be > 0")
+    return replace(s, **changes)

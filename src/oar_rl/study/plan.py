@@ -1,0 +1,125 @@
+"""What a study will run and about how long it takes, said before anything starts.
+
+`oar-rl study` prints `plan_lines` first; without `--quick` it starts only with `--full` (the full
+protocol is hours of CPU), and `--dry-run` prints the plan only.
+
+The estimate is `estimate_seconds`: per run, (optimizer steps x prompts x completions) x the method's
+seconds per trained completion, plus the sampled evaluation completions x `EVAL_SECONDS_PER_SAMPLE`,
+plus `RUN_OVERHEAD_SECONDS`. The figures come from the full word-problem study,
+results/study-wordproblems-v2/study.json (60 runs of 30 steps x 16 x 8 completions, 160-token
+completions, on a 2-core CPU at one torch thread, beside other jobs): `train_seconds` per run, less its
+accuracy-curve evaluations, over its 3,840 completions, and `eval_seconds` over the 2,500 completions of
+the final evaluation. That study took 15,106 s of runs (this estimate: 14,900 s) and 8,559 s of
+learning-rate sweep (estimate 5,700 s: the sweep shared the machine with more jobs). Another machine, task
+or completion length changes the figures; read them as the order of magnitude.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from oar_rl.study.config import StudySettings
+
+TRAIN_SECONDS_PER_COMPLETION: dict[str, float] = {
+    "grpo": 0.023,
+    "random": 0.025,
+    "entropy": 0.023,
+    "oar-g": 0.027,
+    "oar-p": 0.117,
+    "grail": 0.031,
+    "oar-gp": 0.071,
+}
+"""Seconds per trained completion (generation, rewards, credit, update), by method."""
+EVAL_SECONDS_PER_SAMPLE = 0.017
+"""Seconds per sampled evaluation completion (final accuracy, curve, sweep validation)."""
+RUN_OVERHEAD_SECONDS = 5.0
+"""Per run: copying the warm start, building the trainer."""
+RECALL_SECONDS_PER_TRAJECTORY = 1.0
+"""The recall analysis (oracle and scorers), per correct trajectory (38 s for 40)."""
+
+
+def train_seconds(method: str) -> float:
+    """`method`'s seconds per trained completion; a method without a figure gets the costliest one."""
+    return TRAIN_SECONDS_PER_COMPLETION.get(method, max(TRAIN_SECONDS_PER_COMPLETION.values()))
+
+
+def run_seconds(s: StudySettings, method: str, *, sweep: bool = False) -> float:
+    """Estimated seconds of one run of `method` (`sweep`: a learning-rate sweep run, no curve)."""
+    train = s.steps * s.prompts_per_step * s.num_generations * train_seconds(method)
+    if sweep:
+        samples = s.validation_problems * (s.eval_samples + 1)  # sampled + greedy
+    else:
+        problems, per = s.n_curve
+        curve = problems * per * (s.steps // s.eval_every)
+        samples = s.test_problems * (s.eval_samples + 1) + curve
+    return train + samples * EVAL_SECONDS_PER_SAMPLE + RUN_OVERHEAD_SECONDS
+
+
+def estimate_seconds(s: StudySettings, *, tune_lr: bool = False) -> dict[str, float]:
+    """{"runs", "sweep", "warm start", "recall", "total"}: estimated seconds of each part."""
+    runs = sum(run_seconds(s, v.method) for v, _ in s.runs())
+    sweep = sum(run_seconds(s, m, sweep=True) for m in s.method_list) * len(s.lr_grid) * s.tune_seeds
+    problems, per = s.n_curve
+    warm = (s.test_problems * (s.eval_samples + 1) + problems * per) * EVAL_SECONDS_PER_SAMPLE
+    parts = {
+        "runs": runs,
+        "sweep": sweep if tune_lr else 0.0,
+        "warm start": warm,
+        "recall": s.recall_trajectories * RECALL_SECONDS_PER_TRAJECTORY,
+    }
+    return {**parts, "total": sum(parts.values())}
+
+
+def duration(seconds: float) -> str:
+    """'4.1 h' from 1.5 h up, else '35 min'."""
+    return f"{seconds / 3600:.1f} h" if seconds >= 5400 else f"{seconds / 60:.0f} min"
+
+
+def plan_lines(
+    s: StudySettings, *, preset: str, out: Path, tune_lr: bool = False, lr: float | None = None
+) -> list[str]:
+    """The study's plan, one block: scope, protocol, learning rate and the estimated time."""
+    from collections import Counter
+
+    runs = s.runs()
+    per_method = Counter(v.method for v, _ in runs)
+    seeds = f"{s.seeds}" + "".join(f", {m} {n}" for m, n in s.method_seeds if m in s.method_list)
+    est = estimate_seconds(s, tune_lr=tune_lr)
+    stored = sum((out / "runs" / _filename(v.name, seed)).exists() for v, seed in runs)
+    if tune_lr:
+        n_sweep = len(s.method_list) * len(s.lr_grid) * s.tune_seeds
+        grid = ",".join(f"{x:g}" for x in s.lr_grid)
+        lr_line = f"swept first (--tune-lr): {n_sweep} runs, every method at {grid}"
+    elif lr is not None:
+        lr_line = f"{lr:g} (--lr, untuned)"
+    else:
+        lr_line = "an earlier --tune-lr sweep in --out if there is one, else the task's default"
+    each = ", ".join(f"{m} {n} x ~{duration(run_seconds(s, m))}" for m, n in per_method.items())
+    lines = [
+        f"oar-rl study: plan ({preset} preset, task {s.task}, output {out})",
+        f"  methods        {', '.join(s.method_list)}"
+        + (f" + ablations {','.join(s.ablations)}" if s.ablations else ""),
+        f"  seeds          {seeds}",
+        f"  runs           {len(runs)}: {each}",
+        f"  each run       {s.steps} optimizer steps of {s.prompts_per_step} prompts x {s.num_generations} "
+        f"completions; final accuracy on {s.test_problems} test problems x {s.eval_samples} samples",
+        f"  probe          {s.probe or 'the task default (as-mean)'}",
+        f"  learning rate  {lr_line}",
+        f"  estimated time about {duration(est['total'])} at one torch thread"
+        + (f" (the sweep {duration(est['sweep'])})" if tune_lr else "")
+        + " (oar_rl.study.plan: figures of a 2-core CPU)",
+    ]
+    unmeasured = [m for m in per_method if m not in TRAIN_SECONDS_PER_COMPLETION]
+    if unmeasured:
+        lines.append(f"  no measured cost for {', '.join(unmeasured)}: estimated at the costliest method's")
+    if stored:
+        lines.append(
+            f"  already stored {stored} of {len(runs)} runs in {out / 'runs'} (reused, not retrained)"
+        )
+    return lines
+
+
+def _filename(name: str, seed: int) -> str:
+    from oar_rl.study.runner import RunStore
+
+    return RunStore.filename(name, seed)

@@ -1,0 +1,218 @@
+"""The docs cannot rot: README size and links, generated reference pages, every documented command line.
+
+- README.md stays a front door (at most 12 KB) and its relative links point at files that exist.
+- The generated reference pages (`docs/gen_ref.py`) equal what the code gives now.
+- Every `oar-rl ...`, `python -m oar_rl.<module> ...` and `accelerate launch ... -m oar_rl.<module> ...`
+  line in a shell or console code block of README.md and docs/**/*.md parses with the command's real
+  parser (nothing runs). `make` lines are not parsed.
+
+The docs site itself is built by `make test` (`mkdocs build --strict`: broken links and anchors fail).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+import shlex
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+README = ROOT / "README.md"
+README_LIMIT = 12 * 1024
+
+_spec = importlib.util.spec_from_file_location("gen_ref", ROOT / "docs" / "gen_ref.py")
+gen_ref = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(gen_ref)
+
+SHELL_LANGS = {"bash", "sh", "shell", "console", "shell-session"}
+
+
+def doc_files() -> list[Path]:
+    return [README, *sorted((ROOT / "docs").rglob("*.md"))]
+
+
+def code_blocks(text: str) -> list[tuple[str, str]]:
+    """(language, body) of every fenced code block, indented ones (inside lists) included."""
+    out, lines, i = [], text.splitlines(), 0
+    while i < len(lines):
+        m = re.match(r"^(\s*)(`{3,}|~{3,})\s*([\w+-]*)", lines[i])
+        if not m:
+            i += 1
+            continue
+        indent, fence, lang = m.groups()
+        body, i = [], i + 1
+        while i < len(lines) and not lines[i].strip().startswith(fence):
+            line = lines[i]
+            body.append(line[len(indent) :] if line.startswith(indent) else line.lstrip())
+            i += 1
+        out.append((lang.lower(), "\n".join(body)))
+        i += 1
+    return out
+
+
+def logical_lines(lang: str, body: str) -> list[str]:
+    """The shell lines of a block, `\\` continuations joined; in console blocks only `$ ` lines."""
+    out: list[str] = []
+    pending: str | None = None
+    for raw in body.splitlines():
+        if pending is None:
+            if lang in {"console", "shell-session"}:
+                if not raw.startswith("$ "):
+                    continue
+                raw = raw[2:]
+            pending = ""
+        if raw.rstrip().endswith("\\"):
+            pending += raw.rstrip()[:-1] + " "
+            continue
+        out.append(pending + raw)
+        pending = None
+    if pending:
+        out.append(pending)
+    return out
+
+
+def commands(line: str, env: dict[str, str]) -> list[list[str]]:
+    """The simple commands of one shell line (split at `&&`, `||`, `;`, `|`), `$VAR`s of `env` expanded.
+
+    A leading `VAR=value` word is recorded in `env` (the blocks set a recipe once and reuse it).
+    """
+    words = shlex.split(line, comments=True)
+    out, cmd = [], []
+    for w in [*words, ";"]:
+        if w in {"&&", "||", ";", "|"}:
+            while cmd and re.fullmatch(r"[A-Za-z_]\w*=\S*", cmd[0]):
+                name, value = cmd.pop(0).split("=", 1)
+                env[name] = value
+            if cmd:
+                out.append(cmd)
+            cmd = []
+            continue
+        cmd.append(re.sub(r"\$\{?([A-Za-z_]\w*)\}?", lambda m: env.get(m.group(1), m.group(0)), w))
+    return out
+
+
+def _is_ours(cmd: list[str]) -> bool:
+    if Path(cmd[0]).name == "oar-rl":
+        return True
+    return "-m" in cmd[:-1] and cmd[cmd.index("-m") + 1].startswith("oar_rl")
+
+
+def documented_commands() -> list[tuple[str, list[str]]]:
+    """(where, argv) of every oar-rl command line in README.md and docs/**/*.md."""
+    found = []
+    for path in doc_files():
+        for lang, body in code_blocks(path.read_text()):
+            if lang not in SHELL_LANGS:
+                continue
+            env: dict[str, str] = {}
+            for line in logical_lines(lang, body):
+                for cmd in commands(line, env):
+                    if _is_ours(cmd):
+                        found.append((f"{path.relative_to(ROOT)}: {' '.join(cmd)[:100]}", cmd))
+    return found
+
+
+def parse_documented(cmd: list[str]) -> None:
+    """Parse one documented command line with its real parser; AssertionError says what is wrong."""
+    from oar_rl.cli import COMMANDS
+
+    if Path(cmd[0]).name == "oar-rl":
+        rest = cmd[1:]
+        if not rest or rest[0] in {"-h", "--help", "-V", "--version"}:
+            return
+        assert rest[0] in COMMANDS, f"unknown command {rest[0]!r}; valid: {', '.join(COMMANDS)}"
+        module, argv = COMMANDS[rest[0]][0], rest[1:]
+    else:
+        i = cmd.index("-m")
+        module, argv = cmd[i + 1], cmd[i + 2 :]
+    parser = gen_ref.module_parser(module)
+    argv = list(argv)
+    if "--config" in argv:  # TRL's parser: the recipe's keys become defaults (as parse_args_and_config)
+        import yaml
+
+        i = argv.index("--config")
+        recipe = ROOT / argv[i + 1]
+        del argv[i : i + 2]
+        assert recipe.is_file(), f"--config {recipe.relative_to(ROOT)}: no such file"
+        config = yaml.safe_load(recipe.read_text())
+        config.pop("env", None)
+        unknown_keys = parser.set_defaults_with_config(**config)
+        assert not unknown_keys, f"{recipe.name}: keys no flag takes: {unknown_keys[::2]}"
+    try:
+        _, unknown = parser.parse_known_args(argv)
+    except SystemExit as exc:
+        assert exc.code == 0, f"the parser rejects it (exit {exc.code}); see the captured stderr"
+        return
+    assert not unknown, f"unrecognised arguments: {unknown}"
+
+
+COMMANDS_FOUND = documented_commands()
+
+
+def test_the_docs_document_commands():
+    where = {w.split(":")[0] for w, _ in COMMANDS_FOUND}
+    assert len(COMMANDS_FOUND) >= 20 and "README.md" in where, (len(COMMANDS_FOUND), where)
+
+
+@pytest.mark.parametrize("cmd", [c for _, c in COMMANDS_FOUND], ids=[w for w, _ in COMMANDS_FOUND])
+def test_documented_command_parses(cmd, monkeypatch):
+    monkeypatch.chdir(ROOT)
+    parse_documented(cmd)
+
+
+def test_a_wrong_flag_in_the_docs_fails():
+    with pytest.raises(AssertionError):
+        parse_documented(["oar-rl", "eval", "--model", "default", "--no-such-flag", "1"])
+    with pytest.raises(AssertionError):
+        parse_documented(["oar-rl", "train", "--config", "configs/tiny-cpu.yaml", "--credit", "oar-x"])
+    parse_documented(["oar-rl", "train", "--config", "configs/tiny-cpu.yaml", "--credit", "oar-p"])
+
+
+def test_line_splitting():
+    body = (
+        "R=configs/a.yaml   # recipe\n"
+        "accelerate launch -m oar_rl.train --config $R \\\n"
+        "    --x 1 && oar-rl eval --n 2\n"
+    )
+    lines = logical_lines("bash", body)
+    env: dict[str, str] = {}
+    cmds = [c for line in lines for c in commands(line, env)]
+    assert cmds == [
+        ["accelerate", "launch", "-m", "oar_rl.train", "--config", "configs/a.yaml", "--x", "1"],
+        ["oar-rl", "eval", "--n", "2"],
+    ]
+    console = "$ oar-rl demo \\\n  --out x\noutput line\n"
+    assert logical_lines("console", console) == ["oar-rl demo    --out x"]
+
+
+def test_readme_is_a_front_door():
+    size = len(README.read_bytes())
+    assert size <= README_LIMIT, (
+        f"README.md is {size} bytes; keep it <= {README_LIMIT} (long-form goes in docs/)"
+    )
+
+
+def test_readme_relative_links_exist():
+    text = README.read_text()
+    missing = []
+    for target in re.findall(r"\]\(([^)\s]+)\)", text):
+        if re.match(r"[a-z]+:", target) or target.startswith("#"):
+            continue
+        if not (ROOT / target.split("#")[0]).exists():
+            missing.append(target)
+    assert missing == []
+
+
+def test_generated_reference_pages_are_current():
+    stale = gen_ref.stale()
+    assert stale == [], f"out of date: {stale}; run `python docs/gen_ref.py` and commit the pages"
+
+
+def test_the_cli_reference_covers_every_command():
+    from oar_rl.cli import COMMANDS
+
+    page = (ROOT / "docs" / "reference" / "cli.md").read_text()
+    for name in COMMANDS:
+        assert f"## oar-rl {name}\n" in page
