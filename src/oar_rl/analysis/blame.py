@@ -52,9 +52,10 @@ DEFAULT_SIGNALS = (
     "random", "position", "entropy",
     "oar-g/lt-logits", "oar-g/as-mean", "oar-g/as-joint",
     "oar-p/lt-logits", "oar-p/as-mean", "oar-p/as-joint",
-    "grail",
+    "grail", "first-error",
 )  # fmt: skip
-KS = (0.1, 0.2)
+PROBED = ("oar-g", "oar-p", "oar-gp")
+"""Modes whose scores depend on the outcome probe: named with one (`oar-g/as-mean`)."""
 
 
 def trainer_defaults() -> dict[str, Any]:
@@ -68,13 +69,13 @@ def trainer_defaults() -> dict[str, Any]:
 _TRAINER_FIELDS = (
     "tau", "oar_beta", "threshold", "floor", "noise_std", "oar_noise_draws", "oar_noise_scale",
     "mask_token_id", "perturbation_batch_size", "perturbation_prefix_reuse", "oar_gp_fraction",
-    "grail_mu", "grail_sigma", "grail_min", "grail_max", "entropy_alpha", "entropy_kappa",
+    "grail_mu", "grail_sigma", "grail_min", "grail_max", "entropy_alpha", "entropy_kappa", "scored_tokens",
 )  # fmt: skip
 
 
 def check_signal(name: str) -> None:
-    """ValueError unless `name` is a control, a registered credit mode with a scorer, or `<mode>/<probe>`
-    of one whose scores depend on the probe."""
+    """ValueError unless `name` is `position`, a registered credit mode with a scorer, or `<mode>/<probe>`
+    of a bi-level mode (required for the probe-dependent `PROBED` modes)."""
     from oar_rl.credits import CREDIT_MODES
     from oar_rl.probes import PROBES
 
@@ -84,13 +85,12 @@ def check_signal(name: str) -> None:
     valid = [m for m, c in CREDIT_MODES.items() if c.scorer is not None]
     if mode not in valid:
         raise ValueError(f"unknown signal {name!r}; valid: position, {', '.join(valid)} (with /<probe>)")
-    probed = CREDIT_MODES[mode].reshape == "bilevel"
-    if probed and probe not in PROBES:
+    if mode in PROBED and probe not in PROBES:
         raise ValueError(
             f"signal {name!r} needs a probe: {mode}/<probe> with probe one of {', '.join(PROBES)}"
         )
-    if not probed and probe:
-        raise ValueError(f"signal {name!r}: {mode} does not take a probe; name it {mode!r}")
+    if probe and (CREDIT_MODES[mode].reshape != "bilevel" or probe not in PROBES):
+        raise ValueError(f"signal {name!r}: {mode} does not take the probe {probe!r}; name it {mode!r}")
 
 
 def signal_scores(
@@ -98,14 +98,18 @@ def signal_scores(
     model,
     batch: tuple[torch.Tensor, ...],
     answer_mask: torch.Tensor,
+    reasoning: torch.Tensor | None,
     *,
     seed: int,
     defaults: dict[str, Any],
+    context: dict[str, Any],
     batch_size: int = 64,
 ) -> torch.Tensor:
     """Raw (B, C) scores of one signal on a TRL-layout batch, with the options the trainer passes
-    (`OARTrainer._score`, from `OARConfig`'s defaults); a mode the lead registers later gets `probe`
-    and, if it draws noise, a seeded `generator`."""
+    (`OARTrainer._score`, from `OARConfig`'s defaults). `reasoning`: the tokens scored (None: as the
+    probe allows); `context`: tokenizer, gold (per row), check and max_new_tokens, for `first-error`.
+    A mode registered after this module was written gets `probe` if named with one and, if it draws
+    noise, a seeded `generator`."""
     from oar_rl.credits import CREDIT_MODES
     from oar_rl.importance import position_importance
     from oar_rl.probes import prepare_batch
@@ -116,7 +120,7 @@ def signal_scores(
     mode, _, probe = name.partition("/")
     spec = CREDIT_MODES[mode]
     span = answer_mask if (probe and probe != "lt-logits") or mode == "grail" else None
-    prepared = prepare_batch(model, *batch, span)
+    prepared = prepare_batch(model, *batch, span, None if mode == "entropy" else reasoning)
     gen = torch.Generator().manual_seed(seed)
     d = defaults
     gradient = dict(
@@ -136,6 +140,11 @@ def signal_scores(
         "oar-gp": {
             "probe": probe, "fraction": d["oar_gp_fraction"], "gradient_kwargs": gradient,
             "perturbation_kwargs": perturbation,
+        },
+        "first-error": {  # the rows are wrong rollouts: direction −1 (the trainer's sign of A_i)
+            "tokenizer": context["tokenizer"], "gold": context["gold"], "check": context["check"],
+            "direction": -torch.ones(batch[0].shape[0]), "max_new_tokens": context["max_new_tokens"],
+            "batch_size": batch_size,
         },
     }  # fmt: skip
     kwargs = options.get(mode)
@@ -225,24 +234,34 @@ def locate(trajs, problems, samples: int, tok, check) -> tuple[list[dict[str, An
     return rows, counts
 
 
-def batch_of(trajs, tok, answer_pattern: str | None):
-    """(TRL-layout batch, (B, C) answer span, (B, C) scored tokens) of `trajs`: the tokens the trainer
-    scores under an answer-span probe (`scored_positions`, the same function)."""
-    from oar_rl.analysis.attribute import answer_spans
-    from oar_rl.answer_span import scored_positions
+def batch_of(trajs, tok, answer_pattern: str | None, scored_tokens: str):
+    """(TRL-layout batch, (B, C) answer span, (B, C) reasoning tokens given to the scorers or None,
+    (B, C) scored tokens) of `trajs`, by the trainer's rule for `OARConfig.scored_tokens`: 'reasoning',
+    the tokens before the answer's introducing format (`answer_masks`, the trainer's function);
+    'before-answer', every token before the answer span (`scored_positions`)."""
+    from oar_rl.analysis.attribute import batch_layout
+    from oar_rl.answer_span import answer_masks, scored_positions
 
-    batch, answer_mask = answer_spans(trajs, tok, answer_pattern)
-    return batch, answer_mask, scored_positions(batch[3], answer_mask) & batch[3].bool()
+    batch = batch_layout(trajs, tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id)
+    answer_mask, reasoning = answer_masks(batch[2], batch[3], tok, pattern=answer_pattern)
+    valid = batch[3].bool()
+    if scored_tokens == "reasoning":
+        return batch, answer_mask, reasoning & valid, reasoning & valid
+    return batch, answer_mask, None, scored_positions(batch[3], answer_mask) & valid
 
 
-def measure(model, tok, trajs, rows, signals, *, seed: int, answer_pattern: str | None) -> dict[str, Any]:
+def measure(model, tok, trajs, rows, signals, *, seed: int, task) -> dict[str, Any]:
     """Every signal's summary, paired differences to the controls and own-reshaping summary on `rows`."""
     from oar_rl.analysis.blame_report import paired, row_metrics, summarize, token_masks
     from oar_rl.reshape import normalize_importance
 
     defaults = trainer_defaults()
     kept = [trajs[r["index"]] for r in rows]
-    batch, answer_mask, scored = batch_of(kept, tok, answer_pattern)
+    batch, answer_mask, reasoning, scored = batch_of(
+        kept, tok, task.answer_pattern, defaults["scored_tokens"]
+    )
+    context = {"tokenizer": tok, "gold": [t.answer for t in kept], "check": task.check,
+               "max_new_tokens": task.max_completion_length}  # fmt: skip
     err, last = token_masks(rows, tuple(scored.shape))
     if not bool((err <= scored).all() and (last <= scored).all()):
         raise AssertionError("a first-error or last-result token lies outside the scored reasoning tokens")
@@ -250,7 +269,8 @@ def measure(model, tok, trajs, rows, signals, *, seed: int, answer_pattern: str 
     per_row, own = {}, {}
     for name in signals:
         t0 = time.perf_counter()
-        raw = signal_scores(name, model, batch, answer_mask, seed=seed, defaults=defaults)
+        raw = signal_scores(name, model, batch, answer_mask, reasoning, seed=seed, defaults=defaults,
+                            context=context)  # fmt: skip
         norm = normalize_importance(raw, scored)
         per_row[name] = row_metrics(bilevel(raw, valid, scored, defaults), norm, err, last, scored)
         w_own = own_weights(name, raw, valid, scored, defaults)
@@ -267,7 +287,7 @@ def measure(model, tok, trajs, rows, signals, *, seed: int, answer_pattern: str 
             if c in per_row
         },
         "own_reshaping": own,
-        "defaults": {k: defaults[k] for k in ("tau", "oar_beta", "threshold", "floor")},
+        "defaults": {k: defaults[k] for k in ("tau", "oar_beta", "threshold", "floor", "scored_tokens")},
     }
 
 
@@ -324,8 +344,7 @@ def main(argv: list[str] | None = None) -> int:
         "rows": len(rows),
         "kinds": dict(Counter(r["kind"] for r in rows)),  # of the rows measured
     }
-    result.update(measure(ws.model, ws.tokenizer, trajs, rows, signals, seed=a.seed,
-                          answer_pattern=task.answer_pattern))  # fmt: skip
+    result.update(measure(ws.model, ws.tokenizer, trajs, rows, signals, seed=a.seed, task=task))
     result["settings"].update(result.pop("defaults"))
     result["wall_seconds"] = round(time.perf_counter() - t0, 1)
     result["machine"] = (
