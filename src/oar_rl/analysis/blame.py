@@ -39,6 +39,7 @@ Departures from the trainer, and why:
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 from collections import Counter
@@ -291,26 +292,33 @@ def measure(model, tok, trajs, rows, signals, *, seed: int, task) -> dict[str, A
     }
 
 
+def build_parser():
+    """The `oar-rl blame` parser (the shared vocabulary of `oar_rl.options`)."""
+    from oar_rl.argparsing import add, new_parser
+    from oar_rl.options import shared_parser
+
+    out = {"default": "blame_out", "help": "directory for blame.json, blame.md, blame.png"}
+    parents = [shared_parser("seed", "threads", "out", out=out)]
+    p = new_parser("oar-rl blame", __doc__.split("\n\n")[0], parents=parents)
+    add(p, "--prompts", type=int, default=64, help="word problems sampled (the first of the split)")
+    add(p, "--samples", type=int, default=8, help="completions per problem, at T = 1")
+    add(p, "--split", default="train", choices=("train", "validation", "eval"), help="problems' split")
+    add(p, "--signals", default=",".join(DEFAULT_SIGNALS), help="comma-separated signals (module doc)")
+    return p
+
+
 def main(argv: list[str] | None = None) -> int:
     import json
     import platform
 
     from oar_rl.analysis.blame_report import bar_chart, markdown
-    from oar_rl.argparsing import add, new_parser
     from oar_rl.data.wordproblems import split_problems
     from oar_rl.io import ensure_writable_dir, write_text_atomic
+    from oar_rl.options import apply_threads
     from oar_rl.tasks import get_task
 
     argv = list(sys.argv[1:] if argv is None else argv)
-    p = new_parser("oar-rl blame", __doc__.split("\n\n")[0])
-    add(p, "--prompts", type=int, default=64, help="word problems sampled (the first of the split)")
-    add(p, "--samples", type=int, default=8, help="completions per problem, at T = 1")
-    add(p, "--split", default="train", choices=("train", "validation", "eval"), help="problems' split")
-    add(p, "--signals", default=",".join(DEFAULT_SIGNALS), help="comma-separated signals (module doc)")
-    add(p, "--seed", type=int, default=0, help="sampling and scoring seed")
-    add(p, "--threads", type=int, default=1, help="torch threads")
-    add(p, "--out", default="blame_out", help="directory for blame.json, blame.md, blame.png")
-    a = p.parse_args(argv)
+    a = build_parser().parse_args(argv)
     try:
         signals = [s.strip() for s in a.signals.split(",") if s.strip()]
         for s in signals:
@@ -324,7 +332,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"oar-rl blame: {exc}", file=sys.stderr)
         return 2
     t0 = time.perf_counter()
-    torch.set_num_threads(a.threads)
+    apply_threads(a.threads)
     task = get_task("wordproblems")
     ws = task.load_warm_start("default", None)
     problems = split_problems(a.split, a.prompts)
@@ -347,9 +355,7 @@ def main(argv: list[str] | None = None) -> int:
     result.update(measure(ws.model, ws.tokenizer, trajs, rows, signals, seed=a.seed, task=task))
     result["settings"].update(result.pop("defaults"))
     result["wall_seconds"] = round(time.perf_counter() - t0, 1)
-    result["machine"] = (
-        f"{platform.machine()} CPU, {__import__('os').cpu_count()} cores, torch {torch.__version__}"
-    )
+    result["machine"] = f"{platform.machine()} CPU, {os.cpu_count()} cores, torch {torch.__version__}"
     write_text_atomic(out / "blame.json", json.dumps(result, indent=2) + "\n")
     write_text_atomic(out / "blame.md", markdown(result))
     bar_chart(result, out / "blame.png")
