@@ -28,7 +28,7 @@ Departures from the trainer, and why:
 - Every signal goes through the same bi-level reshaping over the same tokens, the reasoning tokens (those
   the trainer scores under an answer-span probe, `oar_rl.answer_span.scored_positions`): the question is
   which tokens each *signal* blames, so the reshaping is held fixed. In training, `random` and `entropy`
-  reshape differently (Eq. 17 on raw draws; Eq. 6) and GRAIL has its own weights; those are in a
+  reshape differently (Eq. 17 on the raw draws; Eq. 6) and GRAIL has its own weights; those are in a
   second table (`own_reshaping`), with A_i = −1 where the weight depends on the advantage.
 - Every wrong rollout counts, also those of groups where all eight are wrong (their GRPO advantage is 0,
   so the trainer would not reshape them): the weights are what the signal would do to them.
@@ -173,12 +173,13 @@ def own_weights(
     name: str, raw: torch.Tensor, mask: torch.Tensor, scored: torch.Tensor, defaults: dict[str, Any]
 ) -> torch.Tensor | None:
     """(B, C) weights A_t / A_i of a mode's *own* trainer reshaping with A_i = −1 (a wrong rollout), for
-    random (Eq. 17 on the raw draws over every valid token), entropy (Eq. 6) and GRAIL; None otherwise."""
+    random (Eq. 17 on the raw draws over the scored tokens, the others 1), entropy (Eq. 6, every token)
+    and GRAIL; None otherwise."""
     from oar_rl.reshape import entropy_shaped_advantages, grail_token_advantages, rescale_sum
 
     adv = -torch.ones(raw.shape[0])
     if name == "random":
-        return rescale_sum(raw, mask)
+        return torch.where(scored, rescale_sum(raw * scored, scored), mask.float())
     if name == "entropy":
         a = entropy_shaped_advantages(
             adv, raw, mask, alpha=defaults["entropy_alpha"], kappa=defaults["entropy_kappa"]

@@ -134,8 +134,8 @@ def markdown(result: Mapping[str, Any]) -> str:
     if result.get("own_reshaping"):
         lines += [
             "",
-            "Each mode's own trainer reshaping (A_i = −1; random: Eq. 17 on the raw draws over every valid "
-            "token; entropy: Eq. 6 weight A_t/A_i; grail: GRAIL's weights on wrong rollouts):",
+            "Each mode's own trainer reshaping (A_i = −1; random: Eq. 17 on the raw draws over the scored "
+            "tokens; entropy: Eq. 6 weight A_t/A_i; grail: GRAIL's weights on wrong rollouts):",
             "",
         ]
         own = result["own_reshaping"]
