@@ -166,7 +166,9 @@ def test_threads_has_one_default_everywhere():
 
 
 def test_seed_has_one_default_in_the_commands_that_sample():
-    assert {option(parser_of(c), "--seed").default for c in ("eval", "attribute", "oracle", "bench")} == {0}
+    commands = ("eval", "attribute", "oracle", "bench", "blame")
+    assert {option(parser_of(c), "--seed").default for c in commands} == {0}
+    assert option(parser_of("blame"), "--threads").default == 1
 
 
 def test_default_probe_is_as_mean_in_train_attribute_oracle_and_study():

@@ -18,6 +18,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "attribute": ("oar_rl.analysis.attribute", "token-importance heatmaps (HTML), one row per scorer"),
     "oracle": ("oar_rl.analysis.recall", "counterfactual oracle and causal-token recall@K% of each scorer"),
     "fetch-model": ("oar_rl.fetch", "SmolLM2-135M-Instruct (or a .gguf file) as a plain model dir, offline"),
+    "blame": (
+        "oar_rl.analysis.blame",
+        "credit on wrong rollouts: the first error's weight vs the last result's",
+    ),
     "bench": ("oar_rl.bench.cli", "training cost per token of each credit mode, as a ratio to GRPO"),
     "gpu-check": (
         "oar_rl.gpu_check",

@@ -50,16 +50,10 @@ import torch
 
 from oar_rl.analysis.attribute import Trajectory, answer_spans, given_trajectory, load_model
 from oar_rl.analysis.heatmap import heatmap_png
-from oar_rl.analysis.oracle import alternative_tokens, greedy_generate, recall_difference
-from oar_rl.analysis.recall import (
-    _plot,
-    band_json,
-    curve_json,
-    label_matrix,
-    recall_bands,
-    recall_curves,
-    scores_per_probe,
-)
+from oar_rl.analysis.oracle import alternative_tokens, greedy_generate
+from oar_rl.analysis.real_report import write_figure
+from oar_rl.analysis.real_steps import step_index
+from oar_rl.analysis.recall import label_matrix, scores_per_probe
 from oar_rl.answer_span import scored_positions
 from oar_rl.io import ensure_writable_dir, write_text_atomic
 from oar_rl.probes import PROBES
@@ -70,15 +64,27 @@ ITEMS = ("apples", "pens", "cards", "stamps", "books", "shells")
 OPENERS = ("First, ", "To start, ", "", "Let's see. ")
 LINKERS = ("Then", "After that,", "Next,", "Finally,")
 PHRASE = " The final answer is \\boxed{"  # every reference closes with it (`make_problems`)
-PAIRS = (  # paired recall differences reported beside the curves (A, B): A − B
+PAIRS = (  # paired recall differences reported beside the curves (A, B): A − B; and every signal − control
     ("oar-p/as-mean", "oar-g/as-mean"), ("oar-p/as-mean", "entropy"), ("oar-g/as-mean", "entropy"),
-    ("oar-g/as-mean", "random"), ("oar-g/as-mean", "grail"), ("oar-p/as-joint", "oar-p/as-mean"),
+    ("oar-g/as-mean", "grail"), ("oar-p/as-joint", "oar-p/as-mean"),
 )  # fmt: skip
+DESIGNS = ("two-step", "reuse")
+"""Reference designs (`make_problems`): 'two-step' (the committed figure) and 'reuse' (three steps, the
+answer is step 1's result, restated in step 3; step 2 is a distractor)."""
 SIGNALS = ("oar-p", "oar-g", "grail", "entropy", "random")  # in the order of the committed tables
 
 
-def make_problems(n: int, seed: int = 0) -> list[tuple[str, str, str]]:
-    """(prompt, reference solution, gold answer): "has a, buys b, gives away c" with filler phrasing."""
+def make_problems(n: int, seed: int = 0, design: str = "two-step") -> list[tuple[str, str, str]]:
+    """(prompt, reference solution, gold answer) of a `DESIGNS` design, with filler phrasing.
+
+    'two-step': "has a, buys b, gives away c"; step 2 uses step 1's result, so the answer depends on the
+    last step. 'reuse': "has a, buys b" about the asked person, then a second person's own change (step 2,
+    a distractor the answer does not depend on), then step 3 restates step 1's result; the answer reads
+    step 1's result through its restatement."""
+    if design not in DESIGNS:
+        raise ValueError(f"design must be one of {', '.join(DESIGNS)}, got {design!r}")
+    if design == "reuse":
+        return _reuse_problems(n, seed)
     rng = random.Random(seed)
     out = []
     for _ in range(n):
@@ -95,6 +101,28 @@ def make_problems(n: int, seed: int = 0) -> list[tuple[str, str, str]]:
             f"{s} - {c} = {r}.{PHRASE}{r}}}."
         )
         out.append((prompt, ref, str(r)))
+    return out
+
+
+def _reuse_problems(n: int, seed: int) -> list[tuple[str, str, str]]:
+    rng = random.Random(seed)
+    out = []
+    for _ in range(n):
+        name, other = rng.sample(NAMES, 2)
+        item, item2 = rng.sample(ITEMS, 2)
+        a, b, c, d = rng.randint(3, 19), rng.randint(2, 9), rng.randint(3, 19), rng.randint(2, 9)
+        s, gain = a + b, rng.random() < 0.5
+        e, verb, op = (c + d, "buys", "+") if gain else (c - min(d, c - 1), "gives away", "-")
+        d = d if gain else min(d, c - 1)
+        prompt = (
+            f"{name} has {a} {item} and buys {b} more. {other} has {c} {item2} and {verb} {d}. "
+            f"How many {item} does {name} have now?"
+        )
+        ref = (
+            f"{rng.choice(OPENERS)}{name} has {a} + {b} = {s} {item}. {rng.choice(LINKERS[:3])} {other} has "
+            f"{c} {op} {d} = {e} {item2}. So {name} has {s} {item}.{PHRASE}{s}}}."
+        )
+        out.append((prompt, ref, str(s)))
     return out
 
 
@@ -226,8 +254,10 @@ class OracleCache:
     after each trajectory), so an interrupted run resumes where it stopped. A trajectory is looked up by
     its prompt and completion text; a file written for another model, mode or seed is an error."""
 
-    def __init__(self, path: Path, model: str, own: bool, seed: int) -> None:
+    def __init__(self, path: Path, model: str, own: bool, seed: int, design: str = "two-step") -> None:
         self.path, self.key, self.hits = path, {"model": model, "own": own, "seed": seed}, 0
+        if design != "two-step":  # the committed two-step cache keeps its key
+            self.key["design"] = design
         self.rows: dict[str, dict] = {}
         if path.exists():
             saved = json.loads(path.read_text())
@@ -271,6 +301,7 @@ def main(argv: list[str] | None = None) -> int:
     add(p, "--temperature", type=float, default=1.0, help="--own: sampling temperature")
     add(p, "--max-problems", type=int, default=2000, help="--own: give up after sampling this many problems")
     add(p, "--seed", type=int, default=0)
+    add(p, "--design", default="two-step", choices=DESIGNS, help="reference design (make_problems)")
     add(p, "--threads", type=int, default=1, help="torch threads")
     add(p, "--max-traces", type=int, default=3, help="traces (with a pivot) drawn in heatmaps.png")
     add(p, "--out", default="results/real-model")
@@ -292,13 +323,13 @@ def main(argv: list[str] | None = None) -> int:
         if not trajs:
             raise SystemExit(f"no correct trajectory in {len(sampled)} samples; nothing to score")
     else:
-        problems = make_problems(a.n, a.seed)
+        problems = make_problems(a.n, a.seed, a.design)
         trajs = [given_trajectory(tok, q, ref, chat=True, answer=gold) for q, ref, gold in problems]
     batch, answer_mask = answer_spans(trajs, tok)
     if not bool(answer_mask.any(dim=1).all()):
         raise SystemExit("a reference solution has no answer span; the generator is broken")
     reasoning = scored_positions(batch[3], answer_mask)  # (B, C): the tokens before each answer span
-    cache = OracleCache(out / "oracle.json", a.model, a.own, a.seed)
+    cache = OracleCache(out / "oracle.json", a.model, a.own, a.seed, "two-step" if a.own else a.design)
     labels, keep = [], []
     t_oracle = time.perf_counter()
     for i, t in enumerate(trajs):
@@ -324,55 +355,41 @@ def main(argv: list[str] | None = None) -> int:
     scores, mask = scores_per_probe(
         model, tok, kept, SIGNALS, PROBES, model_free_probe="as-mean", seed=a.seed
     )
+    steps = None
     if not a.own:  # references: recall over the reasoning R only, the tokens the oracle labels
-        ends = torch.tensor([reasoning_end(tok, t.completion, t.completion_ids)[0] for t in kept])
-        mask = mask & (torch.arange(mask.shape[1])[None] < ends[:, None])
+        ends = [reasoning_end(tok, t.completion, t.completion_ids)[0] for t in kept]
+        mask = mask & (torch.arange(mask.shape[1])[None] < torch.tensor(ends)[:, None])
+        steps = step_index(tok, kept, ends, tuple(mask.shape))
     oracle = label_matrix(labels, mask)
-    recalls = recall_curves(scores, oracle, mask, KS)
-    bands = recall_bands(scores, oracle, mask, KS, seed=a.seed)
-    paired = {
-        f"{x} − {y}": recall_difference(scores[x], scores[y], oracle, mask, KS, seed=a.seed) for x, y in PAIRS
-    }
     with_pivot = int((oracle & mask).any(dim=1).sum())
-    wall = time.perf_counter() - t0
+    previous = json.loads((out / "recall.json").read_text()) if (out / "recall.json").exists() else {}
     result = {
         "command": "python -m oar_rl.analysis.real_recall " + " ".join(argv or sys.argv[1:]),
         "model": a.model, "trajectories": "own, sampled" if a.own else "references, teacher-forced",
+        "design": None if a.own else a.design,
         "sampled": len(sampled) if a.own else None, "references": len(trajs), "finishable": len(kept),
         "with_pivot": with_pivot,
         "reasoning_tokens": int(mask.sum()), "pivots": int((oracle & mask).sum()),
-        "wall_seconds": round(wall, 1), "oracle_seconds": round(oracle_seconds, 1), "threads": a.threads,
+        "pivots_per_step": None if steps is None else {
+            str(k): int((oracle & mask & (steps == k)).sum()) for k in range(1, int(steps.max()) + 1)
+        },
+        "wall_seconds": None, "oracle_seconds": round(oracle_seconds, 1), "threads": a.threads,
         "oracle": "continuation" if a.own else "forced read-out", "oracle_cached": cache.hits,
-        "recall": {k: curve_json(c) for k, c in recalls.items()},
-        "recall_ci95": {k: band_json(b) for k, b in bands.items()},
-        "paired_difference": {k: {f"{x:g}": list(v) for x, v in d.items()} for k, d in paired.items()},
     }  # fmt: skip
-    write_text_atomic(out / "recall.json", json.dumps(result, indent=2) + "\n")
-    lines = ["| signal | top 10% | top 20% | top 30% | top 50% |", "|---|---|---|---|---|"]
-    for k, c in recalls.items():
-        cells = [f"{c[x]:.2f} ({bands[k][x][0]:.2f}–{bands[k][x][1]:.2f})" for x in (0.1, 0.2, 0.3, 0.5)]
-        lines.append(f"| {k} | " + " | ".join(cells) + " |")
-    lines += [
-        "",
-        "| paired difference (95% CI) | top 10% | top 20% | top 30% | top 50% |",
-        "|---|---|---|---|---|",
-    ]
-    for k, d in paired.items():
-        lines.append(
-            f"| {k} | "
-            + " | ".join(f"{d[x][0]:+.2f} ({d[x][1]:+.2f}, {d[x][2]:+.2f})" for x in (0.1, 0.2, 0.3, 0.5))
-            + " |"
-        )
-    write_text_atomic(out / "recall.md", "\n".join(lines) + "\n")
-    main_curves = ("oar-p/lt-logits", "oar-p/as-mean", "oar-g/lt-logits", "oar-g/as-mean", "grail", "entropy")
-    for tag, keys in (("recall.png", (*main_curves, "random")), ("recall_all_probes.png", tuple(recalls))):
-        _plot({k: recalls[k] for k in keys}, out / tag, {k: bands[k] for k in keys}, n=len(kept),
-              with_pivot=with_pivot)  # fmt: skip
+    if cache.hits == len(trajs) and previous.get("oracle_cached", 1) == 0:  # all read back: keep its cost
+        result["oracle_computed"] = {
+            k: previous.get(k) for k in ("oracle_seconds", "wall_seconds", "threads")
+        }
+    elif cache.hits == len(trajs) and "oracle_computed" in previous:
+        result["oracle_computed"] = previous["oracle_computed"]
+    result["wall_seconds"] = round(time.perf_counter() - t0, 1)  # the tables below take seconds
+    table = write_figure(out, result, scores, oracle, mask, KS, seed=a.seed, pairs=PAIRS, steps=steps)
+    wall = result["wall_seconds"]
     shown = [i for i in range(len(kept)) if oracle[i].any()][: a.max_traces]
     rows = {k: scores[k][shown] for k in ("oar-p/as-mean", "oar-g/as-mean", "grail", "entropy")}
     rows["oracle"] = oracle[shown].float()
     heatmap_png([kept[i] for i in shown], tok, rows, mask[shown], out / "heatmaps.png")
-    print("\n".join(lines))
+    print(table)
     print(f"[real-recall] {len(kept)} finishable references, {with_pivot} with a pivot; {wall:.0f} s")
     return 0
 

@@ -5,15 +5,22 @@ study`; its data, checker and warm start come from the task registry), keeps the
 each token with the counterfactual oracle (Eq. 19), scores the same tokens with every method, and
 reports the recall of oracle pivots within the top-K% tokens (paper Fig. 5a). Recall is computed over
 the reasoning tokens (those before the answer span): the answer's own tokens are trivially causal, are
-not what credit assignment ranks, and answer-span probes do not score them. A uniformly random ranking
-recalls K% in expectation; the `random` method measures that empirically.
+not what credit assignment ranks, and answer-span probes do not score them.
+
+Controls, in every table (`CONTROLS`; not in the paper): `random` (a uniformly random ranking recalls
+K% in expectation; the `random` method measures that empirically) and `position` (the token's index:
+later reasoning tokens rank first). Where pivots cluster right before the answer, `position` finds them
+without reading the model, so a signal's recall means something only where it beats `position` as well
+as `random`; every other signal's paired difference to each control (`control_differences`, a paired
+bootstrap over trajectories) is reported beside the curves.
 
 Writes `recall.json` (per-K recall of each method, pivot statistics, settings), `recall.md`,
 `recall.png` and `heatmaps.html` (a few traces coloured by each method, with the oracle row).
 
 The one recall implementation: `oracle_labels` (Eq. 19 per trajectory), `label_matrix`,
-`scores_per_probe`, `recall_curves` and `recall_bands` (with `curve_json`/`band_json`) are also what the
-study (`oar_rl.study.recall`) and the real-model figure (`oar_rl.analysis.real_recall`) call.
+`scores_per_probe` (which adds the `position` control), `recall_curves`, `recall_bands` and
+`control_differences` (with `curve_json`/`band_json`/`paired_json`) are also what the study
+(`oar_rl.study.recall`) and the real-model figure (`oar_rl.analysis.real_recall`) call.
 """
 
 from __future__ import annotations
@@ -41,7 +48,7 @@ from oar_rl.analysis.attribute import (
     scoring_settings,
     span_notes,
 )
-from oar_rl.analysis.oracle import causal_recall, counterfactual_oracle, recall_interval
+from oar_rl.analysis.oracle import causal_recall, counterfactual_oracle, recall_difference, recall_interval
 from oar_rl.argparsing import add, new_parser
 from oar_rl.io import ensure_writable_dir, savefig_atomic, write_text_atomic
 from oar_rl.tasks import exact_check, get_task
@@ -49,6 +56,8 @@ from oar_rl.tasks import exact_check, get_task
 KS = (0.05, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0)
 PROBE_METHODS = ("oar-g", "oar-p")
 """The scorers whose importance depends on the outcome probe."""
+CONTROLS = ("position", "random")
+"""The controls every recall table carries (module docstring); `position` is added by `with_position`."""
 
 
 def oracle_labels(
@@ -83,6 +92,15 @@ def label_matrix(labels: Sequence[torch.Tensor], like: torch.Tensor) -> torch.Te
     return out
 
 
+def with_position(scores: Mapping[str, torch.Tensor], mask: torch.Tensor) -> dict[str, torch.Tensor]:
+    """`scores` plus the `position` control: each token's index, normalised (Eq. 14) over `mask` like
+    every other signal (the order is the position order, later first)."""
+    from oar_rl.importance import position_importance
+    from oar_rl.reshape import normalize_importance
+
+    return {**scores, "position": normalize_importance(position_importance(mask), mask)}
+
+
 def scores_per_probe(
     model,
     tokenizer,
@@ -95,7 +113,8 @@ def scores_per_probe(
     answer_pattern: str | None = None,
 ) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
     """`method_scores` of the probe-dependent `methods` under every probe (named 'oar-g/as-mean') and of
-    the others once, alongside `model_free_probe` (named plainly); returns (scores, reasoning mask)."""
+    the others once, alongside `model_free_probe` (named plainly), plus the `position` control; returns
+    (scores, reasoning mask)."""
     scores: dict[str, torch.Tensor] = {}
     mask = None
     for p in probes:
@@ -108,7 +127,7 @@ def scores_per_probe(
             scores[f"{name}/{p}" if name in PROBE_METHODS else name] = v
     if mask is None:
         raise ValueError("scores_per_probe needs at least one probe")
-    return scores, mask
+    return with_position(scores, mask), mask
 
 
 def recall_curves(
@@ -130,6 +149,26 @@ def recall_bands(
     return {name: recall_interval(s, truth, mask, ks, seed=seed) for name, s in scores.items()}
 
 
+def control_differences(
+    scores: Mapping[str, torch.Tensor],
+    truth: torch.Tensor,
+    mask: torch.Tensor,
+    ks: Sequence[float] = KS,
+    *,
+    seed: int,
+    controls: Sequence[str] = CONTROLS,
+) -> dict[str, dict[float, tuple[float, float, float]]]:
+    """Paired recall difference (`recall_difference`: difference, 95% low, high) of every signal that is
+    not a control against each control in `scores`, named 'oar-p/as-mean − position'."""
+    return {
+        f"{name} − {c}": recall_difference(s, scores[c], truth, mask, ks, seed=seed)
+        for name, s in scores.items()
+        if name not in controls
+        for c in controls
+        if c in scores
+    }
+
+
 def curve_json(curve: Mapping[float, float]) -> dict[str, float]:
     """A recall curve with its K fractions as JSON keys ('0.05')."""
     return {f"{k:g}": v for k, v in curve.items()}
@@ -138,6 +177,23 @@ def curve_json(curve: Mapping[float, float]) -> dict[str, float]:
 def band_json(band: Mapping[float, tuple[float, float]]) -> dict[str, list[float]]:
     """A curve's intervals with its K fractions as JSON keys ('0.05': [low, high])."""
     return {f"{k:g}": list(v) for k, v in band.items()}
+
+
+def paired_json(paired: Mapping[str, Mapping[float, tuple[float, float, float]]]) -> dict[str, dict]:
+    """Paired differences with their K fractions as JSON keys ('0.1': [difference, low, high])."""
+    return {name: {f"{k:g}": list(v) for k, v in d.items()} for name, d in paired.items()}
+
+
+def paired_table(
+    paired: Mapping[str, Mapping[float, tuple[float, float, float]]], ks: Sequence[float]
+) -> str:
+    """A Markdown table of paired differences, 'difference (low, high)' per K."""
+    lines = ["| paired difference (95% CI) | " + " | ".join(f"top {100 * k:g}%" for k in ks) + " |"]
+    lines.append("|---" * (len(ks) + 1) + "|")
+    for name, d in paired.items():
+        cells = [f"{d[k][0]:+.2f} ({d[k][1]:+.2f}, {d[k][2]:+.2f})" for k in ks]
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
 
 
 def _plot(
@@ -158,7 +214,10 @@ def _plot(
     fig, ax = plt.subplots(figsize=(5.5, 3.8))
     for name, curve in recalls.items():
         ks = sorted(curve)
-        (line,) = ax.plot([100 * k for k in ks], [curve[k] for k in ks], marker="o", ms=3, label=name)
+        style = {"ls": "--", "lw": 1.2} if name in CONTROLS else {}  # the controls dashed
+        (line,) = ax.plot(
+            [100 * k for k in ks], [curve[k] for k in ks], marker="o", ms=3, label=name, **style
+        )
         if intervals and name in intervals:
             band = intervals[name]
             ax.fill_between(
@@ -314,12 +373,15 @@ def main(argv: list[str] | None = None) -> int:
     notes = span_notes(answer_mask.any(dim=1), methods, a.probe, a.answer_pattern)
     for note in notes:
         print(f"[oracle] {note}", flush=True)
+    scored = methods if "random" in methods else [*methods, "random"]  # the controls are always there
     scores, mask = method_scores(  # mask: the reasoning tokens
-        model, tok, correct, methods, probe=a.probe, seed=a.seed, answer_pattern=a.answer_pattern
+        model, tok, correct, scored, probe=a.probe, seed=a.seed, answer_pattern=a.answer_pattern
     )
+    scores = with_position(scores, mask)
     oracle = label_matrix(labels, mask)
     recalls = recall_curves(scores, oracle, mask)
     intervals = recall_bands(scores, oracle, mask, seed=a.seed)
+    paired = control_differences(scores, oracle, mask, (0.1, 0.2, 0.3), seed=a.seed)
     n_tokens = int(mask.sum())
     n_pivots = int((oracle & mask).sum())
     result = {
@@ -335,6 +397,7 @@ def main(argv: list[str] | None = None) -> int:
         "notes": notes,
         "recall": {name: curve_json(curve) for name, curve in recalls.items()},
         "recall_ci95": {name: band_json(band) for name, band in intervals.items()},
+        "paired_difference": paired_json(paired),
     }
     write_text_atomic(out / "recall.json", json.dumps(result, indent=2))
     head = "| method | " + " | ".join(f"top {100 * k:g}%" for k in KS) + " |"
@@ -346,7 +409,8 @@ def main(argv: list[str] | None = None) -> int:
         f"{len(correct)} correct trajectories, {n_tokens} reasoning tokens, {n_pivots} oracle pivots "
         f"({100 * result['pivot_rate']:.1f}%), probe {a.probe}\n\n{table}\n\n"
         "Mean recall over the trajectories with a pivot; 95% bootstrap intervals in recall.json "
-        "(recall_ci95) and shaded in recall.png.\n"
+        "(recall_ci95) and shaded in recall.png. Controls: position (later tokens first) and random.\n\n"
+        f"{paired_table(paired, (0.1, 0.2, 0.3))}\n"
     )
     write_text_atomic(out / "recall.md", summary)
     _plot(

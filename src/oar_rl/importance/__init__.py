@@ -10,7 +10,7 @@ it to its ``*_scores`` function, the registry's scorer, which takes a prepared b
 
 from __future__ import annotations
 
-from oar_rl.importance.baselines import entropy_importance, random_importance
+from oar_rl.importance.baselines import entropy_importance, position_importance, random_importance
 from oar_rl.importance.gradient import gradient_importance
 from oar_rl.importance.grail import grail_importance, reasoning_positions
 from oar_rl.importance.hybrid import hybrid_importance
@@ -22,6 +22,7 @@ __all__ = [
     "grail_importance",
     "hybrid_importance",
     "perturbation_importance",
+    "position_importance",
     "random_importance",
     "reasoning_positions",
 ]

@@ -7,6 +7,11 @@
 - :func:`random_importance`: w ~ U(0, 1) per valid token (the paper's "GRPO + Random Credit"), from one
   generator or from one generator per row (the trainer's row-keyed draws); the sum-preserving rescale of
   Eq. 17 is applied downstream like for every other score.
+- :func:`position_importance`: the token's 1-based index in its completion (later tokens score higher,
+  no ties). Not a credit mode and not in the paper: a *control* for the analyses. Where the tokens an
+  analysis counts as pivots cluster near the answer, "later matters more" finds them without reading the
+  model; every recall or attribution table reports it beside random (DESIGN §4, "Controls before
+  claims"). Eq. 14's log1p and min-max keep its order, so its ranking is the position order.
 """
 
 from __future__ import annotations
@@ -146,3 +151,15 @@ def random_scores(
     are the same either way)."""
     u = random_importance(batch.completion_mask, generator=generator)
     return u if batch.reasoning_mask is None else u * batch.reasoning_mask
+
+
+def position_importance(completion_mask: Tensor) -> Tensor:
+    """(B, C) float32: the 1-based position t + 1 of each valid token in its completion, 0 on padding.
+
+    The position control (module docstring): ranking by it puts the last tokens first, with no ties.
+    """
+    _check_mask(completion_mask, "completion_mask")
+    if completion_mask.ndim != 2:
+        raise ValueError(f"completion_mask must be 2-D (B, C), got shape {tuple(completion_mask.shape)}")
+    idx = torch.arange(1, completion_mask.shape[1] + 1, dtype=torch.float32, device=completion_mask.device)
+    return idx[None, :] * completion_mask.bool()  # (B, C)

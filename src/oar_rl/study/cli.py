@@ -246,7 +246,7 @@ def _recall(
 
     if not settings.recall_trajectories:
         return None
-    recall_protocol = {**protocol, "recall_format": 1}
+    recall_protocol = {**protocol, "recall_format": 2}  # 2: position control, CIs, paired
     cached = _read_json(out / "recall.json")
     if cached is not None and cached.get("protocol_hash") == protocol_hash(recall_protocol):
         return cached["result"]

@@ -10,15 +10,29 @@ attribution side, paper Fig. 5b); random and entropy do not depend on the probe 
 Ground truth: the task's `label_roles` gives each completion token a role; the pivots are the tokens
 labelled `pivot` among the reasoning tokens. A trajectory the labeller cannot label (None) or whose
 label count differs from its token count is left out of the ground-truth recall and counted.
+
+Controls: both tables carry `random` and `position` (later reasoning tokens first), each signal with
+95% bootstrap intervals over trajectories (`recall_ci95`) and its paired difference to each control
+(`paired_difference`), as `oar-rl oracle` reports them (`oar_rl.analysis.recall`, "Controls").
+
+Standalone (the study's own settings: 40 correct trajectories of the test prompts, seed 1234, AS-Mean
+for the model-free signals, the task's completion length)::
+
+    python -m oar_rl.study.recall --out results/testbed-recall
 """
 
 from __future__ import annotations
 
+import json
+import sys
+import time
 from typing import Any
 
 import torch
 
 KS = (0.05, 0.1, 0.2, 0.3, 0.5)
+TABLE_KS = (0.1, 0.2, 0.3)
+"""The K of the paired differences (the top of the ranking, where credit is concentrated)."""
 
 
 def recall_analysis(
@@ -35,13 +49,7 @@ def recall_analysis(
     """Recall curves of every signal on `n` correct warm-start trajectories of the test prompts (at most
     `prompts_pool` prompts are sampled, one completion each; default 10·n, within [20, 1000])."""
     from oar_rl.analysis.attribute import METHODS, sample_trajectories
-    from oar_rl.analysis.recall import (
-        curve_json,
-        label_matrix,
-        oracle_labels,
-        recall_curves,
-        scores_per_probe,
-    )
+    from oar_rl.analysis.recall import label_matrix, oracle_labels, scores_per_probe
     from oar_rl.probes import PROBES
 
     pool = prompts_pool if prompts_pool is not None else min(max(10 * n, 20), 1000)
@@ -75,7 +83,7 @@ def recall_analysis(
     result["reasoning_tokens"] = tokens
     result["oracle"] = {
         "pivot_fraction": int((oracle & mask).sum()) / max(tokens, 1),
-        "recall": {name: curve_json(c) for name, c in recall_curves(scores, oracle, mask, KS).items()},
+        **_recall_section(scores, oracle, mask, seed),
     }
     if task.label_roles is not None:
         truth = torch.zeros_like(mask)
@@ -94,6 +102,104 @@ def recall_analysis(
             "trajectories": int(keep.sum()),
             "unlabelled": unlabelled,
             "pivot_fraction": int((truth & gt_mask).sum()) / max(g_tokens, 1),
-            "recall": {name: curve_json(c) for name, c in recall_curves(scores, truth, gt_mask, KS).items()},
+            **_recall_section(scores, truth, gt_mask, seed),
         }
     return result
+
+
+def _recall_section(scores: dict, truth: torch.Tensor, mask: torch.Tensor, seed: int) -> dict[str, Any]:
+    """recall, 95% bootstrap intervals and paired differences to the controls of one kind of pivot."""
+    from oar_rl.analysis.recall import (
+        band_json,
+        control_differences,
+        curve_json,
+        paired_json,
+        recall_bands,
+        recall_curves,
+    )
+
+    return {
+        "recall": {name: curve_json(c) for name, c in recall_curves(scores, truth, mask, KS).items()},
+        "recall_ci95": {
+            name: band_json(b) for name, b in recall_bands(scores, truth, mask, KS, seed=seed).items()
+        },
+        "paired_difference": paired_json(control_differences(scores, truth, mask, TABLE_KS, seed=seed)),
+    }
+
+
+def recall_markdown(result: dict[str, Any]) -> str:
+    """Both recall tables (with intervals) and their paired differences to the controls, as Markdown."""
+    lines = [
+        f"{result['trajectories']} correct trajectories of {result['sampled']} sampled, "
+        f"{result.get('reasoning_tokens', 0)} reasoning tokens.",
+    ]
+    for key, label in (("oracle", "counterfactual-oracle pivots"), ("ground_truth", "ground-truth pivots")):
+        sec = result.get(key)
+        if not sec:
+            continue
+        ks = [f"{k:g}" for k in KS]
+        lines += [
+            "",
+            f"### Recall@K% of {label} (pivot fraction {sec['pivot_fraction']:.2f}; 95% bootstrap CI)",
+            "",
+            "| signal | " + " | ".join(f"top {100 * float(k):g}%" for k in ks) + " |",
+            "|---" * (len(ks) + 1) + "|",
+        ]
+        for name, c in sec["recall"].items():
+            b = sec["recall_ci95"][name]
+            lines.append(
+                f"| {name} | " + " | ".join(f"{c[k]:.2f} ({b[k][0]:.2f}–{b[k][1]:.2f})" for k in ks) + " |"
+            )
+        tks = [f"{k:g}" for k in TABLE_KS]
+        lines += [
+            "",
+            "| paired difference (95% CI) | " + " | ".join(f"top {100 * float(k):g}%" for k in tks) + " |",
+        ]
+        lines.append("|---" * (len(tks) + 1) + "|")
+        for name, d in sec["paired_difference"].items():
+            lines.append(
+                f"| {name} | "
+                + " | ".join(f"{d[k][0]:+.2f} ({d[k][1]:+.2f}, {d[k][2]:+.2f})" for k in tks)
+                + " |"
+            )
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Recall of the warm start's signals, as the study computes it, into `--out` (JSON, Markdown, PNGs)."""
+    from oar_rl.argparsing import add, new_parser
+    from oar_rl.io import ensure_writable_dir, write_text_atomic
+    from oar_rl.study.report import plot_recall
+    from oar_rl.tasks import DEFAULT_TASK, get_task
+
+    p = new_parser("python -m oar_rl.study.recall", "recall@K% of every signal on a task's warm start")
+    add(p, "--task", default=DEFAULT_TASK)
+    add(p, "--n", type=int, default=40, help="correct warm-start trajectories (the study's default)")
+    add(p, "--seed", type=int, default=1234, help="sampling and scoring seed (the study's eval_seed)")
+    add(p, "--probe", default=None, help="probe of the model-free signals (default: the task's)")
+    add(p, "--threads", type=int, default=1, help="torch threads")
+    add(p, "--out", default="results/testbed-recall")
+    a = p.parse_args(list(sys.argv[1:] if argv is None else argv))
+    torch.set_num_threads(a.threads)
+    t0 = time.perf_counter()
+    task = get_task(a.task)
+    out = ensure_writable_dir(a.out)
+    ws = task.load_warm_start("default", None)
+    result = recall_analysis(
+        task, ws.model, ws.tokenizer, n=a.n, max_new_tokens=task.max_completion_length, seed=a.seed,
+        probe=a.probe or task.probe,
+    )  # fmt: skip
+    result["seconds"] = round(time.perf_counter() - t0, 1)
+    result["command"] = "python -m oar_rl.study.recall " + " ".join(sys.argv[1:] if argv is None else argv)
+    result["threads"] = a.threads
+    write_text_atomic(out / "recall.json", json.dumps(result, indent=2) + "\n")
+    write_text_atomic(out / "recall.md", recall_markdown(result))
+    plot_recall(result, "oracle", out / "recall_oracle.png", "recall of oracle pivots")
+    plot_recall(result, "ground_truth", out / "recall_ground_truth.png", "recall of ground-truth pivots")
+    print(recall_markdown(result))
+    print(f"[recall] wrote {out}/recall.json, recall.md, recall_*.png in {result['seconds']:.0f} s")
+    return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    raise SystemExit(main())

@@ -173,7 +173,8 @@ def plot_recall(recall: Mapping[str, Any], key: str, path: Path, ylabel: str) ->
     fig, ax = plt.subplots(figsize=(6, 3.8))
     for name, curve in section["recall"].items():
         ks = sorted(curve, key=float)
-        ax.plot([100 * float(k) for k in ks], [curve[k] for k in ks], marker="o", ms=3, label=name)
+        style = {"ls": "--"} if name in ("position", "random") else {}  # the controls dashed
+        ax.plot([100 * float(k) for k in ks], [curve[k] for k in ks], marker="o", ms=3, label=name, **style)
     top = 100 * max(float(k) for k in recall["ks"])
     ax.plot([0, top], [0, top / 100], color="0.6", ls=":", lw=1, label="chance")
     ax.set_xlabel("top-K% reasoning tokens by importance")

@@ -1,0 +1,175 @@
+"""`oar-rl blame`: the first-error locator on hand-built completions, and the table's arithmetic."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from oar_rl.analysis.blame import bilevel, check_signal, locate, main
+from oar_rl.analysis.blame_report import paired, row_metrics, summarize, token_masks
+from oar_rl.data.wordproblem_errors import first_error
+
+# Zoe has 15 pears, loses 8, then loses 2: the true steps and answer.
+STEPS = ((15, "-", 8, 7), (7, "-", 2, 5))
+HEAD = "Only the pears of Zoe matter here. To start, the pears go down: "
+MID = " She has fewer pears now, so "
+TAIL = " That is all. "
+
+
+def text(first: str, second: str | None, answer: str) -> str:
+    body = HEAD + first + "." + (MID + second + "." if second else "")
+    return body + TAIL + f"<answer>{answer}</answer>"
+
+
+def span_text(completion: str, span: tuple[int, int]) -> str:
+    return completion[span[0] : span[1]]
+
+
+def test_correct_completion():
+    c = text("15-8=7", "7-2=5", "5")
+    e = first_error(c, STEPS, 5)
+    assert (e.status, e.kind, e.steps_written, e.steps_true) == ("correct", None, 2, 2)
+    assert span_text(c, e.last_result) == "5" and c.index("7-2=5") + 4 == e.last_result[0]
+
+
+def test_slip_carried_forward():
+    c = text("15-8=6", "6-2=4", "4")
+    e = first_error(c, STEPS, 5)
+    assert (e.status, e.kind, e.step) == ("error", "slip", 0)
+    assert e.spans == ((c.index("=6") + 1, c.index("=6") + 2),)  # the written result "6" of step 1
+    assert span_text(c, e.last_result) == "4" and e.before_last_step
+
+
+def test_wrong_operand_and_wrong_operator():
+    c = text("15-9=6", "6-2=4", "4")  # gives away 9, the story says 8
+    e = first_error(c, STEPS, 5)
+    assert (e.kind, e.step, [span_text(c, s) for s in e.spans]) == ("operand", 0, ["9"])
+    c = text("15+8=23", "23-2=21", "21")  # adds instead of taking away
+    e = first_error(c, STEPS, 5)
+    assert (e.kind, e.step, [span_text(c, s) for s in e.spans]) == ("operator", 0, ["+"])
+    c = text("15-8=7", "8-2=6", "6")  # the second step reads the wrong quantity: an operand, in the last step
+    e = first_error(c, STEPS, 5)
+    assert (e.kind, e.step, e.before_last_step) == ("operand", 1, False)
+    assert [span_text(c, s) for s in e.spans] == ["8"] and e.spans[0][0] == c.index("8-2")
+
+
+def test_commuted_sum_is_not_an_error_but_a_commuted_difference_is():
+    steps = ((14, "+", 12, 26), (26, "-", 5, 21))
+    assert first_error(text("12+14=26", "26-5=21", "21"), steps, 21).status == "correct"
+    e = first_error(text("14+12=26", "5-26=21", "21"), steps, 21)
+    assert (e.kind, e.step) == ("operand", 1)
+
+
+def test_last_step_slip_extra_and_missing_steps_and_answer_copy():
+    e = first_error(text("15-8=7", "7-2=4", "4"), STEPS, 5)
+    assert (e.kind, e.step, e.before_last_step) == ("slip", 1, False)
+    c = text("15-8=7", "7-2=5", "3").replace(" That is all.", " Then 5-2=3.")
+    e = first_error(c, STEPS, 5)
+    assert (e.kind, e.step) == ("extra_step", 2)
+    assert [span_text(c, s) for s in e.spans] == ["5", "-", "2"]
+    assert first_error(text("15-8=7", None, "7"), STEPS, 5).status == "missing_step"
+    assert first_error(text("15-8=7", "7-2=5", "6"), STEPS, 5).status == "answer_copy"
+
+
+@pytest.mark.parametrize(
+    "completion",
+    [
+        text("15-8=7", "7-2=5", "5").replace("<answer>5</answer>", "5"),  # no answer span
+        text("15-8=7", "7-2=5", "5") + " more",  # text after the answer span
+        text("15-=7", "7-2=5", "5"),  # an equation without its operand
+        text("15-8=7", "7-2=5", "5").replace("That is all.", "I have 3 ideas."),  # a stray number
+        HEAD + "nothing. <answer>5</answer>",  # no equation at all
+    ],
+)
+def test_unparseable_completions_are_excluded_not_guessed(completion):
+    assert first_error(completion, STEPS, 5).status == "unparseable"
+
+
+class _Traj:
+    def __init__(self, tok, completion: str, answer: str):
+        self.completion, self.answer = completion, answer
+        self.completion_ids = torch.tensor(tok(completion, add_special_tokens=False)["input_ids"])
+
+
+@pytest.fixture(scope="module")
+def tok():
+    from oar_rl.data.wordproblems import build_tokenizer
+
+    return build_tokenizer()
+
+
+def test_locate_maps_the_error_to_its_tokens_and_counts_every_rollout(tok):
+    from types import SimpleNamespace
+
+    from oar_rl.tasks.base import exact_check
+
+    problem = SimpleNamespace(steps=STEPS, answer=5)
+    texts = [
+        text("15-8=7", "7-2=5", "5"),  # correct
+        text("15-8=6", "6-2=4", "4"),  # slip before the last step: measured
+        text("15-8=7", "7-2=4", "4"),  # slip in the last step: counted, not measured
+        "no answer at all",  # unparseable
+    ]
+    rows, counts = locate([_Traj(tok, t, "5") for t in texts], [problem], 4, tok, exact_check)
+    assert dict(counts) == {
+        "correct": 1,
+        "wrong, first error before the last step": 1,
+        "wrong, first error in the last step": 1,
+        "wrong, unparseable": 1,
+    }
+    (row,) = rows
+    ids = tok(texts[1], add_special_tokens=False)["input_ids"]
+    assert [tok.decode([ids[k]]) for k in row["error"]] == ["6"]  # digits are one token each
+    assert [tok.decode([ids[k]]) for k in row["last"]] == ["4"]
+    assert row["error"][0] == ids.index(tok.convert_tokens_to_ids("6"))  # the first "6": the slip
+
+
+DEFAULTS = {"tau": 0.4, "oar_beta": 2.0, "threshold": "quantile", "floor": 0.0}
+
+
+def test_a_signal_on_the_first_error_gets_the_top_weight_and_full_recall():
+    T, C = 20, 22  # 20 reasoning tokens, 2 answer tokens
+    valid = torch.ones(3, C, dtype=torch.bool)
+    scored = torch.zeros(3, C, dtype=torch.bool)
+    scored[:, :T] = True
+    rows = [{"error": [4], "last": [15]}, {"error": [2, 3], "last": [18]}, {"error": [7], "last": [12, 13]}]
+    err, last = token_masks(rows, (3, C))
+    raw = err.float()  # all importance on the first error
+    w = bilevel(raw, valid, scored, DEFAULTS)
+    # Î = 1 on the k error tokens, 0 elsewhere; the 0.4-quantile is 0, so every scored token takes the
+    # boosting branch: 1 + 2(Î − 0)/(1 − 0) = 3 on the error, 1 on the rest; Eq. 17 rescales the T scored
+    # weights to sum to T: error weight 3T/(T + 2k); the 2 answer tokens keep 1.
+    for i, k in enumerate((1, 2, 1)):
+        assert w[i, err[i]].tolist() == pytest.approx([3 * T / (T + 2 * k)] * k, rel=1e-6)
+        assert float(w[i, :T].max()) == pytest.approx(3 * T / (T + 2 * k), rel=1e-6)
+        assert w[i, T:].tolist() == [1.0, 1.0]
+    m = row_metrics(w, raw, err, last, scored)
+    assert m["recall@10"].tolist() == [1.0, 1.0, 1.0] and m["outweighs"].tolist() == [1.0, 1.0, 1.0]
+    assert m["w_last"].tolist() == pytest.approx([T / (T + 2), T / (T + 4), T / (T + 2)], rel=1e-6)
+    assert m["error_minus_last"].tolist() == pytest.approx((m["w_error"] - m["w_last"]).tolist())
+    # the mirror signal: all importance on the last result; the error never outweighs it, and the top
+    # 10% (2 tokens) holds no error token (ties at 0 go by position, earliest first)
+    m2 = row_metrics(bilevel(last.float(), valid, scored, DEFAULTS), last.float(), err, last, scored)
+    assert m2["outweighs"].tolist() == [0.0, 0.0, 0.0] and m2["recall@10"].tolist() == [0.0, 0.0, 0.0]
+    s, d = summarize(m, seed=0), paired(m, m2, seed=0)
+    assert s["w_error"][0] == pytest.approx(float(m["w_error"].mean()))
+    assert s["w_error"][1] <= s["w_error"][0] <= s["w_error"][2]
+    assert d["outweighs"][0] == pytest.approx(1.0) and d["recall@10"][:3] == pytest.approx([1.0, 1.0, 1.0])
+    assert d["w_error"][0] == pytest.approx(float((m["w_error"] - m2["w_error"]).mean()))
+
+
+def test_row_metrics_reject_a_row_without_tokens():
+    err = torch.zeros(1, 4, dtype=torch.bool)
+    last = torch.tensor([[False, False, True, False]])
+    with pytest.raises(ValueError, match="first-error token"):
+        row_metrics(torch.ones(1, 4), None, err, last, torch.ones(1, 4, dtype=torch.bool))
+
+
+def test_signal_names_are_checked():
+    for good in ("random", "position", "entropy", "grail", "oar-g/as-mean", "oar-p/lt-logits", "first-error"):
+        check_signal(good)
+    for bad, msg in (("oar-g", "needs a probe"), ("random/as-mean", "does not take"), ("nope", "unknown"),
+                     ("first-error/bogus", "does not take")):  # fmt: skip
+        with pytest.raises(ValueError, match=msg):
+            check_signal(bad)
+    assert main(["--signals", "oar-g/bogus", "--out", "unused"]) == 2
