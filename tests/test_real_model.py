@@ -255,6 +255,30 @@ def test_reasoning_end_finds_the_closing_phrase_on_the_real_tokenizer(real):
         reasoning_end(tok, "5 + 7 = 12. So 12.", torch.tensor(tok("5 + 7 = 12. So 12.")["input_ids"]))
 
 
+@pytest.mark.parametrize("design,steps", [("two-step", 2), ("reuse", 3)])
+def test_reference_steps_on_the_real_tokenizer(real, design, steps):
+    """Each reference design splits on the real tokenizer into its closing phrase and its steps (one
+    sentence with a number each, an opener joined to step 1); the reuse answer is step 1's result."""
+    from oar_rl.analysis.attribute import given_trajectory
+    from oar_rl.analysis.real_recall import make_problems, reasoning_end
+    from oar_rl.analysis.real_steps import step_index
+
+    _, tok = real
+    for prompt, ref, gold in make_problems(12, seed=2, design=design):
+        t = given_trajectory(tok, prompt, ref, chat=True, answer=gold)
+        end, _ = reasoning_end(tok, ref, t.completion_ids)
+        got = step_index(tok, [t], [end], (1, t.completion_ids.numel()))[0]
+        assert got[:end].unique().tolist() == list(range(1, steps + 1)) and not got[end:].any()
+        sentences = [tok.decode(t.completion_ids[got == k]).strip() for k in range(1, steps + 1)]
+        assert all(s.endswith(".") and any(c.isdigit() for c in s) for s in sentences), sentences
+        if design == "reuse":
+            assert (
+                f"= {gold} " in sentences[0]
+                and sentences[2].startswith("So ")
+                and f"has {gold} " in sentences[2]
+            )
+
+
 def test_readout_oracle_labels_the_result_a_pivot(real):
     """The forced read-out oracle on a one-step reference: the model reads the answer out of the full
     reasoning (finishable), substituting the written result changes what it reads out (a pivot), and no

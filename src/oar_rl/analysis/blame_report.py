@@ -99,9 +99,7 @@ def _table(head: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
 def markdown(result: Mapping[str, Any]) -> str:
     """blame.md: the counts, the main table, the paired differences to each control, own reshaping."""
     s, c = result["settings"], result["counts"]
-    lines = [
-        "# Blame on wrong rollouts: the first error against the last result",
-        "",
+    lines = [  # no title: the docs page includes this file under its own heading
         f"Command: `{result['command']}`  ",
         f"Machine: {result['machine']}; {s['threads']} torch thread(s); "
         f"wall {result['wall_seconds']:.0f} s.  ",
@@ -113,7 +111,8 @@ def markdown(result: Mapping[str, Any]) -> str:
         "measured: " + ", ".join(f"{k.replace('_', ' ')} {v}" for k, v in result["kinds"].items()) + ".",
         "",
         f"Rows below: the {result['rows']} wrong rollouts whose first error lies before their last step. "
-        "ω̃: the bi-level weight (Eq. 14-17, the trainer's `token_advantages`; 1 = GRPO's, max 1 + β); "
+        "ω̃: the bi-level weight (Eq. 14-17, the trainer's `token_advantages`; 1 = GRPO's; the boost "
+        "reaches 1 + β before Eq. 17's sum-preserving rescale); "
         "mean over the tokens of the first error / of the last result, then over rollouts. 95% bootstrap "
         "intervals over rollouts in brackets.",
         "",

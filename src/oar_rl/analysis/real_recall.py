@@ -27,6 +27,13 @@ the model reads out the right answer from the full R (it can finish it); recall 
 (the closing phrase is not scored) and averaged over references with at least one pivot. Labels are
 kept in ``OUT/oracle.json`` as they are computed, so a stopped run resumes.
 
+Controls and steps (issue 26): every table carries the `position` control (later reasoning tokens first)
+beside `random`, with each signal's paired difference to both, and recall per reasoning step
+(`oar_rl.analysis.real_report`, `oar_rl.analysis.real_steps`), because on the two-step references nearly
+every pivot sits in the last step, where position alone finds it. ``--design reuse`` builds references
+whose pivots lie in every step (`make_problems`): step 1 computes the asked quantity, step 2 a distractor
+(another person's item), step 3 restates step 1's result, which the answer copies.
+
 With ``--own`` the trajectories are the model's *own*: one-step word problems ("has a, buys b more", a
 and b from 1 to 9, the prompt asking for ``\\boxed{}``), sampled (``--temperature``, default 1) under the
 chat template until ``--n`` are correct by the rewarded answer (the paper's setting, Eq. 19: y is the
