@@ -144,3 +144,33 @@ def test_first_error_credit_blames_the_first_flip(tmp_path, tokenizer, dataset, 
     trainer._oar_inputs = [{"question": "?"}] * 3
     with pytest.raises(ValueError, match="gold_column='answer'"):
         trainer._assign_credit(output, c_mask.bool())
+
+
+def test_first_error_search_edges(tokenizer, monkeypatch):
+    """The binary search's edge rows: one reasoning token that flips (found), one whose prefix is already
+    wrong before its first token (no flip, however few tokens it has), one whose whole reasoning is still
+    right (the slip is in the answer: no flip)."""
+    from oar_rl.importance import first_error
+    from oar_rl.probes import prepare_batch
+    from oar_rl.tiny import tiny_qwen2
+
+    monkeypatch.setattr(
+        first_error, "_continue_greedy", lambda model, tok, prefixes, budgets, **kw: [[] for _ in prefixes]
+    )
+    texts = ["X <answer>1</answer>", "X <answer>1</answer>", "ab <answer>1</answer>"]
+    gold = ["1", "bad", "1"]  # row 1: the check fails from the empty prefix on
+    p_ids, p_mask = pad_texts(tokenizer, ["a", "b", "c"], "left")
+    c_ids, c_mask = pad_texts(tokenizer, texts, "right")
+    model = tiny_qwen2(len(tokenizer), seed=0)
+    reasoning = reasoning_mask(c_ids, c_mask, tokenizer, pattern=ANSWER_TAG_PATTERN)
+    batch = prepare_batch(model, p_ids, p_mask, c_ids, c_mask, None, reasoning)
+    found = first_error.first_error_positions(
+        model,
+        batch,
+        tokenizer=tokenizer,
+        gold=gold,
+        check=lambda text, g: g != "bad" and "X" not in text,
+        rows=[0, 1, 2],
+        max_new_tokens=8,
+    )
+    assert found == {0: 0, 1: None, 2: None}

@@ -322,7 +322,7 @@ class OARTrainer(CreditLogging, GRPOTrainer):
             prefix_reuse=args.perturbation_prefix_reuse,
         )
         if args.credit == "first-error":
-            return self._first_error(model, sub, rows, seq_adv, batch_size, answer_mask, reasoning, probe)
+            return self._first_error(model, sub, rows, seq_adv, batch_size, reasoning)
         options = {  # each bi-level mode's scorer options from OARConfig
             "oar-g": gradient_kwargs,
             "oar-p": perturbation_kwargs,
@@ -335,7 +335,7 @@ class OARTrainer(CreditLogging, GRPOTrainer):
         batch = prepare_batch(model, *sub.values(), answer_mask if span else None, reasoning)
         return mode.scorer(model, batch, probe=probe, **options[args.credit]), batch.scored(probe)
 
-    def _first_error(self, model, sub, rows, seq_adv, batch_size, answer_mask, reasoning, probe):
+    def _first_error(self, model, sub, rows, seq_adv, batch_size, reasoning):
         """credit="first-error": (R, C) scores of the rows `rows` and the tokens they reweight."""
         gold = [self._gold(int(r)) for r in rows.tolist()]
         batch = prepare_batch(model, *sub.values(), None, reasoning)

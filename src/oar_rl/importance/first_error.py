@@ -105,13 +105,13 @@ def first_error_positions(
         return [bool(check(t, str(gold[b]))) for t, (b, _) in zip(texts, queries, strict=True)]
 
     live = [b for b in rows if cand[b]]
-    out: dict[int, int | None] = {b: None for b in rows}
     # ends: right before the first candidate must be right, after the last one wrong
-    first_ok = correct([(b, cand[b][0]) for b in live])
-    last_ok = correct([(b, cand[b][-1] + 1) for b in live])
-    lo = {b: -1 for b in live}  # index into cand[b] known right (-1: before the first candidate)
-    hi = {b: len(cand[b]) - 1 for b in live}  # index known wrong
-    live = [b for b, a, z in zip(live, first_ok, last_ok, strict=True) if a and not z]
+    ends = correct([(b, cand[b][0]) for b in live] + [(b, cand[b][-1] + 1) for b in live])  # one round
+    first_ok, last_ok = ends[: len(live)], ends[len(live) :]
+    searched = [b for b, a, z in zip(live, first_ok, last_ok, strict=True) if a and not z]
+    lo = {b: -1 for b in searched}  # index into cand[b] known right (-1: before the first candidate)
+    hi = {b: len(cand[b]) - 1 for b in searched}  # index known wrong
+    live = [b for b in searched if hi[b] - lo[b] > 1]
     while live:
         mids = {b: (lo[b] + hi[b]) // 2 for b in live}
         ok = correct([(b, cand[b][mids[b]] + 1) for b in live])
@@ -121,10 +121,8 @@ def first_error_positions(
             else:
                 hi[b] = mids[b]
         live = [b for b in live if hi[b] - lo[b] > 1]
-    for b in lo:
-        if b in hi and (lo[b] + 1 == hi[b]):
-            out[b] = cand[b][hi[b]]
-    # rows dropped at the ends keep None
+    out: dict[int, int | None] = {b: None for b in rows}  # rows dropped at the ends keep None
+    out.update({b: cand[b][hi[b]] for b in searched})
     return out
 
 
