@@ -77,14 +77,18 @@ ARMS: tuple[Arm, ...] = (
 ARM_BY_NAME = {a.name: a for a in ARMS}
 
 
-def settings(split_problems: int, eval_samples: int):
-    """The v2 study's full recipe at the screen's learning rate, evaluated on `split_problems` problems."""
+EVAL: dict[str, tuple[str, int]] = {"screen": ("validation", VALIDATION_PROBLEMS), "confirm": ("test", 500)}
+"""Per kind of run: (split it is scored on, problems); 4 samples each at T = 1."""
+
+
+def settings(kind: str):
+    """The v2 study's full recipe at the screen's learning rate, scored on the split of `kind`."""
     return replace(
         PRESETS["full"],
         learning_rate=LEARNING_RATE,
         lr_source="the v2 study's sweep chose 4e-4 for every method (results/study-wordproblems-v2)",
-        test_problems=split_problems,
-        eval_samples=eval_samples,
+        test_problems=EVAL[kind][1],
+        eval_samples=4,
         curve_problems=None,
         curve_samples=None,
         recall_trajectories=0,
@@ -93,10 +97,9 @@ def settings(split_problems: int, eval_samples: int):
 
 def protocol(kind: str) -> dict[str, Any]:
     """What every run of the screen (kind "screen") or the confirmation ("confirm") shares."""
-    s = settings(VALIDATION_PROBLEMS, 4) if kind == "screen" else settings(500, 4)
     return {
-        **s.protocol(),
-        "split": "validation" if kind == "screen" else "test",
+        **settings(kind).protocol(),
+        "split": EVAL[kind][0],
         "screen_format": SCREEN_FORMAT,
     }
 
@@ -112,13 +115,12 @@ def train_arms(out: Path, arms: list[Arm], seeds: tuple[int, ...], kind: str, ca
     from oar_rl.tasks import get_task
 
     task = get_task("wordproblems")
-    s = settings(VALIDATION_PROBLEMS, 4) if kind == "screen" else settings(500, 4)
-    s = replace(s, max_completion_length=task.max_completion_length, probe=task.probe)
+    s = replace(settings(kind), max_completion_length=task.max_completion_length, probe=task.probe)
     store = RunStore(out / kind / "runs", protocol(kind))
     store.check_all()
     ws = task.load_warm_start("default", cache_dir)
     train_rows = task.prompts("train", s.n_train_prompts)
-    eval_rows = task.prompts("validation" if kind == "screen" else "test", s.test_problems)
+    eval_rows = task.prompts(EVAL[kind][0], s.test_problems)
     plan = [(a, seed) for seed in seeds for a in arms]
     progress = Progress(sum(s.steps * int(dict(a.overrides).get("steps_per_generation", 1)) for a, _ in plan))
     try:
