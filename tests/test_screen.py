@@ -26,6 +26,21 @@ def test_every_arm_is_a_valid_config_paired_with_grpo_at_its_step_size(tmp_path)
     assert protocol("screen") != protocol("confirm")
 
 
+def test_screen_protocol_is_the_committed_runs_and_confirm_curves_on_a_subsample():
+    """A code change must not silently move the screen's protocol away from its committed run files; the
+    confirmation's curve uses 150 x 2 test samples while its final accuracy uses all 500 x 4."""
+    import json
+    from pathlib import Path
+
+    runs = sorted(Path(__file__).parents[1].glob("results/credit-screen/screen/runs/*.json"))
+    assert runs, "the screen's committed run files are missing"
+    assert json.loads(runs[0].read_text())["protocol"] == protocol("screen")
+    conf = protocol("confirm")
+    assert (conf["curve_problems"], conf["curve_samples"]) == (150, 2)
+    assert (conf["test_problems"], conf["eval_samples"]) == (500, 4)
+    assert "curve_problems" not in protocol("screen")
+
+
 def _runs(accs: dict[str, list[float]]) -> dict[str, dict[int, dict]]:
     return {
         name: {2000 + i: {"final": {"sampled": a / 100}, "train_seconds": 1.0} for i, a in enumerate(v)}

@@ -81,16 +81,22 @@ EVAL: dict[str, tuple[str, int]] = {"screen": ("validation", VALIDATION_PROBLEMS
 """Per kind of run: (split it is scored on, problems); 4 samples each at T = 1."""
 
 
+CONFIRM_CURVE = (150, 2)
+"""The confirmation's accuracy curve every 5 steps: the first 150 test problems × 2 samples, as the v2
+study's (its final accuracy is on all 500 × 4). Screen runs have no curve (final accuracy only)."""
+
+
 def settings(kind: str):
     """The v2 study's full recipe at the screen's learning rate, scored on the split of `kind`."""
+    curve = CONFIRM_CURVE if kind == "confirm" else (None, None)
     return replace(
         PRESETS["full"],
         learning_rate=LEARNING_RATE,
         lr_source="the v2 study's sweep chose 4e-4 for every method (results/study-wordproblems-v2)",
         test_problems=EVAL[kind][1],
         eval_samples=4,
-        curve_problems=None,
-        curve_samples=None,
+        curve_problems=curve[0],
+        curve_samples=curve[1],
         recall_trajectories=0,
     )
 
