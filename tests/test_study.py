@@ -277,8 +277,50 @@ def test_interrupt_resume_extend_and_refuse_a_changed_protocol(tmp_path, fake_st
     assert "different configuration" in err and "steps: 4 -> 6" in err and "--fresh" in err
     assert study_cli.main([*_args(out), "--lr", "1e-4"]) == 2
     assert "learning_rate: 5e-05 -> 0.0001" in capsys.readouterr().err
+    assert study_cli.main([*_args(out), "--scored-tokens", "before-answer"]) == 2
+    assert "scored_tokens: 'reasoning' -> '<absent>'" in capsys.readouterr().err
     assert len(calls) == n
     assert study_cli.main([*_args(out), "--steps", "6", "--fresh"]) == 0  # --fresh starts clean
+
+
+def test_scored_tokens_is_protocol_and_studies_before_it_stay_readable():
+    """The scored set changes results, so it is part of the protocol; the v2 study (made before the key
+    existed, every token before the answer span) reads as scored_tokens="before-answer"."""
+    from oar_rl.config import SCORED_TOKENS
+
+    assert config.SCORED_TOKENS == SCORED_TOKENS
+    v2 = json.loads((Path(__file__).parents[1] / "results/study-wordproblems-v2/study.json").read_text())
+    assert "scored_tokens" not in v2["protocol"]
+    legacy = config.StudySettings(scored_tokens="before-answer").protocol()
+    assert "scored_tokens" not in legacy
+    assert config.StudySettings().protocol()["scored_tokens"] == "reasoning"
+    with pytest.raises(ValueError, match="choose one of reasoning, before-answer"):
+        config.StudySettings(scored_tokens="answer")
+
+
+def test_runner_trains_with_the_protocols_scored_set(monkeypatch, tmp_path):
+    """train_and_evaluate hands the protocol's scored_tokens to the trainer (an arm's override wins)."""
+    from oar_rl.study import training
+
+    seen: list[dict] = []
+
+    def fake_policy(*a, **kw):
+        seen.append(kw)
+        raise RuntimeError("stop here")
+
+    monkeypatch.setattr(training, "train_policy", fake_policy)
+    task = tasks.get_task("arithmetic")
+    for s, over, want in (
+        (config.StudySettings(), (), "reasoning"),
+        (config.StudySettings(scored_tokens="before-answer"), (), "before-answer"),
+        (config.StudySettings(), (("scored_tokens", "before-answer"),), "before-answer"),
+    ):
+        with pytest.raises(RuntimeError, match="stop here"):
+            runner.train_and_evaluate(
+                task, WarmStart(object(), object(), tmp_path, "h", {}), s, config.Variant("v", "oar-g", over),
+                0, [{"prompt": "p", "answer": "1"}], [], tmp_path / "w", None, learning_rate=1e-4,
+            )  # fmt: skip
+        assert seen[-1]["scored_tokens"] == want
 
 
 def test_tune_lr_chooses_on_validation_then_freezes(tmp_path, fake_study, capsys):

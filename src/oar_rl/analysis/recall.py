@@ -111,6 +111,7 @@ def scores_per_probe(
     model_free_probe: str,
     seed: int,
     answer_pattern: str | None = None,
+    scored_tokens: str = "reasoning",
 ) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
     """`method_scores` of the probe-dependent `methods` under every probe (named 'oar-g/as-mean') and of
     the others once, alongside `model_free_probe` (named plainly), plus the `position` control; returns
@@ -121,7 +122,8 @@ def scores_per_probe(
         wanted = [m for m in methods if m in PROBE_METHODS]
         wanted += [m for m in methods if m not in PROBE_METHODS] if p == model_free_probe else []
         s, mask = method_scores(
-            model, tokenizer, list(trajectories), wanted, probe=p, seed=seed, answer_pattern=answer_pattern
+            model, tokenizer, list(trajectories), wanted, probe=p, seed=seed, answer_pattern=answer_pattern,
+            scored_tokens=scored_tokens,
         )
         for name, v in s.items():
             scores[f"{name}/{p}" if name in PROBE_METHODS else name] = v

@@ -10,7 +10,7 @@ import argparse
 from dataclasses import replace
 from typing import Any
 
-from oar_rl.study.config import ABLATIONS, PRESETS, StudySettings, all_methods
+from oar_rl.study.config import ABLATIONS, PRESETS, SCORED_TOKENS, StudySettings, all_methods
 
 FULL, QUICK = PRESETS["full"], PRESETS["quick"]
 
@@ -115,6 +115,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="correct warm-start trajectories for recall@K%% (0: skip; default "
         f"{FULL.recall_trajectories}, --quick {QUICK.recall_trajectories})",
     )
+    add(
+        p,
+        "--scored-tokens",
+        choices=SCORED_TOKENS,
+        help="tokens OAR scores and reshapes (protocol; default reasoning, OARConfig's); before-answer is "
+        "the scored set of studies made before issue 26, e.g. results/study-wordproblems-v2",
+    )
     add(p, "--fresh", action="store_true", help="discard the results in --out first")
     return p
 
@@ -160,6 +167,8 @@ def settings_from_args(a: argparse.Namespace) -> StudySettings:
         changes["task"] = a.task
     if a.probe is not None:
         changes["probe"] = a.probe
+    if a.scored_tokens is not None:
+        changes["scored_tokens"] = a.scored_tokens
     if a.methods is not None:
         changes["methods"] = _csv(a.methods)
         if not changes["methods"]:

@@ -255,6 +255,7 @@ def _recall(
     recall = recall_analysis(
         task, ws.model, ws.tokenizer, n=settings.recall_trajectories,
         max_new_tokens=settings.max_completion_length, seed=settings.eval_seed, probe=settings.probe,
+        scored_tokens=settings.scored_tokens,
     )  # fmt: skip
     recall["seconds"] = time.perf_counter() - t0
     _write_json(out / "recall.json", {"protocol_hash": protocol_hash(recall_protocol), "result": recall})

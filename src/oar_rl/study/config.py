@@ -22,6 +22,8 @@ from typing import Any
 from oar_rl.tasks import DEFAULT_TASK
 
 STUDY_FORMAT = 1
+SCORED_TOKENS: tuple[str, ...] = ("reasoning", "before-answer")
+"""`oar_rl.config.SCORED_TOKENS` (not imported: that module imports TRL; a test keeps the two equal)."""
 TAUS: tuple[float, ...] = (0.0, 0.4, 0.7, 1.0)
 """τ ablation (paper Table 3 / Fig. 6): 0 boost-only, 1 suppress-only; run with OAR-G as in the paper."""
 ABLATIONS: dict[str, str] = {
@@ -79,6 +81,11 @@ class StudySettings:
     """None: the task's default probe."""
     tau: float = 0.4
     oar_beta: float = 2.0
+    scored_tokens: str = "reasoning"
+    """Which tokens OAR scores and reshapes (`OARConfig.scored_tokens`): the reasoning (the library's default
+    since issue 26), or "before-answer", every token before the answer span, as studies made before it
+    (results/study-wordproblems-v2) did. Their run files record no such key, so absent means
+    "before-answer": they stay readable, and a run with today's default is refused there."""
     eval_every: int = 10
     test_problems: int = 300
     eval_samples: int = 2
@@ -154,6 +161,10 @@ class StudySettings:
             raise ValueError(f"lr_grid={list(self.lr_grid)} must be non-empty and positive")
         if not 0.0 <= self.tau <= 1.0:
             raise ValueError(f"tau={self.tau} must be in [0, 1]")
+        if self.scored_tokens not in SCORED_TOKENS:
+            raise ValueError(
+                f"scored_tokens={self.scored_tokens!r} is not valid; choose one of {', '.join(SCORED_TOKENS)}"
+            )
         if self.probe is not None and self.probe not in probes():
             raise ValueError(f"probe={self.probe!r}; valid probes: {', '.join(probes())}")
         if self.train_prompts is not None and self.train_prompts < self.prompts_per_step:
@@ -202,6 +213,8 @@ class StudySettings:
         for key in ("curve_problems", "curve_samples"):  # absent when unset: earlier studies' protocols hold
             if d[key] is None:
                 del d[key]
+        if d["scored_tokens"] == "before-answer":  # the scored set of every study before issue 26
+            del d["scored_tokens"]
         d["study_format"] = STUDY_FORMAT
         return d
 

@@ -45,6 +45,7 @@ def recall_analysis(
     seed: int,
     probe: str,
     prompts_pool: int | None = None,
+    scored_tokens: str = "reasoning",
 ) -> dict[str, Any]:
     """Recall curves of every signal on `n` correct warm-start trajectories of the test prompts (at most
     `prompts_pool` prompts are sampled, one completion each; default 10·n, within [20, 1000])."""
@@ -77,6 +78,7 @@ def recall_analysis(
         model_free_probe=probe,
         seed=seed,
         answer_pattern=task.answer_pattern,
+        scored_tokens=scored_tokens,
     )
     oracle = label_matrix(oracle_rows, mask)
     tokens = int(mask.sum())

@@ -275,7 +275,8 @@ def train_and_evaluate(
     callbacks: list[Any] = [heldout]
     if progress is not None:
         callbacks.append(StepProgress(progress.tick))
-    kw = {"probe": settings.probe, "tau": settings.tau, "oar_beta": settings.oar_beta}
+    kw = {"probe": settings.probe, "tau": settings.tau, "oar_beta": settings.oar_beta,
+          "scored_tokens": settings.scored_tokens}  # fmt: skip
     kw.update(overrides)
     learning_rate = kw.pop("learning_rate", learning_rate)  # a method's own sweep choice
     if task.answer_pattern is not None:

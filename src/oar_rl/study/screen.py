@@ -103,11 +103,11 @@ def settings(kind: str):
 
 def protocol(kind: str) -> dict[str, Any]:
     """What every run of the screen (kind "screen") or the confirmation ("confirm") shares."""
-    return {
-        **settings(kind).protocol(),
-        "split": EVAL[kind][0],
-        "screen_format": SCREEN_FORMAT,
-    }
+    d = settings(kind).protocol()
+    # screen_format 1 has scored the reasoning only (the default) since its first run, and its files record
+    # no scored_tokens key; the oar-g[before-answer] arm names its own in its overrides
+    d.pop("scored_tokens")
+    return {**d, "split": EVAL[kind][0], "screen_format": SCREEN_FORMAT}
 
 
 # ----------------------------------------------------------------------------------------------------
