@@ -122,7 +122,13 @@ def scores_per_probe(
         wanted = [m for m in methods if m in PROBE_METHODS]
         wanted += [m for m in methods if m not in PROBE_METHODS] if p == model_free_probe else []
         s, mask = method_scores(
-            model, tokenizer, list(trajectories), wanted, probe=p, seed=seed, answer_pattern=answer_pattern,
+            model,
+            tokenizer,
+            list(trajectories),
+            wanted,
+            probe=p,
+            seed=seed,
+            answer_pattern=answer_pattern,
             scored_tokens=scored_tokens,
         )
         for name, v in s.items():
