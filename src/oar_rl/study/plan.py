@@ -103,7 +103,7 @@ def plan_lines(
         f"  runs           {len(runs)}: {each}",
         f"  each run       {s.steps} optimizer steps of {s.prompts_per_step} prompts x {s.num_generations} "
         f"completions; final accuracy on {s.test_problems} test problems x {s.eval_samples} samples",
-        f"  probe          {s.probe or 'the task default (as-mean)'}",
+        f"  probe          {s.probe or 'the task default (as-mean)'}; scored tokens: {s.scored_tokens}",
         f"  learning rate  {lr_line}",
         f"  estimated time about {duration(est['total'])} at one torch thread"
         + (f" (the sweep {duration(est['sweep'])})" if tune_lr else "")
