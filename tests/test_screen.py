@@ -6,7 +6,16 @@ from __future__ import annotations
 import pytest
 
 from conftest import make_args
-from oar_rl.study.screen import ARM_BY_NAME, ARMS, markdown, protocol, summarize, winners
+from oar_rl.study.screen import (
+    ARM_BY_NAME,
+    ARMS,
+    CONTRASTS,
+    contrasts,
+    markdown,
+    protocol,
+    summarize,
+    winners,
+)
 
 
 def test_every_arm_is_a_valid_config_paired_with_grpo_at_its_step_size(tmp_path):
@@ -65,3 +74,20 @@ def test_decision_rule_on_fake_results():
     del accs["oar-p"][-1]
     with pytest.raises(ValueError, match="not complete: oar-p"):
         winners(summarize(_runs(accs), list(ARMS)))
+
+
+def test_contrasts_compare_gaps_to_each_arms_own_baseline():
+    base = [80.0, 81.0, 82.0, 83.0, 84.0]
+    accs = {a.name: list(base) for a in ARMS}
+    accs["oar-g"] = [b - 1 for b in base]  # 1 below GRPO at 4e-4
+    accs["grpo[lr=2e-4]"] = [b - 6 for b in base]
+    accs["oar-g[lr=2e-4]"] = [b - 6.5 for b in base]  # 0.5 below GRPO at 2e-4: the gap shrank by 0.5
+    accs["oar-g[before-answer]"] = [b - 3 + (i % 2) for i, b in enumerate(base)]
+    by = {(r["arm"], r["versus"]): r["paired"] for r in contrasts(_runs(accs))}
+    assert len(by) == len(CONTRASTS)
+    assert by[("oar-g[lr=2e-4]", "oar-g")]["mean"] == pytest.approx(0.5)
+    assert by[("oar-g", "oar-g[before-answer]")]["diffs"] == pytest.approx([2.0, 1.0, 2.0, 1.0, 2.0])
+    assert by[("first-error", "oar-g")]["wins"] == 5
+    del accs["oar-g[tr]"]
+    assert ("oar-g[tr]", "oar-g") not in {(r["arm"], r["versus"]) for r in contrasts(_runs(accs))}
+    assert all(a in ARM_BY_NAME and b in ARM_BY_NAME for a, b, _ in CONTRASTS)

@@ -210,6 +210,64 @@ def winners(rows: list[dict[str, Any]], seeds: int = len(SCREEN_SEEDS), k: int =
     return [r["arm"] for r in cand[:k]]
 
 
+CONTRASTS: tuple[tuple[str, str, str], ...] = (
+    ("oar-g", "oar-g[before-answer]", "2: reasoning only vs the v2 scored set"),
+    ("oar-g[positive]", "oar-g[negative]", "1: reshape correct rows only vs wrong rows only"),
+    ("first-error", "oar-g", "1: blame the first error vs OAR-G"),
+    ("oar-g[lr=2.8e-4]", "oar-g", "3: OAR-G's gap to GRPO at 2.8e-4 vs at 4e-4"),
+    ("oar-g[lr=2e-4]", "oar-g", "3: OAR-G's gap to GRPO at 2e-4 vs at 4e-4"),
+    ("oar-g[tr]", "oar-g", "3: OAR-G's gap to GRPO with a trust region vs without"),
+    ("oar-g[draws=4]", "oar-g", "4: 4 noise draws vs 1"),
+    ("oar-g[floor=0.1]", "oar-g", "5: floor 0.1 vs none"),
+    ("oar-p", "oar-g", "OAR-P vs OAR-G"),
+)
+"""Which hypothesis each pair of arms speaks to (issue 26). Descriptive, not part of the pre-registered
+decision: per seed, (arm − its baseline) − (other − its baseline), so arms trained at different step
+sizes are compared by their gaps to GRPO at their own step size."""
+
+
+def contrasts(runs: dict[str, dict[int, dict[str, Any]]]) -> list[dict[str, Any]]:
+    """One row per :data:`CONTRASTS` pair with runs on common seeds: the paired difference of the two
+    arms' gaps to their baselines (percentage points)."""
+    from oar_rl.study.stats import paired_difference
+
+    def gap(name: str) -> dict[int, float]:
+        arm, got = ARM_BY_NAME[name], runs.get(name, {})
+        base = runs.get(arm.baseline, {}) if arm.baseline else {}
+        return {
+            s: 100 * (r["final"]["sampled"] - base[s]["final"]["sampled"])
+            for s, r in got.items()
+            if s in base
+        }
+
+    rows = []
+    for a, b, what in CONTRASTS:
+        ga, gb = gap(a), gap(b)
+        if len(set(ga) & set(gb)) >= 2:
+            rows.append({"arm": a, "versus": b, "hypothesis": what, "paired": paired_difference(ga, gb)})
+    return rows
+
+
+def contrasts_markdown(rows: list[dict[str, Any]]) -> str:
+    lines = [
+        "## Contrasts by hypothesis (descriptive)",
+        "",
+        "Per seed, the arm's gap to its GRPO baseline minus the other arm's (percentage points; at the same "
+        "step size this is the difference of their accuracies). Not part of the pre-registered decision, "
+        "and not corrected for the number of contrasts: a reading aid for the hypotheses.",
+        "",
+        "| hypothesis | arm − other | seeds | Δ (95% CI) | arm ahead |",
+        "|---|---|---:|---:|---:|",
+    ]
+    for r in rows:
+        p = r["paired"]
+        lines.append(
+            f"| {r['hypothesis']} | {r['arm']} − {r['versus']} | {len(p['seeds'])} | "
+            f"{_fmt_ci(p, signed=True)} | {p['wins']}/{len(p['seeds'])} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
 def _fmt_ci(ci: dict[str, Any] | None, signed: bool = False) -> str:
     if not ci or ci.get("mean") is None:
         return "–"
@@ -261,8 +319,12 @@ def write_report(out: Path, kind: str) -> dict[str, Any]:
         except ValueError as e:
             record["winners"] = None
             note += f" Winners not decided yet: {e}."
+    text = markdown(rows, f"Credit {kind}", note)
+    if kind == "screen":
+        record["contrasts"] = contrasts(runs)
+        text += "\n" + contrasts_markdown(record["contrasts"])
     write_text_atomic(out / f"{kind}.json", json.dumps(record, indent=1, sort_keys=True))
-    write_text_atomic(out / f"{kind}.md", markdown(rows, f"Credit {kind}", note))
+    write_text_atomic(out / f"{kind}.md", text)
     return record
 
 
