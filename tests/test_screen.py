@@ -11,6 +11,7 @@ from oar_rl.study.screen import (
     ARMS,
     CONTRASTS,
     contrasts,
+    diagnostics,
     markdown,
     protocol,
     summarize,
@@ -91,3 +92,18 @@ def test_contrasts_compare_gaps_to_each_arms_own_baseline():
     del accs["oar-g[tr]"]
     assert ("oar-g[tr]", "oar-g") not in {(r["arm"], r["versus"]) for r in contrasts(_runs(accs))}
     assert all(a in ARM_BY_NAME and b in ARM_BY_NAME for a, b, _ in CONTRASTS)
+
+
+def test_diagnostics_ratio_to_the_baseline_on_the_same_seed():
+    def rec(norms, ess):
+        return {"history": [{"grad_norm": n, "oar/ess_ratio": ess} for n in norms]}
+
+    runs = {
+        "grpo": {2000: rec([1.0, 3.0], 1.0), 2001: rec([4.0], 1.0)},
+        "oar-g": {2000: rec([3.0, 5.0], 0.8), 2001: rec([2.0], 0.6)},
+    }
+    by = {r["arm"]: r for r in diagnostics(runs, [ARM_BY_NAME["grpo"], ARM_BY_NAME["oar-g"]])}
+    assert by["grpo"]["grad_norm_ratio"] == pytest.approx(1.0)
+    assert by["oar-g"]["grad_norm_ratio"] == pytest.approx((4.0 / 2.0 + 2.0 / 4.0) / 2)
+    assert by["oar-g"]["oar/ess_ratio"] == pytest.approx(0.7)
+    assert by["oar-g"]["oar/top10_mass"] is None

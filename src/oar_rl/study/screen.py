@@ -268,6 +268,60 @@ def contrasts_markdown(rows: list[dict[str, Any]]) -> str:
     return "\n".join(lines) + "\n"
 
 
+DIAGNOSTICS: tuple[tuple[str, str], ...] = (
+    ("oar/ess_ratio", "ESS ratio"),
+    ("oar/top10_mass", "top-10% |A| mass"),
+    ("oar/pivot_adv_share", "pivot share of |A|"),
+    ("clip_ratio/region_mean", "clipped share"),
+)
+"""Logged training metrics shown per arm (means over steps, then seeds); the pivot share is measured
+against the testbed's ground-truth pivots (GRPO's equals the pivots' share of the tokens)."""
+
+
+def diagnostics(runs: dict[str, dict[int, dict[str, Any]]], arms: list[Arm]) -> list[dict[str, Any]]:
+    """Per arm: the gradient norm against its baseline's on the same seed (mean of per-seed ratios of
+    per-run mean norms) and the :data:`DIAGNOSTICS` metrics."""
+
+    def mean_of(rec: dict[str, Any], key: str) -> float | None:
+        vals = [h[key] for h in rec.get("history", []) if h.get(key) is not None]
+        return sum(vals) / len(vals) if vals else None
+
+    def seed_mean(vals: list[float | None]) -> float | None:
+        vals = [v for v in vals if v is not None]
+        return sum(vals) / len(vals) if vals else None
+
+    rows = []
+    for arm in arms:
+        got = runs.get(arm.name, {})
+        base = runs.get(arm.baseline or arm.name, {})
+        ratios = []
+        for seed, rec in got.items():
+            g, b = mean_of(rec, "grad_norm"), mean_of(base.get(seed, {}), "grad_norm")
+            if g is not None and b:
+                ratios.append(g / b)
+        row = {"arm": arm.name, "grad_norm_ratio": seed_mean(ratios)}
+        row.update({k: seed_mean([mean_of(r, k) for r in got.values()]) for k, _ in DIAGNOSTICS})
+        rows.append(row)
+    return rows
+
+
+def diagnostics_markdown(rows: list[dict[str, Any]]) -> str:
+    head = " | ".join(label for _, label in DIAGNOSTICS)
+    lines = [
+        "## Training diagnostics (logged, means over the 30 steps and the seeds)",
+        "",
+        "Gradient norm: the arm's mean over its run divided by its baseline's on the same seed.",
+        "",
+        f"| arm | grad norm / baseline's | {head} |",
+        "|---|" + "---:|" * (len(DIAGNOSTICS) + 1),
+    ]
+    for r in rows:
+        cells = ["–" if r[k] is None else f"{r[k]:.3f}" for k, _ in DIAGNOSTICS]
+        ratio = "–" if r["grad_norm_ratio"] is None else f"{r['grad_norm_ratio']:.2f}"
+        lines.append(f"| {r['arm']} | {ratio} | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
 def _fmt_ci(ci: dict[str, Any] | None, signed: bool = False) -> str:
     if not ci or ci.get("mean") is None:
         return "–"
@@ -323,6 +377,8 @@ def write_report(out: Path, kind: str) -> dict[str, Any]:
     if kind == "screen":
         record["contrasts"] = contrasts(runs)
         text += "\n" + contrasts_markdown(record["contrasts"])
+    record["diagnostics"] = diagnostics(runs, arms)
+    text += "\n" + diagnostics_markdown(record["diagnostics"])
     write_text_atomic(out / f"{kind}.json", json.dumps(record, indent=1, sort_keys=True))
     write_text_atomic(out / f"{kind}.md", text)
     return record
