@@ -316,7 +316,7 @@ def diagnostics_markdown(rows: list[dict[str, Any]]) -> str:
         "|---|" + "---:|" * (len(DIAGNOSTICS) + 1),
     ]
     for r in rows:
-        cells = ["–" if r[k] is None else f"{r[k]:.3f}" for k, _ in DIAGNOSTICS]
+        cells = ["–" if r[k] is None else f"{r[k]:.4f}" for k, _ in DIAGNOSTICS]
         ratio = "–" if r["grad_norm_ratio"] is None else f"{r['grad_norm_ratio']:.2f}"
         lines.append(f"| {r['arm']} | {ratio} | " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
