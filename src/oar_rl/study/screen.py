@@ -6,8 +6,9 @@
   τ 0.4, β 2, AS-Mean, learning rate 4e-4 unless the arm says otherwise) on seeds 2000-2004, and is
   scored on the **validation** split (300 problems × 4 samples at T = 1). Each arm is paired by seed with
   its GRPO baseline arm (the same learning rate and trust region).
-- **Decision** (`... report --out DIR`): the two non-GRPO arms with the highest mean paired difference to
-  their baseline (ties: the cheaper) are the winners (:func:`winners`).
+- **Decision** (`... report --out DIR`, which also tabulates the confirmation's runs so far): the two
+  non-GRPO arms with the highest mean paired difference to their baseline (ties: the cheaper) are the
+  winners (:func:`winners`).
 - **Confirmation** (`... confirm --out DIR`): the two winners and their GRPO baselines on 10 fresh seeds
   (100-109) on the **test** split (500 problems × 4 samples = 2000, and greedy), paired by seed.
 
@@ -416,9 +417,13 @@ def main(argv: list[str] | None = None) -> int:
     if a.action == "confirm":
         write_report(out, "screen")
         train_arms(out, _confirm_arms(out), CONFIRM_SEEDS, "confirm", a.cache_dir)
-    rec = write_report(out, "screen" if a.action != "confirm" else "confirm")
-    print(markdown(rec["rows"], f"Credit {rec['kind']}", ""), file=sys.stderr)
-    print(f"{rec['kind']}: {time.perf_counter() - t0:.0f} s; wrote {out}/{rec['kind']}.md", file=sys.stderr)
+    kinds = ["confirm"] if a.action == "confirm" else ["screen"]
+    if a.action == "report" and any((out / "confirm" / "runs").glob("*.json")):
+        kinds.append("confirm")  # the confirmation so far (it resumes where it stopped)
+    for kind in kinds:
+        rec = write_report(out, kind)
+        print(markdown(rec["rows"], f"Credit {kind}", ""), file=sys.stderr)
+        print(f"{kind}: {time.perf_counter() - t0:.0f} s; wrote {out}/{kind}.md", file=sys.stderr)
     return 0
 
 
