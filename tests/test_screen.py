@@ -107,3 +107,20 @@ def test_diagnostics_ratio_to_the_baseline_on_the_same_seed():
     assert by["oar-g"]["grad_norm_ratio"] == pytest.approx((4.0 / 2.0 + 2.0 / 4.0) / 2)
     assert by["oar-g"]["oar/ess_ratio"] == pytest.approx(0.7)
     assert by["oar-g"]["oar/top10_mass"] is None
+
+
+def test_confirmation_table_shows_greedy_accuracy_paired():
+    runs = {
+        "grpo": {100: {"final": {"sampled": 0.80, "greedy": 0.90}, "train_seconds": 1.0},
+                 101: {"final": {"sampled": 0.82, "greedy": 0.92}, "train_seconds": 1.0}},
+        "first-error": {100: {"final": {"sampled": 0.83, "greedy": 0.95}, "train_seconds": 2.0},
+                        101: {"final": {"sampled": 0.84, "greedy": 0.93}, "train_seconds": 2.0}},
+    }  # fmt: skip
+    rows = summarize(runs, [ARM_BY_NAME["grpo"], ARM_BY_NAME["first-error"]])
+    fe = rows[1]
+    assert fe["paired"]["diffs"] == pytest.approx([3.0, 2.0])
+    assert fe["paired_greedy"]["diffs"] == pytest.approx([5.0, 1.0])
+    text = markdown(rows, "Credit confirm", "n")
+    assert "| arm | greedy % (95% CI) | Δ greedy, paired |" in text
+    assert "| first-error | 94.0 (" in text and "| +3.0 (" in text
+    assert "| stage |" in markdown(summarize(_runs({"grpo": [80.0, 81.0]}), [ARM_BY_NAME["grpo"]]), "t", "n")

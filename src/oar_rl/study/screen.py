@@ -187,9 +187,19 @@ def summarize(runs: dict[str, dict[int, dict[str, Any]]], arms: list[Arm]) -> li
         row["greedy"] = mean_ci(greedy, bounds=(0, 100)) if greedy else None
         row["train_seconds"] = (sum(r["train_seconds"] for r in got.values()) / len(got)) if got else None
         if arm.baseline is not None:
-            base = {s: 100 * r["final"]["sampled"] for s, r in runs.get(arm.baseline, {}).items()}
+            base_runs = runs.get(arm.baseline, {})
+            base = {s: 100 * r["final"]["sampled"] for s, r in base_runs.items()}
             both = set(acc) & set(base)
             row["paired"] = paired_difference(acc, base) if both else None
+            g = {
+                s: 100 * r["final"]["greedy"] for s, r in got.items() if r["final"].get("greedy") is not None
+            }
+            gb = {
+                s: 100 * r["final"]["greedy"]
+                for s, r in base_runs.items()
+                if r["final"].get("greedy") is not None
+            }
+            row["paired_greedy"] = paired_difference(g, gb) if set(g) & set(gb) else None
         rows.append(row)
     return rows
 
@@ -335,17 +345,33 @@ def _fmt_ci(ci: dict[str, Any] | None, signed: bool = False) -> str:
 
 
 def markdown(rows: list[dict[str, Any]], title: str, note: str) -> str:
+    """The table; with greedy accuracies (the confirmation) the stage column gives way to two greedy ones."""
+    greedy = any(r.get("greedy") for r in rows)
+    cols = "greedy % (95% CI) | Δ greedy, paired" if greedy else "stage"
     head = (
-        "| arm | stage | seeds | accuracy % (95% CI) | Δ vs baseline, paired (95% CI) | baseline | wins "
+        f"| arm | {cols} | seeds | accuracy % (95% CI) | Δ vs baseline, paired (95% CI) | baseline | wins "
         "| train s/run |"
     )
-    lines = [f"# {title}", "", note, "", head, "|---|---:|---:|---:|---:|---|---:|---:|"]
+    lines = [
+        f"# {title}",
+        "",
+        note,
+        "",
+        head,
+        "|---|---:|" + ("---:|" if greedy else "") + "---:|---:|---:|---|---:|---:|",
+    ]
     for r in rows:
         p = r.get("paired")
         wins = "{}/{}".format(p["wins"], len(p["seeds"])) if p else "–"
         secs = "{:.0f}".format(r["train_seconds"]) if r["train_seconds"] else "–"
+        pg = r.get("paired_greedy")
+        first = (
+            f"{_fmt_ci(r['greedy'])} | {_fmt_ci(pg, signed=True) if pg else '–'}"
+            if greedy
+            else str(r["stage"])
+        )
         lines.append(
-            f"| {r['arm']} | {r['stage']} | {len(r['seeds'])} | {_fmt_ci(r['accuracy'])} | "
+            f"| {r['arm']} | {first} | {len(r['seeds'])} | {_fmt_ci(r['accuracy'])} | "
             f"{_fmt_ci(p, signed=True) if p else '–'} | {r['baseline'] or '–'} | {wins} | {secs} |"
         )
     return "\n".join(lines) + "\n"
