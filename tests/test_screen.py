@@ -121,6 +121,6 @@ def test_confirmation_table_shows_greedy_accuracy_paired():
     assert fe["paired"]["diffs"] == pytest.approx([3.0, 2.0])
     assert fe["paired_greedy"]["diffs"] == pytest.approx([5.0, 1.0])
     text = markdown(rows, "Credit confirm", "n")
-    assert "| arm | greedy % (95% CI) | Δ greedy, paired |" in text
-    assert "| first-error | 94.0 (" in text and "| +3.0 (" in text
+    assert "| wins | greedy % (95% CI) | Δ greedy, paired | train s/run |" in text
+    assert "| first-error | 2 | 83.5 (" in text and "| grpo | 2/2 | 94.0 (" in text
     assert "| stage |" in markdown(summarize(_runs({"grpo": [80.0, 81.0]}), [ARM_BY_NAME["grpo"]]), "t", "n")

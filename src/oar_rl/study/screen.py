@@ -345,35 +345,26 @@ def _fmt_ci(ci: dict[str, Any] | None, signed: bool = False) -> str:
 
 
 def markdown(rows: list[dict[str, Any]], title: str, note: str) -> str:
-    """The table; with greedy accuracies (the confirmation) the stage column gives way to two greedy ones."""
+    """The table; with greedy accuracies (the confirmation) two greedy columns follow the sampled ones
+    and the stage column is left out."""
     greedy = any(r.get("greedy") for r in rows)
-    cols = "greedy % (95% CI) | Δ greedy, paired" if greedy else "stage"
-    head = (
-        f"| arm | {cols} | seeds | accuracy % (95% CI) | Δ vs baseline, paired (95% CI) | baseline | wins "
-        "| train s/run |"
+    head = "| arm | " + ("" if greedy else "stage | ") + "seeds | accuracy % (95% CI) | "
+    head += "Δ vs baseline, paired (95% CI) | baseline | wins | "
+    head += ("greedy % (95% CI) | Δ greedy, paired | " if greedy else "") + "train s/run |"
+    rule = (
+        "|---|" + ("" if greedy else "---:|") + "---:|---:|---:|---|---:|" + ("---:|---:|" if greedy else "")
     )
-    lines = [
-        f"# {title}",
-        "",
-        note,
-        "",
-        head,
-        "|---|---:|" + ("---:|" if greedy else "") + "---:|---:|---:|---|---:|---:|",
-    ]
+    lines = [f"# {title}", "", note, "", head, rule + "---:|"]
     for r in rows:
-        p = r.get("paired")
+        p, pg = r.get("paired"), r.get("paired_greedy")
         wins = "{}/{}".format(p["wins"], len(p["seeds"])) if p else "–"
         secs = "{:.0f}".format(r["train_seconds"]) if r["train_seconds"] else "–"
-        pg = r.get("paired_greedy")
-        first = (
-            f"{_fmt_ci(r['greedy'])} | {_fmt_ci(pg, signed=True) if pg else '–'}"
-            if greedy
-            else str(r["stage"])
-        )
-        lines.append(
-            f"| {r['arm']} | {first} | {len(r['seeds'])} | {_fmt_ci(r['accuracy'])} | "
-            f"{_fmt_ci(p, signed=True) if p else '–'} | {r['baseline'] or '–'} | {wins} | {secs} |"
-        )
+        cells = [r["arm"]] + ([] if greedy else [str(r["stage"])])
+        cells += [str(len(r["seeds"])), _fmt_ci(r["accuracy"]), _fmt_ci(p, signed=True) if p else "–"]
+        cells += [r["baseline"] or "–", wins]
+        if greedy:
+            cells += [_fmt_ci(r["greedy"]), _fmt_ci(pg, signed=True) if pg else "–"]
+        lines.append("| " + " | ".join([*cells, secs]) + " |")
     return "\n".join(lines) + "\n"
 
 
