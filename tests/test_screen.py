@@ -124,3 +124,21 @@ def test_confirmation_table_shows_greedy_accuracy_paired():
     assert "| wins | greedy % (95% CI) | Δ greedy, paired | train s/run |" in text
     assert "| first-error | 2 | 83.5 (" in text and "| grpo | 2/2 | 94.0 (" in text
     assert "| stage |" in markdown(summarize(_runs({"grpo": [80.0, 81.0]}), [ARM_BY_NAME["grpo"]]), "t", "n")
+
+
+def test_confirmation_arms_come_from_the_screens_recorded_winners(tmp_path):
+    import json
+
+    from oar_rl.study.screen import _confirm_arms
+
+    with pytest.raises(ValueError, match="does not exist"):
+        _confirm_arms(tmp_path)
+    (tmp_path / "screen").mkdir()
+    (tmp_path / "screen" / "study.json").write_text(json.dumps({"winners": None}))
+    with pytest.raises(ValueError, match="names no winners yet"):
+        _confirm_arms(tmp_path)
+    (tmp_path / "screen" / "study.json").write_text(
+        json.dumps({"winners": ["oar-g[lr=2e-4]", "first-error"]})
+    )
+    names = [a.name for a in _confirm_arms(tmp_path)]
+    assert names == ["grpo[lr=2e-4]", "oar-g[lr=2e-4]", "grpo", "first-error"]  # each with its own baseline

@@ -369,8 +369,8 @@ def markdown(rows: list[dict[str, Any]], title: str, note: str) -> str:
 
 
 def write_report(out: Path, kind: str) -> dict[str, Any]:
-    """`out/<kind>.json` and `.md`: the table of every arm with runs (and, for the screen, the winners
-    once it is complete)."""
+    """`out/<kind>/study.json` (beside the runs) and `out/<kind>.md`: the table of every arm with runs (and,
+    for the screen, the winners once it is complete), the contrasts and the diagnostics."""
     runs = load_runs(out, kind)
     arms = [a for a in ARMS if a.name in runs] if kind == "screen" else _confirm_arms(out)
     rows = summarize(runs, arms)
@@ -397,16 +397,19 @@ def write_report(out: Path, kind: str) -> dict[str, Any]:
         text += "\n" + contrasts_markdown(record["contrasts"])
     record["diagnostics"] = diagnostics(runs, arms)
     text += "\n" + diagnostics_markdown(record["diagnostics"])
-    write_text_atomic(out / f"{kind}.json", json.dumps(record, indent=1, sort_keys=True))
+    write_text_atomic(out / kind / "study.json", json.dumps(record, indent=1, sort_keys=True))
     write_text_atomic(out / f"{kind}.md", text)
     return record
 
 
 def _confirm_arms(out: Path) -> list[Arm]:
-    screen = json.loads((out / "screen.json").read_text())
+    path = out / "screen" / "study.json"
+    if not path.exists():
+        raise ValueError(f"{path} does not exist: run the screen and `report` first")
+    screen = json.loads(path.read_text())
     chosen = screen.get("winners")
     if not chosen:
-        raise ValueError(f"{out / 'screen.json'} names no winners yet: finish the screen first")
+        raise ValueError(f"{path} names no winners yet: finish the screen first")
     arms: list[Arm] = []
     for name in chosen:
         arm = ARM_BY_NAME[name]
