@@ -392,8 +392,8 @@ def write_report(out: Path, kind: str) -> dict[str, Any]:
             record["winners"] = None
             note += f" Winners not decided yet: {e}."
     text = markdown(rows, f"Credit {kind}", note)
-    if kind == "screen":
-        record["contrasts"] = contrasts(runs)
+    record["contrasts"] = contrasts(runs)  # the confirmation's: those between its two winners
+    if record["contrasts"]:
         text += "\n" + contrasts_markdown(record["contrasts"])
     record["diagnostics"] = diagnostics(runs, arms)
     text += "\n" + diagnostics_markdown(record["diagnostics"])
