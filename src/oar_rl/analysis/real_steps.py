@@ -78,15 +78,8 @@ def per_step_recall(
     ks: Sequence[float] = STEP_KS,
 ) -> dict[str, Any]:
     """{step: {"references", "pivots", "all": {...}, "within": {...}}}: each ranking's recall, interval and
-    paired differences to the controls (`oar_rl.analysis.recall.control_differences`)."""
-    from oar_rl.analysis.recall import (
-        band_json,
-        control_differences,
-        curve_json,
-        paired_json,
-        recall_bands,
-        recall_curves,
-    )
+    paired differences to the controls (`oar_rl.analysis.recall.recall_summary`)."""
+    from oar_rl.analysis.recall import recall_summary
 
     out: dict[str, Any] = {}
     for s in range(1, int(steps.max()) + 1):
@@ -98,13 +91,7 @@ def per_step_recall(
             "tokens": int(in_step.sum()),
         }
         for name, ranked in (("all", mask), ("within", in_step)):
-            entry[name] = {
-                "recall": {k: curve_json(c) for k, c in recall_curves(scores, truth, ranked, ks).items()},
-                "recall_ci95": {
-                    k: band_json(b) for k, b in recall_bands(scores, truth, ranked, ks, seed=seed).items()
-                },
-                "paired_difference": paired_json(control_differences(scores, truth, ranked, ks, seed=seed)),
-            }
+            entry[name] = recall_summary(scores, truth, ranked, ks, seed=seed)
         out[str(s)] = entry
     return out
 

@@ -29,6 +29,7 @@ import json
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 import torch
 from tqdm.auto import tqdm
@@ -50,14 +51,13 @@ from oar_rl.analysis.attribute import (
 )
 from oar_rl.analysis.oracle import causal_recall, counterfactual_oracle, recall_difference, recall_interval
 from oar_rl.argparsing import add, new_parser
+from oar_rl.importance.baselines import CONTROLS  # `position` is added by `with_position`
 from oar_rl.io import ensure_writable_dir, savefig_atomic, write_text_atomic
 from oar_rl.tasks import exact_check, get_task
 
 KS = (0.05, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0)
 PROBE_METHODS = ("oar-g", "oar-p")
 """The scorers whose importance depends on the outcome probe."""
-CONTROLS = ("position", "random")
-"""The controls every recall table carries (module docstring); `position` is added by `with_position`."""
 
 
 def oracle_labels(
@@ -174,6 +174,28 @@ def control_differences(
         if name not in controls
         for c in controls
         if c in scores
+    }
+
+
+def recall_summary(
+    scores: Mapping[str, torch.Tensor],
+    truth: torch.Tensor,
+    mask: torch.Tensor,
+    ks: Sequence[float] = KS,
+    *,
+    seed: int,
+    paired_ks: Sequence[float] | None = None,
+) -> dict[str, Any]:
+    """The JSON of one recall table: each signal's curve ("recall"), its 95% bootstrap band
+    ("recall_ci95") and its paired differences to the controls at `paired_ks` (default `ks`)."""
+    return {
+        "recall": {name: curve_json(c) for name, c in recall_curves(scores, truth, mask, ks).items()},
+        "recall_ci95": {
+            name: band_json(b) for name, b in recall_bands(scores, truth, mask, ks, seed=seed).items()
+        },
+        "paired_difference": paired_json(
+            control_differences(scores, truth, mask, ks if paired_ks is None else paired_ks, seed=seed)
+        ),
     }
 
 

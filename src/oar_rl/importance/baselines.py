@@ -153,6 +153,10 @@ def random_scores(
     return u if batch.reasoning_mask is None else u * batch.reasoning_mask
 
 
+CONTROLS: tuple[str, ...] = ("position", "random")
+"""The control signals every recall or attribution table carries (module docstring)."""
+
+
 def position_importance(completion_mask: Tensor) -> Tensor:
     """(B, C) float32: the 1-based position t + 1 of each valid token in its completion, 0 on padding.
 

@@ -111,22 +111,9 @@ def recall_analysis(
 
 def _recall_section(scores: dict, truth: torch.Tensor, mask: torch.Tensor, seed: int) -> dict[str, Any]:
     """recall, 95% bootstrap intervals and paired differences to the controls of one kind of pivot."""
-    from oar_rl.analysis.recall import (
-        band_json,
-        control_differences,
-        curve_json,
-        paired_json,
-        recall_bands,
-        recall_curves,
-    )
+    from oar_rl.analysis.recall import recall_summary
 
-    return {
-        "recall": {name: curve_json(c) for name, c in recall_curves(scores, truth, mask, KS).items()},
-        "recall_ci95": {
-            name: band_json(b) for name, b in recall_bands(scores, truth, mask, KS, seed=seed).items()
-        },
-        "paired_difference": paired_json(control_differences(scores, truth, mask, TABLE_KS, seed=seed)),
-    }
+    return recall_summary(scores, truth, mask, KS, seed=seed, paired_ks=TABLE_KS)
 
 
 def recall_markdown(result: dict[str, Any]) -> str:

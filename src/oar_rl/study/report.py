@@ -169,11 +169,13 @@ def plot_recall(recall: Mapping[str, Any], key: str, path: Path, ylabel: str) ->
     section = recall.get(key)
     if not section:
         return None
+    from oar_rl.importance.baselines import CONTROLS
+
     plt = _plt()
     fig, ax = plt.subplots(figsize=(6, 3.8))
     for name, curve in section["recall"].items():
         ks = sorted(curve, key=float)
-        style = {"ls": "--"} if name in ("position", "random") else {}  # the controls dashed
+        style = {"ls": "--"} if name in CONTROLS else {}  # the controls dashed
         ax.plot([100 * float(k) for k in ks], [curve[k] for k in ks], marker="o", ms=3, label=name, **style)
     top = 100 * max(float(k) for k in recall["ks"])
     ax.plot([0, top], [0, top / 100], color="0.6", ls=":", lw=1, label="chance")

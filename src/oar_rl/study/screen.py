@@ -166,14 +166,20 @@ def load_runs(out: Path, kind: str) -> dict[str, dict[int, dict[str, Any]]]:
     return runs
 
 
+def _accuracies(runs_of: dict[int, dict[str, Any]], key: str) -> dict[int, float]:
+    """{seed: final accuracy in %} of one arm's runs, "sampled" or "greedy" (runs without it left out)."""
+    return {s: 100 * r["final"][key] for s, r in runs_of.items() if r["final"].get(key) is not None}
+
+
 def summarize(runs: dict[str, dict[int, dict[str, Any]]], arms: list[Arm]) -> list[dict[str, Any]]:
-    """One row per arm: accuracy (mean, t-interval over seeds), paired difference to its baseline."""
+    """One row per arm: accuracy and greedy accuracy (mean, t-interval over seeds) and their paired
+    differences to its baseline."""
     from oar_rl.study.stats import mean_ci, paired_difference
 
     rows = []
     for arm in arms:
         got = runs.get(arm.name, {})
-        acc = {s: 100 * r["final"]["sampled"] for s, r in got.items()}
+        acc, greedy = _accuracies(got, "sampled"), _accuracies(got, "greedy")
         row: dict[str, Any] = {
             "arm": arm.name,
             "method": arm.method,
@@ -181,25 +187,17 @@ def summarize(runs: dict[str, dict[int, dict[str, Any]]], arms: list[Arm]) -> li
             "baseline": arm.baseline,
             "stage": arm.stage,
             "seeds": sorted(acc),
+            "accuracy": mean_ci(list(acc.values()), bounds=(0, 100)) if acc else None,
+            "greedy": mean_ci(list(greedy.values()), bounds=(0, 100)) if greedy else None,
+            "train_seconds": (sum(r["train_seconds"] for r in got.values()) / len(got)) if got else None,
         }
-        row["accuracy"] = mean_ci(list(acc.values()), bounds=(0, 100)) if acc else None
-        greedy = [100 * r["final"]["greedy"] for r in got.values() if r["final"].get("greedy") is not None]
-        row["greedy"] = mean_ci(greedy, bounds=(0, 100)) if greedy else None
-        row["train_seconds"] = (sum(r["train_seconds"] for r in got.values()) / len(got)) if got else None
         if arm.baseline is not None:
-            base_runs = runs.get(arm.baseline, {})
-            base = {s: 100 * r["final"]["sampled"] for s, r in base_runs.items()}
-            both = set(acc) & set(base)
-            row["paired"] = paired_difference(acc, base) if both else None
-            g = {
-                s: 100 * r["final"]["greedy"] for s, r in got.items() if r["final"].get("greedy") is not None
-            }
-            gb = {
-                s: 100 * r["final"]["greedy"]
-                for s, r in base_runs.items()
-                if r["final"].get("greedy") is not None
-            }
-            row["paired_greedy"] = paired_difference(g, gb) if set(g) & set(gb) else None
+            base = runs.get(arm.baseline, {})
+            for name, mine, ref in (
+                ("paired", acc, _accuracies(base, "sampled")),
+                ("paired_greedy", greedy, _accuracies(base, "greedy")),
+            ):
+                row[name] = paired_difference(mine, ref) if set(mine) & set(ref) else None
         rows.append(row)
     return rows
 
