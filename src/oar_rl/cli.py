@@ -22,6 +22,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "oar_rl.analysis.blame",
         "credit on wrong rollouts: the first error's weight vs the last result's",
     ),
+    "task-figures": (
+        "oar_rl.analysis.task_figures",
+        "what regime a word-problem task's warm start is in: length, accuracy, roles, oracle pivots",
+    ),
     "bench": ("oar_rl.bench.cli", "training cost per token of each credit mode, as a ratio to GRPO"),
     "gpu-check": (
         "oar_rl.gpu_check",

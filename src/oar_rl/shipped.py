@@ -20,7 +20,7 @@ from pathlib import Path
 
 from transformers import PreTrainedTokenizerFast, Qwen2ForCausalLM
 
-from oar_rl.data.wordproblems import WordProblemConfig, build_tokenizer
+from oar_rl.data.wordproblems import LONG_CONFIG, WordProblemConfig, build_tokenizer
 from oar_rl.tiny import (
     _RECIPE_FILE,
     DEFAULT_RECIPE,
@@ -71,7 +71,34 @@ FIRST_WORDPROBLEMS_RECIPE = Recipe(
 )
 """The first shipped warm start (recipe d30225c1cf6e2256, docs: History), kept for the record:
 its files are in the git history (commit 9902b88, `src/oar_rl/models/wordproblems/`)."""
-TASK_RECIPES: dict[str, Recipe] = {"arithmetic": DEFAULT_RECIPE, "wordproblems": WORDPROBLEMS_RECIPE}
+LONG_WORDPROBLEMS_RECIPE = Recipe(
+    task=LONG_CONFIG,
+    model=ModelSpec(
+        hidden_size=64,
+        num_layers=4,
+        num_heads=4,
+        num_kv_heads=2,
+        intermediate_size=192,
+        max_position_embeddings=512,
+    ),
+    sft=SFTSpec(
+        steps=2000,
+        batch_size=32,
+        learning_rate=3e-3,
+        warmup_steps=30,
+        num_problems=20_000,
+        slip_prob=0.08,
+        misread_prob=0.6,
+    ),
+)
+"""The long regime's warm start (issue 33): a fallible teacher that slips (0.08 per result) and misreads
+trap events (0.6), so the greedy policy fails on most trap problems -- failures that are reasoning
+errors, not only sampling slips."""
+TASK_RECIPES: dict[str, Recipe] = {
+    "arithmetic": DEFAULT_RECIPE,
+    "wordproblems": WORDPROBLEMS_RECIPE,
+    "wordproblems-long": LONG_WORDPROBLEMS_RECIPE,
+}
 SHIPPED_DIR = Path(__file__).parent / "models"
 _MANIFEST = "oar_rl_manifest.json"
 

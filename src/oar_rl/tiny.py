@@ -171,10 +171,14 @@ class SFTSpec:
     slip_prob: float = 0.0
     """Word problems only: the probability that each computed result of a demonstration is a teacher's
     slip (off by 1 or 2, carried through to a wrong answer; `wordproblems.teacher_slips`)."""
+    misread_prob: float = 0.0
+    """Long word problems only: the probability that the teacher misreads a trap event (writes the other
+    operator of + and -, carried to a wrong answer; `wordproblems.teacher_slips`)."""
 
     def __post_init__(self) -> None:
-        if not 0.0 <= self.slip_prob < 1.0:
-            raise ValueError(f"SFTSpec.slip_prob={self.slip_prob} must be in [0, 1)")
+        for name in ("slip_prob", "misread_prob"):
+            if not 0.0 <= getattr(self, name) < 1.0:
+                raise ValueError(f"SFTSpec.{name}={getattr(self, name)} must be in [0, 1)")
         for name in ("steps", "batch_size", "num_problems"):
             if getattr(self, name) < 1:
                 raise ValueError(f"SFTSpec.{name}={getattr(self, name)} must be >= 1")
@@ -196,10 +200,11 @@ class Recipe:
 
     def to_dict(self) -> dict:
         d = asdict(self)
-        if (
-            d["sft"]["slip_prob"] == 0.0
-        ):  # added later: absent at its default (earlier recipes keep their hash)
-            del d["sft"]["slip_prob"]
+        for later in ("slip_prob", "misread_prob"):  # added later: absent at the default (hashes kept)
+            if d["sft"][later] == 0.0:
+                del d["sft"][later]
+        if isinstance(self.task, WordProblemConfig):
+            d["task"] = self.task.to_dict()  # leaves out its later fields at their defaults
         return d
 
     def hash(self) -> str:
@@ -339,15 +344,16 @@ def _task_sft_data(recipe: Recipe) -> tuple[PreTrainedTokenizerFast, list[str], 
         problems = wordproblems.generate(
             recipe.task,
             recipe.sft.num_problems,
-            wordproblems.SPLITS["train"][2],
+            wordproblems.SPLITS_BY_TASK[recipe.task.name]["train"][2],
             slip_prob=recipe.sft.slip_prob,
+            misread_prob=recipe.sft.misread_prob,
         )
         tok = wordproblems.build_tokenizer(recipe.task)
     else:
-        if recipe.sft.slip_prob:
+        if recipe.sft.slip_prob or recipe.sft.misread_prob:
             raise ValueError(
-                f"SFTSpec.slip_prob={recipe.sft.slip_prob} is supported for the word-problem task only; "
-                "use 0.0 for arithmetic"
+                f"SFTSpec.slip_prob={recipe.sft.slip_prob} and misread_prob={recipe.sft.misread_prob} are "
+                "supported for the word-problem tasks only; use 0.0 for arithmetic"
             )
         from oar_rl.data.arithmetic import SPLITS, generate
 

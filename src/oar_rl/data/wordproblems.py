@@ -36,7 +36,31 @@ from __future__ import annotations
 import random
 import re
 from dataclasses import asdict, dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, ClassVar
+
+from oar_rl.data.wordproblem_phrases import (
+    CLOSINGS,
+    DISTRACTORS,
+    FIRST,
+    GAIN_CLAUSES,
+    GAIN_PROMPTS,
+    IGNORES,
+    ITEMS,
+    LOSS_CLAUSES,
+    LOSS_PROMPTS,
+    MUL_ADD_CLAUSES,
+    MUL_CLAUSES,
+    MUL_PROMPT,
+    NAMES,
+    NEUTRAL_CLAUSES,
+    NEXT,
+    OPENINGS,
+    QUESTIONS,
+    REMARKS,
+    RESTATES,
+    TRAP_GAIN_PROMPTS,
+    TRAP_LOSS_PROMPTS,
+)
 
 if TYPE_CHECKING:
     from datasets import Dataset
@@ -45,73 +69,13 @@ if TYPE_CHECKING:
 PIVOT, FILLER, ANSWER = "pivot", "filler", "answer"
 ROLES: tuple[str, ...] = (PIVOT, FILLER, ANSWER)
 
-NAMES: tuple[tuple[str, str], ...] = (
-    ("Mia", "she"),
-    ("Ava", "she"),
-    ("Zoe", "she"),
-    ("Lily", "she"),
-    ("Leo", "he"),
-    ("Sam", "he"),
-    ("Tom", "he"),
-    ("Max", "he"),
-)
-ITEMS: tuple[str, ...] = ("apples", "pears", "plums", "eggs", "cards", "stamps", "shells", "coins")
-GAIN_PROMPTS = ("{n} buys {k} more {item}.", "{n} finds {k} more {item}.", "{o} gives {n} {k} {item}.")
-LOSS_PROMPTS = ("{n} gives {k} {item} to {o}.", "{n} loses {k} {item}.", "{n} sells {k} {item}.")
-MUL_PROMPT = "{n} buys {k} bags with {m} {item} in each bag."
-DISTRACTORS = ("{o} has {d} {item}.", "{o} buys {d} {item2}.", "{n} also has {d} {item2}.")
-QUESTIONS = ("How many {item} does {n} have now?", "How many {item} does {n} have in the end?")
-
-# Solution phrasings. {p}: pronoun, {P}: capitalised pronoun, {n}: name, {item}, {item2}, {o}.
-OPENINGS = (
-    "Only the {item} of {n} matter here.",
-    "We need to count the {item} that {n} has.",
-    "Let us follow the {item} of {n} step by step.",
-    "The question is about {n} and the {item}.",
-)
-IGNORES = (
-    "The {item2} do not count.",
-    "We can ignore the {item2}.",
-    "What {o} has does not matter.",
-    "The other numbers are not needed.",
-)
-FIRST = ("First,", "To start,", "At first,", "")
-NEXT = ("Then", "Next,", "After that,", "Now", "")
-GAIN_CLAUSES = (
-    "{p} gets more {item}, so",
-    "{p} adds the new {item}, so",
-    "the {item} go up, so",
-    "we add them, which gives",
-    "more {item} come in:",
-)
-LOSS_CLAUSES = (
-    "{p} gives some away, which leaves",
-    "{p} has fewer {item} now, so",
-    "we take them away, so",
-    "the {item} go down:",
-    "some {item} are gone, so",
-)
-MUL_CLAUSES = (
-    "the bags hold",
-    "{p} buys bags of {item}, and they hold",
-    "each bag has the same number, so",
-    "we multiply for the bags:",
-)
-MUL_ADD_CLAUSES = ("{p} adds them, so", "we add the bag {item}, so", "with the bags, {p} has")
-REMARKS = (
-    "Good.",
-    "That is easy.",
-    "Let me check: yes.",
-    "This looks right.",
-    "Okay.",
-    "So far so good.",
-    "Nice.",
-)
-CLOSINGS = ("That is the answer.", "So this is the final count.", "We are done.", "That is all.")
-
 _ANSWER_RE = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
 _NUMBER_RE = re.compile(r"\d+")
 _OPERATOR_RE = re.compile(r"(?<=\d)[+\-*](?=\d)")
+
+
+TASK_NAMES: tuple[str, ...] = ("wordproblems", "wordproblems-long")
+"""The task names a `WordProblemConfig` may carry: the short regime and the long one."""
 
 
 @dataclass(frozen=True)
@@ -136,10 +100,21 @@ class WordProblemConfig:
     """Probability of an optional remark after each step."""
     ignore_prob: float = 0.6
     """Probability of each of (up to two) opening remarks about the distractors."""
+    trap_prob: float = 0.0
+    """Probability that a problem has one trap event (`TRAP_GAIN_PROMPTS` / `TRAP_LOSS_PROMPTS`) at a
+    random gain or loss event (the long regime)."""
+    neutral_clauses: bool = False
+    """Gain and loss steps use `NEUTRAL_CLAUSES` (the long regime)."""
+    restate: bool = False
+    """Each change of the stock is followed by its running total (`RESTATES`; the long regime)."""
+
+    LATER_FIELDS: ClassVar[tuple[str, ...]] = ("trap_prob", "neutral_clauses", "restate")
+    """Fields added after recipes were shipped: left out of a recipe while at their defaults, so the
+    earlier recipes keep their hashes (`oar_rl.tiny.Recipe.to_dict`)."""
 
     def __post_init__(self) -> None:
-        if self.name != "wordproblems":
-            raise ValueError(f"WordProblemConfig.name must be 'wordproblems', got {self.name!r}")
+        if self.name not in TASK_NAMES:
+            raise ValueError(f"WordProblemConfig.name must be one of {TASK_NAMES}, got {self.name!r}")
         if not 1 <= self.min_events <= self.max_events:
             raise ValueError(f"need 1 <= min_events <= max_events, got {self.min_events}, {self.max_events}")
         if not 0 <= self.min_distractors <= self.max_distractors <= len(DISTRACTORS):
@@ -147,7 +122,7 @@ class WordProblemConfig:
                 f"need 0 <= min_distractors <= max_distractors <= {len(DISTRACTORS)}, "
                 f"got {self.min_distractors}, {self.max_distractors}"
             )
-        for f in ("mul_prob", "remark_prob", "ignore_prob"):
+        for f in ("mul_prob", "remark_prob", "ignore_prob", "trap_prob"):
             if not 0.0 <= getattr(self, f) <= 1.0:
                 raise ValueError(f"{f}={getattr(self, f)} must be in [0, 1]")
         if self.max_factor < 2 or self.max_start < 1 or self.max_change < 1:
@@ -156,16 +131,41 @@ class WordProblemConfig:
             raise ValueError(f"max_result={self.max_result} must be >= max_start={self.max_start}")
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        d = asdict(self)
+        for f in self.LATER_FIELDS:
+            if d[f] == type(self).__dataclass_fields__[f].default:
+                del d[f]
+        return d
 
 
 DEFAULT_CONFIG = WordProblemConfig()
+LONG_CONFIG = WordProblemConfig(
+    name="wordproblems-long",
+    min_events=6,
+    max_events=8,
+    max_result=99,
+    trap_prob=0.5,
+    neutral_clauses=True,
+    restate=True,
+)
+"""The long-chain regime (issue 33): 6-8 events, results up to 99, a trap event in half the problems,
+clauses that leave the direction to the operator, and the running total restated after each change."""
 SPLITS: dict[str, tuple[WordProblemConfig, int, int]] = {
     "train": (DEFAULT_CONFIG, 20_000, 4321),
     "validation": (DEFAULT_CONFIG, 500, 8765),
     "eval": (DEFAULT_CONFIG, 500, 5679),
 }
 """(config, size, seed) per split; validation/eval exclude problems whose prompt occurs in train."""
+LONG_SPLITS: dict[str, tuple[WordProblemConfig, int, int]] = {
+    "train": (LONG_CONFIG, 20_000, 4331),
+    "validation": (LONG_CONFIG, 500, 8775),
+    "eval": (LONG_CONFIG, 500, 5689),
+}
+"""The long regime's splits (other seeds than the short regime's)."""
+SPLITS_BY_TASK: dict[str, dict[str, tuple[WordProblemConfig, int, int]]] = {
+    "wordproblems": SPLITS,
+    "wordproblems-long": LONG_SPLITS,
+}
 
 
 @dataclass(frozen=True)
@@ -185,12 +185,12 @@ def _segments_to_text(segments: list[tuple[str, str]]) -> tuple[str, tuple[str, 
 
 
 def make_problem(
-    cfg: WordProblemConfig, rng: random.Random, slips: tuple[random.Random, float] | None = None
+    cfg: WordProblemConfig, rng: random.Random, slips: tuple[random.Random, float, float] | None = None
 ) -> WordProblem:
     """Draw one problem (redrawing until every intermediate result is within [0, max_result]).
 
-    `slips` = (rng, q): the worked solution is a fallible teacher's (see `teacher_slips`), drawn from its
-    own rng so the problem and its phrasing are those of the clean stream.
+    `slips` = (rng, q[, misread]): the worked solution is a fallible teacher's (see `teacher_slips`),
+    drawn from its own rng so the problem and its phrasing are those of the clean stream.
     """
     while True:
         out = _try_problem(cfg, rng, slips)
@@ -203,21 +203,35 @@ SLIP_OFFSETS: tuple[int, ...] = (-2, -1, 1, 2)
 
 
 def teacher_slips(
-    steps: list[tuple[int, str, int, int]], kinds: list[str], start: int, rng: random.Random, q: float
+    steps: list[tuple[int, str, int, int]],
+    kinds: list[str],
+    start: int,
+    rng: random.Random,
+    q: float,
+    traps: list[bool] | None = None,
+    misread: float = 0.0,
 ) -> list[tuple[int, str, int, int]]:
     """The steps as a fallible teacher writes them: each computed result is off by one of `SLIP_OFFSETS`
     with probability `q`, and every later step uses the slipped value (the teacher believes its slip), so
-    the demonstration's answer is wrong. Slips never make a result negative. q = 0 returns `steps`."""
-    if q == 0.0:
+    the demonstration's answer is wrong. Slips never make a result negative. A step marked in `traps`
+    (a trap event's phrasing, the long regime) is misread with probability `misread`: its operator is the
+    other one of + and -, carried like a slip. q = 0 with no misread returns `steps`."""
+    traps = traps if traps is not None else [False] * len(steps)
+    if q == 0.0 and not (misread > 0.0 and any(traps)):
         return steps
     out: list[tuple[int, str, int, int]] = []
     acc, bag = start, 0
-    for (a, op, b, _), kind in zip(steps, kinds, strict=True):
+    for (a, op, b, _), kind, trap in zip(steps, kinds, traps, strict=True):
         a, b = (a, b) if kind == "mul" else (acc, bag) if kind == "mul_add" else (acc, b)
+        if trap and misread > 0.0 and rng.random() < misread:
+            op = "-" if op == "+" else "+"
         r = a * b if op == "*" else a + b if op == "+" else a - b
-        if rng.random() < q:
-            r += rng.choice([d for d in SLIP_OFFSETS if r + d >= 0])
-        if r < 0:  # an earlier slip lowered the stock below what is taken away: write the clean steps
+        if q > 0.0 and rng.random() < q:
+            offsets = [d for d in SLIP_OFFSETS if r + d >= 0]
+            if not offsets:  # a misread took away far more than there is: write the clean steps
+                return steps
+            r += rng.choice(offsets)
+        if r < 0:  # an earlier slip or misread took away more than there is: write the clean steps
             return steps
         out.append((a, op, b, r))
         acc, bag = (acc, r) if kind == "mul" else (r, bag)
@@ -225,12 +239,15 @@ def teacher_slips(
 
 
 def _try_problem(
-    cfg: WordProblemConfig, rng: random.Random, slips: tuple[random.Random, float] | None = None
+    cfg: WordProblemConfig, rng: random.Random, slips: tuple[random.Random, float, float] | None = None
 ) -> WordProblem | None:
     (name, pron), (other, _) = rng.sample(NAMES, 2)
     item, item2 = rng.sample(ITEMS, 2)
     n_events = rng.randint(cfg.min_events, cfg.max_events)
     mul_at = rng.randrange(n_events) if rng.random() < cfg.mul_prob else -1
+    trap_at = -1
+    if cfg.trap_prob > 0.0 and rng.random() < cfg.trap_prob:  # never drawn in the short regime
+        trap_at = rng.choice([i for i in range(n_events) if i != mul_at])
     start = rng.randint(1, cfg.max_start)
     acc = start
     events: list[tuple[str, ...]] = []  # (kind, prompt sentence, *numbers)
@@ -246,12 +263,14 @@ def _try_problem(
             k = rng.randint(2, min(cfg.max_change, acc))
             steps.append((acc, "-", k, acc - k))
             acc -= k
-            events.append(("loss", rng.choice(LOSS_PROMPTS).format(k=k, **fmt)))
+            table = TRAP_LOSS_PROMPTS if i == trap_at else LOSS_PROMPTS
+            events.append(("loss", rng.choice(table).format(k=k, **fmt)))
         else:
             k = rng.randint(2, cfg.max_change)
             steps.append((acc, "+", k, acc + k))
             acc += k
-            events.append(("gain", rng.choice(GAIN_PROMPTS).format(k=k, **fmt)))
+            table = TRAP_GAIN_PROMPTS if i == trap_at else GAIN_PROMPTS
+            events.append(("gain", rng.choice(table).format(k=k, **fmt)))
         if acc > cfg.max_result:
             return None
     # the prompt: the start, distractors at random places among the events, the question
@@ -279,17 +298,24 @@ def _try_problem(
     rng.shuffle(intro)  # independent statements: free order
     for t in intro:
         say(t.format(**sfmt))
-    kinds = []
-    for kind, *_ in events:
+    kinds: list[str] = []
+    traps: list[bool] = []
+    for i, (kind, *_) in enumerate(events):
         kinds += ["mul", "mul_add"] if kind == "mul" else [kind]
+        traps += [False, False] if kind == "mul" else [i == trap_at]
     clauses = {"gain": GAIN_CLAUSES, "loss": LOSS_CLAUSES, "mul": MUL_CLAUSES, "mul_add": MUL_ADD_CLAUSES}
-    written = teacher_slips(steps, kinds, start, *slips) if slips else steps
+    if cfg.neutral_clauses:
+        clauses["gain"] = clauses["loss"] = NEUTRAL_CLAUSES
+    written = teacher_slips(steps, kinds, start, *slips[:2], traps, *slips[2:]) if slips else steps
     for j, ((a, op, b, r), kind) in enumerate(zip(written, kinds, strict=True)):
         conn = rng.choice(FIRST if j == 0 else NEXT)
         clause = rng.choice(clauses[kind]).format(**sfmt)
         say(f"{conn} {clause}")
         seg += [(" ", FILLER), (str(a), PIVOT), (op, PIVOT), (str(b), PIVOT), ("=", FILLER)]
         seg += [(str(r), PIVOT), (".", FILLER)]
+        if cfg.restate and kind != "mul":  # the running total, its number a pivot like every number
+            head, tail = rng.choice(RESTATES).format(r="{r}", **sfmt).split("{r}")
+            seg += [(" " + head, FILLER), (str(r), PIVOT), (tail, FILLER)]
         if rng.random() < cfg.remark_prob:
             say(rng.choice(REMARKS))
     say(rng.choice(CLOSINGS))
@@ -299,43 +325,54 @@ def _try_problem(
     return WordProblem(prompt, solution, acc, roles, tuple(steps))
 
 
-def generate(cfg: WordProblemConfig, n: int, seed: int, *, slip_prob: float = 0.0) -> list[WordProblem]:
+def generate(
+    cfg: WordProblemConfig, n: int, seed: int, *, slip_prob: float = 0.0, misread_prob: float = 0.0
+) -> list[WordProblem]:
     """`n` problems drawn with a private RNG seeded by `seed` (reproducible, no global state).
 
     `slip_prob` > 0: each solution is a fallible teacher's demonstration (`teacher_slips`); prompts,
     phrasing and `answer` (the right one) are those of the clean stream, slips come from a second RNG.
+    `misread_prob` > 0 (the long regime): the same teacher misreads each trap event with that probability.
     """
     if n < 0:
         raise ValueError(f"n={n} must be >= 0")
     if not 0.0 <= slip_prob < 1.0:
         raise ValueError(f"slip_prob={slip_prob} must be in [0, 1)")
+    if not 0.0 <= misread_prob < 1.0:
+        raise ValueError(f"misread_prob={misread_prob} must be in [0, 1)")
     rng = random.Random(seed)
-    slips = (random.Random(f"slips-{seed}"), slip_prob) if slip_prob > 0 else None
+    slips = None
+    if slip_prob > 0 or misread_prob > 0:
+        slips = (random.Random(f"slips-{seed}"), slip_prob, misread_prob)
     return [make_problem(cfg, rng, slips) for _ in range(n)]
 
 
-_TRAIN_PROMPTS: set[str] | None = None
+_TRAIN_PROMPTS: dict[str, set[str]] = {}
 
 
-def split_problems(split: str, n: int | None = None) -> list[WordProblem]:
-    """The problems of a named split ('train', 'validation', 'eval'); held-out ones avoid train prompts."""
-    global _TRAIN_PROMPTS
-    if split not in SPLITS:
-        raise ValueError(f"unknown split {split!r}; valid splits: {', '.join(SPLITS)}")
-    cfg, size, seed = SPLITS[split]
+def split_problems(split: str, n: int | None = None, task: str = "wordproblems") -> list[WordProblem]:
+    """The problems of a named split ('train', 'validation', 'eval') of `task` (a name in `TASK_NAMES`);
+    held-out ones avoid train prompts."""
+    if task not in SPLITS_BY_TASK:
+        raise ValueError(f"unknown word-problem task {task!r}; valid: {', '.join(SPLITS_BY_TASK)}")
+    splits = SPLITS_BY_TASK[task]
+    if split not in splits:
+        raise ValueError(f"unknown split {split!r}; valid splits: {', '.join(splits)}")
+    cfg, size, seed = splits[split]
     size = size if n is None else n
     if size < 0:
         raise ValueError(f"n={n} must be >= 0")
     if split == "train":
         return generate(cfg, size, seed)
-    if _TRAIN_PROMPTS is None:
-        tcfg, tsize, tseed = SPLITS["train"]
-        _TRAIN_PROMPTS = {p.prompt for p in generate(tcfg, tsize, tseed)}
+    if task not in _TRAIN_PROMPTS:
+        tcfg, tsize, tseed = splits["train"]
+        _TRAIN_PROMPTS[task] = {p.prompt for p in generate(tcfg, tsize, tseed)}
+    train_prompts = _TRAIN_PROMPTS[task]
     rng = random.Random(seed)
     out: list[WordProblem] = []
     while len(out) < size:
         p = make_problem(cfg, rng)
-        if p.prompt not in _TRAIN_PROMPTS:
+        if p.prompt not in train_prompts:
             out.append(p)
     return out
 
@@ -353,9 +390,9 @@ def to_dataset(problems: list[WordProblem]) -> Dataset:
     )
 
 
-def load(split: str, n: int | None = None) -> Dataset:
+def load(split: str, n: int | None = None, task: str = "wordproblems") -> Dataset:
     """The split as a `Dataset` (prompt, answer, solution); deterministic (a prefix of any longer n)."""
-    return to_dataset(split_problems(split, n))
+    return to_dataset(split_problems(split, n, task))
 
 
 def label_roles(completion: str) -> list[str] | None:
@@ -390,6 +427,12 @@ def corpus_texts(cfg: WordProblemConfig = DEFAULT_CONFIG) -> list[str]:
     texts = [*GAIN_PROMPTS, *LOSS_PROMPTS, MUL_PROMPT, *DISTRACTORS, *QUESTIONS]
     texts += [*OPENINGS, *IGNORES, *FIRST, *NEXT, *REMARKS, *CLOSINGS]
     texts += [*GAIN_CLAUSES, *LOSS_CLAUSES, *MUL_CLAUSES, *MUL_ADD_CLAUSES]
+    if cfg.trap_prob > 0.0:
+        texts += [*TRAP_GAIN_PROMPTS, *TRAP_LOSS_PROMPTS]
+    if cfg.neutral_clauses:
+        texts += list(NEUTRAL_CLAUSES)
+    if cfg.restate:
+        texts += list(RESTATES)
     words = [n for n, _ in NAMES] + [p for _, p in NAMES] + [p.capitalize() for _, p in NAMES] + list(ITEMS)
     out = []
     for t in texts:

@@ -30,6 +30,12 @@ from typing import Any
 
 from oar_rl.io import write_text_atomic
 from oar_rl.study.config import PRESETS, Variant
+from oar_rl.study.screen_report import (
+    DIAGNOSTIC_LABELS,
+    contrasts_markdown,
+    diagnostics_markdown,
+    markdown,
+)
 
 SCREEN_SEEDS: tuple[int, ...] = (2000, 2001, 2002, 2003, 2004)
 CONFIRM_SEEDS: tuple[int, ...] = tuple(range(100, 110))
@@ -86,15 +92,95 @@ CONFIRM_CURVE = (150, 2)
 """The confirmation's accuracy curve every 5 steps: the first 150 test problems × 2 samples, as the v2
 study's (its final accuracy is on all 500 × 4). Screen runs have no curve (final accuracy only)."""
 
+CONTRASTS: tuple[tuple[str, str, str], ...] = (
+    ("oar-g", "oar-g[before-answer]", "2: reasoning only vs the v2 scored set"),
+    ("oar-g[positive]", "oar-g[negative]", "1: reshape correct rows only vs wrong rows only"),
+    ("first-error", "oar-g", "1: blame the first error vs OAR-G"),
+    ("oar-g[lr=2.8e-4]", "oar-g", "3: OAR-G's gap to GRPO at 2.8e-4 vs at 4e-4"),
+    ("oar-g[lr=2e-4]", "oar-g", "3: OAR-G's gap to GRPO at 2e-4 vs at 4e-4"),
+    ("oar-g[tr]", "oar-g", "3: OAR-G's gap to GRPO with a trust region vs without"),
+    ("oar-g[draws=4]", "oar-g", "4: 4 noise draws vs 1"),
+    ("oar-g[floor=0.1]", "oar-g", "5: floor 0.1 vs none"),
+    ("oar-p", "oar-g", "OAR-P vs OAR-G"),
+)
+"""Which hypothesis each pair of arms speaks to (issue 26). Descriptive, not part of the pre-registered
+decision: per seed, (arm − its baseline) − (other − its baseline), so arms trained at different step
+sizes are compared by their gaps to GRPO at their own step size."""
 
-def settings(kind: str):
-    """The v2 study's full recipe at the screen's learning rate, scored on the split of `kind`."""
-    curve = CONFIRM_CURVE if kind == "confirm" else (None, None)
+
+@dataclass(frozen=True)
+class ScreenPlan:
+    """One pre-registered screen and its confirmation: the task, the arms, the seeds, the step size and
+    the evaluation. Everything here is fixed by the plan's PREREGISTRATION.md before its first run."""
+
+    name: str
+    task: str
+    arms: tuple[Arm, ...]
+    screen_seeds: tuple[int, ...]
+    confirm_seeds: tuple[int, ...]
+    learning_rate: float
+    lr_source: str
+    eval: dict[str, tuple[str, int]]
+    """Per kind of run ("screen", "confirm"): (split it is scored on, problems); 4 samples each at T = 1."""
+    confirm_curve: tuple[int, int]
+    screen_format: int
+    contrasts: tuple[tuple[str, str, str], ...] = ()
+    decision_stages: tuple[int, ...] = (1, 2)
+    """The stages whose arms compete for the winners (a later stage is an addendum, reported only)."""
+    confirm_also: tuple[str, ...] = ()
+    """Arms confirmed whatever the screen says (with their baselines)."""
+    k_winners: int = 2
+    drop_from_protocol: tuple[str, ...] = ()
+    """Settings left out of the recorded protocol (the first screen's files predate `scored_tokens`)."""
+
+    def arm(self, name: str) -> Arm:
+        for a in self.arms:
+            if a.name == name:
+                return a
+        raise ValueError(
+            f"no arm {name!r} in the plan {self.name!r}; arms: {', '.join(a.name for a in self.arms)}"
+        )
+
+
+CREDIT_SCREEN = ScreenPlan(
+    name="credit-screen",
+    task="wordproblems",
+    arms=ARMS,
+    screen_seeds=SCREEN_SEEDS,
+    confirm_seeds=CONFIRM_SEEDS,
+    learning_rate=LEARNING_RATE,
+    lr_source="the v2 study's sweep chose 4e-4 for every method (results/study-wordproblems-v2)",
+    eval=EVAL,
+    confirm_curve=CONFIRM_CURVE,
+    screen_format=SCREEN_FORMAT,
+    contrasts=CONTRASTS,
+    drop_from_protocol=("scored_tokens",),
+)
+"""Issue 26's screen on the short regime (results/credit-screen; its stage 3 is issue 33's addendum)."""
+
+PLANS: dict[str, ScreenPlan] = {CREDIT_SCREEN.name: CREDIT_SCREEN}
+"""The screens `python -m oar_rl.study.screen --plan` knows (the long regime's registers itself)."""
+
+
+def get_plan(name: str) -> ScreenPlan:
+    if name not in PLANS:
+        import importlib
+
+        importlib.import_module("oar_rl.study.screen_long")  # registers the long regime's plan
+    if name not in PLANS:
+        raise ValueError(f"unknown screen plan {name!r}; valid: {', '.join(sorted(PLANS))}")
+    return PLANS[name]
+
+
+def settings(kind: str, plan: ScreenPlan = CREDIT_SCREEN):
+    """The v2 study's full recipe at the plan's learning rate, scored on the split of `kind`."""
+    curve = plan.confirm_curve if kind == "confirm" else (None, None)
     return replace(
         PRESETS["full"],
-        learning_rate=LEARNING_RATE,
-        lr_source="the v2 study's sweep chose 4e-4 for every method (results/study-wordproblems-v2)",
-        test_problems=EVAL[kind][1],
+        task=plan.task,
+        learning_rate=plan.learning_rate,
+        lr_source=plan.lr_source,
+        test_problems=plan.eval[kind][1],
         eval_samples=4,
         curve_problems=curve[0],
         curve_samples=curve[1],
@@ -102,32 +188,40 @@ def settings(kind: str):
     )
 
 
-def protocol(kind: str) -> dict[str, Any]:
+def protocol(kind: str, plan: ScreenPlan = CREDIT_SCREEN) -> dict[str, Any]:
     """What every run of the screen (kind "screen") or the confirmation ("confirm") shares."""
-    d = settings(kind).protocol()
-    # screen_format 1 has scored the reasoning only (the default) since its first run, and its files record
-    # no scored_tokens key; the oar-g[before-answer] arm names its own in its overrides
-    d.pop("scored_tokens")
-    return {**d, "split": EVAL[kind][0], "screen_format": SCREEN_FORMAT}
+    d = settings(kind, plan).protocol()
+    # the first screen (format 1) has scored the reasoning only (the default) since its first run, and its
+    # files record no scored_tokens key; the oar-g[before-answer] arm names its own in its overrides
+    for key in plan.drop_from_protocol:
+        d.pop(key)
+    return {**d, "split": plan.eval[kind][0], "screen_format": plan.screen_format}
 
 
 # ----------------------------------------------------------------------------------------------------
 # training
 
 
-def train_arms(out: Path, arms: list[Arm], seeds: tuple[int, ...], kind: str, cache_dir: str | None) -> None:
+def train_arms(
+    out: Path,
+    arms: list[Arm],
+    seeds: tuple[int, ...],
+    kind: str,
+    cache_dir: str | None,
+    plan: ScreenPlan = CREDIT_SCREEN,
+) -> None:
     """Train every (arm, seed) not stored under `out/<kind>/runs`, seed-major, sharing work with other
     processes on the same directory."""
     from oar_rl.study.runner import Progress, RunStore, run_claimed, train_and_evaluate
     from oar_rl.tasks import get_task
 
-    task = get_task("wordproblems")
-    s = replace(settings(kind), max_completion_length=task.max_completion_length, probe=task.probe)
-    store = RunStore(out / kind / "runs", protocol(kind))
+    task = get_task(plan.task)
+    s = replace(settings(kind, plan), max_completion_length=task.max_completion_length, probe=task.probe)
+    store = RunStore(out / kind / "runs", protocol(kind, plan))
     store.check_all()
     ws = task.load_warm_start("default", cache_dir)
     train_rows = task.prompts("train", s.n_train_prompts)
-    eval_rows = task.prompts(EVAL[kind][0], s.test_problems)
+    eval_rows = task.prompts(plan.eval[kind][0], s.test_problems)
     plan = [(a, seed) for seed in seeds for a in arms]
     progress = Progress(sum(s.steps * int(dict(a.overrides).get("steps_per_generation", 1)) for a, _ in plan))
     try:
@@ -156,12 +250,12 @@ def train_arms(out: Path, arms: list[Arm], seeds: tuple[int, ...], kind: str, ca
 # aggregation and the decision rule
 
 
-def load_runs(out: Path, kind: str) -> dict[str, dict[int, dict[str, Any]]]:
+def load_runs(out: Path, kind: str, plan: ScreenPlan = CREDIT_SCREEN) -> dict[str, dict[int, dict[str, Any]]]:
     """{arm: {seed: run record}} of every finished run under `out/<kind>/runs` (protocol checked)."""
     from oar_rl.study.runner import RunStore
 
     runs: dict[str, dict[int, dict[str, Any]]] = {}
-    for rec in RunStore(out / kind / "runs", protocol(kind)).check_all().values():
+    for rec in RunStore(out / kind / "runs", protocol(kind, plan)).check_all().values():
         runs.setdefault(rec["variant"], {})[int(rec["seed"])] = rec
     return runs
 
@@ -202,9 +296,13 @@ def summarize(runs: dict[str, dict[int, dict[str, Any]]], arms: list[Arm]) -> li
     return rows
 
 
-def winners(rows: list[dict[str, Any]], seeds: int = len(SCREEN_SEEDS), k: int = 2) -> list[str]:
-    """The pre-registered rule: among non-GRPO arms with all `seeds` paired seeds, the `k` highest mean
-    paired differences to their baselines; ties go to the cheaper arm. ValueError while arms are missing."""
+def winners(
+    rows: list[dict[str, Any]], seeds: int = len(SCREEN_SEEDS), k: int = 2, plan: ScreenPlan = CREDIT_SCREEN
+) -> list[str]:
+    """The pre-registered rule: among non-GRPO arms of the plan's decision stages with all `seeds` paired
+    seeds, the `k` highest mean paired differences to their baselines; ties go to the cheaper arm.
+    ValueError while arms are missing."""
+    rows = [r for r in rows if r["stage"] in plan.decision_stages]
     missing = [
         r["arm"]
         for r in rows
@@ -215,33 +313,19 @@ def winners(rows: list[dict[str, Any]], seeds: int = len(SCREEN_SEEDS), k: int =
             f"the screen is not complete: {', '.join(missing)} lack paired runs on {seeds} seeds"
         )
     cand = [r for r in rows if r["baseline"] is not None]
-    cand.sort(key=lambda r: (-r["paired"]["mean"], ARM_BY_NAME[r["arm"]].cost))
+    cand.sort(key=lambda r: (-r["paired"]["mean"], plan.arm(r["arm"]).cost))
     return [r["arm"] for r in cand[:k]]
 
 
-CONTRASTS: tuple[tuple[str, str, str], ...] = (
-    ("oar-g", "oar-g[before-answer]", "2: reasoning only vs the v2 scored set"),
-    ("oar-g[positive]", "oar-g[negative]", "1: reshape correct rows only vs wrong rows only"),
-    ("first-error", "oar-g", "1: blame the first error vs OAR-G"),
-    ("oar-g[lr=2.8e-4]", "oar-g", "3: OAR-G's gap to GRPO at 2.8e-4 vs at 4e-4"),
-    ("oar-g[lr=2e-4]", "oar-g", "3: OAR-G's gap to GRPO at 2e-4 vs at 4e-4"),
-    ("oar-g[tr]", "oar-g", "3: OAR-G's gap to GRPO with a trust region vs without"),
-    ("oar-g[draws=4]", "oar-g", "4: 4 noise draws vs 1"),
-    ("oar-g[floor=0.1]", "oar-g", "5: floor 0.1 vs none"),
-    ("oar-p", "oar-g", "OAR-P vs OAR-G"),
-)
-"""Which hypothesis each pair of arms speaks to (issue 26). Descriptive, not part of the pre-registered
-decision: per seed, (arm − its baseline) − (other − its baseline), so arms trained at different step
-sizes are compared by their gaps to GRPO at their own step size."""
-
-
-def contrasts(runs: dict[str, dict[int, dict[str, Any]]]) -> list[dict[str, Any]]:
-    """One row per :data:`CONTRASTS` pair with runs on common seeds: the paired difference of the two
+def contrasts(
+    runs: dict[str, dict[int, dict[str, Any]]], plan: ScreenPlan = CREDIT_SCREEN
+) -> list[dict[str, Any]]:
+    """One row per contrast of the plan with runs on common seeds: the paired difference of the two
     arms' gaps to their baselines (percentage points)."""
     from oar_rl.study.stats import paired_difference
 
     def gap(name: str) -> dict[int, float]:
-        arm, got = ARM_BY_NAME[name], runs.get(name, {})
+        arm, got = plan.arm(name), runs.get(name, {})
         base = runs.get(arm.baseline, {}) if arm.baseline else {}
         return {
             s: 100 * (r["final"]["sampled"] - base[s]["final"]["sampled"])
@@ -250,41 +334,14 @@ def contrasts(runs: dict[str, dict[int, dict[str, Any]]]) -> list[dict[str, Any]
         }
 
     rows = []
-    for a, b, what in CONTRASTS:
+    for a, b, what in plan.contrasts:
         ga, gb = gap(a), gap(b)
         if len(set(ga) & set(gb)) >= 2:
             rows.append({"arm": a, "versus": b, "hypothesis": what, "paired": paired_difference(ga, gb)})
     return rows
 
 
-def contrasts_markdown(rows: list[dict[str, Any]]) -> str:
-    lines = [
-        "## Contrasts by hypothesis (descriptive)",
-        "",
-        "Per seed, the arm's gap to its GRPO baseline minus the other arm's (percentage points; at the same "
-        "step size this is the difference of their accuracies). Not part of the pre-registered decision, "
-        "and not corrected for the number of contrasts: a reading aid for the hypotheses.",
-        "",
-        "| hypothesis | arm − other | seeds | Δ (95% CI) | arm ahead |",
-        "|---|---|---:|---:|---:|",
-    ]
-    for r in rows:
-        p = r["paired"]
-        lines.append(
-            f"| {r['hypothesis']} | {r['arm']} − {r['versus']} | {len(p['seeds'])} | "
-            f"{_fmt_ci(p, signed=True)} | {p['wins']}/{len(p['seeds'])} |"
-        )
-    return "\n".join(lines) + "\n"
-
-
-DIAGNOSTICS: tuple[tuple[str, str], ...] = (
-    ("oar/ess_ratio", "ESS ratio"),
-    ("oar/top10_mass", "top-10% |A| mass"),
-    ("oar/pivot_adv_share", "pivot share of |A|"),
-    ("clip_ratio/region_mean", "clipped share"),
-)
-"""Logged training metrics shown per arm (means over steps, then seeds); the pivot share is measured
-against the testbed's ground-truth pivots (GRPO's equals the pivots' share of the tokens)."""
+DIAGNOSTICS = DIAGNOSTIC_LABELS
 
 
 def diagnostics(runs: dict[str, dict[int, dict[str, Any]]], arms: list[Arm]) -> list[dict[str, Any]]:
@@ -314,83 +371,47 @@ def diagnostics(runs: dict[str, dict[int, dict[str, Any]]], arms: list[Arm]) -> 
     return rows
 
 
-def diagnostics_markdown(rows: list[dict[str, Any]]) -> str:
-    head = " | ".join(label for _, label in DIAGNOSTICS)
-    lines = [
-        "## Training diagnostics (logged, means over the 30 steps and the seeds)",
-        "",
-        "Gradient norm: the arm's mean over its run divided by its baseline's on the same seed.",
-        "",
-        f"| arm | grad norm / baseline's | {head} |",
-        "|---|" + "---:|" * (len(DIAGNOSTICS) + 1),
-    ]
-    for r in rows:
-        cells = ["–" if r[k] is None else f"{r[k]:.4f}" for k, _ in DIAGNOSTICS]
-        ratio = "–" if r["grad_norm_ratio"] is None else f"{r['grad_norm_ratio']:.2f}"
-        lines.append(f"| {r['arm']} | {ratio} | " + " | ".join(cells) + " |")
-    return "\n".join(lines) + "\n"
+def _seed_range(seeds: tuple[int, ...]) -> str:
+    return f"{seeds[0]}-{seeds[-1]}" if list(seeds) == list(range(seeds[0], seeds[-1] + 1)) else str(seeds)
 
 
-def _fmt_ci(ci: dict[str, Any] | None, signed: bool = False) -> str:
-    if not ci or ci.get("mean") is None:
-        return "–"
-    f = "{:+.1f}" if signed else "{:.1f}"
-    if ci.get("low") is None:
-        return f.format(ci["mean"])
-    lo = f.format(ci["low"]) + ("*" if "low" in ci.get("clipped", ()) else "")
-    hi = f.format(ci["high"]) + ("*" if "high" in ci.get("clipped", ()) else "")
-    return f"{f.format(ci['mean'])} ({lo}, {hi})"
-
-
-def markdown(rows: list[dict[str, Any]], title: str, note: str) -> str:
-    """The table; with greedy accuracies (the confirmation) two greedy columns follow the sampled ones
-    and the stage column is left out."""
-    greedy = any(r.get("greedy") for r in rows)
-    head = "| arm | " + ("" if greedy else "stage | ") + "seeds | accuracy % (95% CI) | "
-    head += "Δ vs baseline, paired (95% CI) | baseline | wins | "
-    head += ("greedy % (95% CI) | Δ greedy, paired | " if greedy else "") + "train s/run |"
-    rule = (
-        "|---|" + ("" if greedy else "---:|") + "---:|---:|---:|---|---:|" + ("---:|---:|" if greedy else "")
-    )
-    lines = [f"# {title}", "", note, "", head, rule + "---:|"]
-    for r in rows:
-        p, pg = r.get("paired"), r.get("paired_greedy")
-        wins = "{}/{}".format(p["wins"], len(p["seeds"])) if p else "–"
-        secs = "{:.0f}".format(r["train_seconds"]) if r["train_seconds"] else "–"
-        cells = [r["arm"]] + ([] if greedy else [str(r["stage"])])
-        cells += [str(len(r["seeds"])), _fmt_ci(r["accuracy"]), _fmt_ci(p, signed=True) if p else "–"]
-        cells += [r["baseline"] or "–", wins]
-        if greedy:
-            cells += [_fmt_ci(r["greedy"]), _fmt_ci(pg, signed=True) if pg else "–"]
-        lines.append("| " + " | ".join([*cells, secs]) + " |")
-    return "\n".join(lines) + "\n"
-
-
-def write_report(out: Path, kind: str) -> dict[str, Any]:
+def write_report(out: Path, kind: str, plan: ScreenPlan = CREDIT_SCREEN) -> dict[str, Any]:
     """`out/<kind>/study.json` (beside the runs) and `out/<kind>.md`: the table of every arm with runs (and,
     for the screen, the winners once it is complete), the contrasts and the diagnostics."""
-    runs = load_runs(out, kind)
-    arms = [a for a in ARMS if a.name in runs] if kind == "screen" else _confirm_arms(out)
+    runs = load_runs(out, kind, plan)
+    arms = [a for a in plan.arms if a.name in runs] if kind == "screen" else _confirm_arms(out, plan)
     rows = summarize(runs, arms)
-    record: dict[str, Any] = {"kind": kind, "protocol": protocol(kind), "rows": rows,
-                              "seeds": list(SCREEN_SEEDS if kind == "screen" else CONFIRM_SEEDS)}  # fmt: skip
+    seeds = plan.screen_seeds if kind == "screen" else plan.confirm_seeds
+    record: dict[str, Any] = {
+        "kind": kind,
+        "protocol": protocol(kind, plan),
+        "rows": rows,
+        "seeds": list(seeds),
+    }
+    problems = plan.eval[kind][1]
     note = (
-        "Validation split, 300 problems × 4 samples at T = 1 per run; seeds 2000-2004; differences paired "
-        "by seed against the arm's GRPO baseline (same learning rate and trust region). Student-t "
-        "intervals over seeds; * marks an end clipped to [0, 100]."
+        f"Validation split, {problems} problems × 4 samples at T = 1 per run; seeds {_seed_range(seeds)}; "
+        "differences paired by seed against the arm's GRPO baseline (same learning rate and trust region). "
+        "Student-t intervals over seeds; * marks an end clipped to [0, 100]."
         if kind == "screen"
-        else "Test split, 500 problems × 4 samples at T = 1 per run (2000), fresh seeds 100-109; differences "
-        "paired by seed against the arm's GRPO baseline."
+        else f"Test split, {problems} problems × 4 samples at T = 1 per run ({problems * 4}), fresh seeds "
+        f"{_seed_range(seeds)}; differences paired by seed against the arm's GRPO baseline."
     )
     if kind == "screen":
         try:
-            record["winners"] = winners(summarize(runs, list(ARMS)))
+            record["winners"] = winners(summarize(runs, list(plan.arms)), len(seeds), plan.k_winners, plan)
             note += f" **Winners (pre-registered rule): {', '.join(record['winners'])}.**"
         except ValueError as e:
             record["winners"] = None
             note += f" Winners not decided yet: {e}."
+        later = sorted({a.stage for a in arms} - set(plan.decision_stages))
+        if later:
+            note += (
+                f" Stage {', '.join(map(str, later))}: an addendum screened after the decision, outside "
+                "the winners' rule."
+            )
     text = markdown(rows, f"Credit {kind}", note)
-    record["contrasts"] = contrasts(runs)  # the confirmation's: those between its two winners
+    record["contrasts"] = contrasts(runs, plan)  # the confirmation's: those between its arms
     if record["contrasts"]:
         text += "\n" + contrasts_markdown(record["contrasts"])
     record["diagnostics"] = diagnostics(runs, arms)
@@ -400,7 +421,8 @@ def write_report(out: Path, kind: str) -> dict[str, Any]:
     return record
 
 
-def _confirm_arms(out: Path) -> list[Arm]:
+def _confirm_arms(out: Path, plan: ScreenPlan = CREDIT_SCREEN) -> list[Arm]:
+    """The screen's recorded winners and the plan's always-confirmed arms, each after its baseline."""
     path = out / "screen" / "study.json"
     if not path.exists():
         raise ValueError(f"{path} does not exist: run the screen and `report` first")
@@ -409,9 +431,9 @@ def _confirm_arms(out: Path) -> list[Arm]:
     if not chosen:
         raise ValueError(f"{path} names no winners yet: finish the screen first")
     arms: list[Arm] = []
-    for name in chosen:
-        arm = ARM_BY_NAME[name]
-        base = ARM_BY_NAME[arm.baseline]
+    for name in [*chosen, *(c for c in plan.confirm_also if c not in chosen)]:
+        arm = plan.arm(name)
+        base = plan.arm(arm.baseline) if arm.baseline else arm
         arms += [a for a in (base, arm) if a not in arms]
     return arms
 
@@ -419,27 +441,33 @@ def _confirm_arms(out: Path) -> list[Arm]:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m oar_rl.study.screen", description=__doc__.split("\n\n")[0])
     p.add_argument("action", choices=("run", "report", "confirm"))
-    p.add_argument("--out", default="results/credit-screen")
-    p.add_argument("--stages", default="1,2", help="screen stages to train (default 1,2)")
+    p.add_argument("--plan", default=CREDIT_SCREEN.name, help="the pre-registered plan (credit-screen, "
+                   "credit-long; default %(default)s)")  # fmt: skip
+    p.add_argument("--out", default=None, help="output directory (default: results/<plan>)")
+    p.add_argument("--stages", default=None, help="screen stages to train (default: the decision's)")
     p.add_argument("--cache-dir", "--cache_dir", dest="cache_dir", default=None)
     p.add_argument("--threads", type=int, default=1, help="torch threads per process (default 1)")
     a = p.parse_args(argv)
     import torch
 
+    plan = get_plan(a.plan)
     torch.set_num_threads(a.threads)
-    out = Path(a.out)
+    out = Path(a.out or f"results/{plan.name}")
     t0 = time.perf_counter()
     if a.action == "run":
-        stages = {int(x) for x in a.stages.split(",")}
-        train_arms(out, [x for x in ARMS if x.stage in stages], SCREEN_SEEDS, "screen", a.cache_dir)
+        stages = {int(x) for x in a.stages.split(",")} if a.stages else set(plan.decision_stages)
+        arms = [x for x in plan.arms if x.stage in stages]
+        if not arms:
+            raise SystemExit(f"no arm of plan {plan.name!r} is in stages {sorted(stages)}")
+        train_arms(out, arms, plan.screen_seeds, "screen", a.cache_dir, plan)
     if a.action == "confirm":
-        write_report(out, "screen")
-        train_arms(out, _confirm_arms(out), CONFIRM_SEEDS, "confirm", a.cache_dir)
+        write_report(out, "screen", plan)
+        train_arms(out, _confirm_arms(out, plan), plan.confirm_seeds, "confirm", a.cache_dir, plan)
     kinds = ["confirm"] if a.action == "confirm" else ["screen"]
     if a.action == "report" and any((out / "confirm" / "runs").glob("*.json")):
         kinds.append("confirm")  # the confirmation so far (it resumes where it stopped)
     for kind in kinds:
-        rec = write_report(out, kind)
+        rec = write_report(out, kind, plan)
         print(markdown(rec["rows"], f"Credit {kind}", ""), file=sys.stderr)
         print(f"{kind}: {time.perf_counter() - t0:.0f} s; wrote {out}/{kind}.md", file=sys.stderr)
     return 0

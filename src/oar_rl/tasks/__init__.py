@@ -61,7 +61,8 @@ def _register_builtin_tasks() -> None:
         return
     _BUILTINS_DONE = True
     from oar_rl.tasks.arithmetic import ARITHMETIC
-    from oar_rl.tasks.wordproblems import WORDPROBLEMS
+    from oar_rl.tasks.wordproblems import WORDPROBLEMS, WORDPROBLEMS_LONG
 
     register(ARITHMETIC)
     register(WORDPROBLEMS)
+    register(WORDPROBLEMS_LONG)

@@ -1,4 +1,8 @@
-"""The word-problem task (`oar_rl.data.wordproblems`) as a `Task`: ground-truth pivots, shipped weights.
+"""The word-problem tasks (`oar_rl.data.wordproblems`) as `Task`s: ground-truth pivots, shipped weights.
+
+Two regimes share the generator: `wordproblems` (2-3 events, ~71 reasoning tokens; every result the
+project reported before issue 33) and `wordproblems-long` (6-8 events, ~185 reasoning tokens, trap events
+a fallible teacher misreads; `LONG_CONFIG`). Each has its own splits, tokenizer and shipped warm start.
 
 Splits: `train` is the word-problem train stream; `test` the held-out `eval` split (at most
 `_TEST_MAX` problems); `validation` the word-problem `validation` stream minus any prompt that occurs
@@ -9,7 +13,7 @@ Its generator's named splits (`dataset`) are train, validation and eval.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -18,32 +22,42 @@ from oar_rl.tasks.base import Task, WarmStart, exact_check, exact_reward, split_
 _TEST_MAX = 1000
 
 
-def _prompts(split: str, n: int) -> list[dict[str, Any]]:
-    from oar_rl.data.wordproblems import split_problems
+def _prompts_of(task: str, test_max: int) -> Callable[[str, int], list[dict[str, Any]]]:
+    def prompts(split: str, n: int) -> list[dict[str, Any]]:
+        from oar_rl.data.wordproblems import split_problems
 
-    return split_rows(
-        split,
-        n,
-        draw=split_problems,
-        test_max=_TEST_MAX,
-        candidates=lambda k: split_problems("validation", k + 64),
-        key=lambda p: p.prompt,
-    )
+        return split_rows(
+            split,
+            n,
+            draw=lambda name, k: split_problems(name, k, task),
+            test_max=test_max,
+            candidates=lambda k: split_problems("validation", k + 64, task),
+            key=lambda p: p.prompt,
+        )
 
-
-def _split(split: str) -> Any:
-    from oar_rl.data.wordproblems import load
-
-    return load(split)
+    return prompts
 
 
-def _warm_start(variant: str, cache_dir: str | None) -> WarmStart:
-    from oar_rl.shipped import WORDPROBLEMS_RECIPE, load_task_model
+def _split_of(task: str) -> Callable[[str], Any]:
+    def split(name: str) -> Any:
+        from oar_rl.data.wordproblems import load
 
-    if variant != "default":
-        raise ValueError(f"warm start {variant!r} is not valid for 'wordproblems'; valid: default")
-    model, tok, path = load_task_model("wordproblems")
-    return WarmStart(model, tok, Path(path), WORDPROBLEMS_RECIPE.hash(), WORDPROBLEMS_RECIPE.to_dict())
+        return load(name, task=task)
+
+    return split
+
+
+def _warm_start_of(task: str) -> Callable[[str, str | None], WarmStart]:
+    def warm_start(variant: str, cache_dir: str | None) -> WarmStart:
+        from oar_rl.shipped import TASK_RECIPES, load_task_model
+
+        if variant != "default":
+            raise ValueError(f"warm start {variant!r} is not valid for {task!r}; valid: default")
+        model, tok, path = load_task_model(task)
+        recipe = TASK_RECIPES[task]
+        return WarmStart(model, tok, Path(path), recipe.hash(), recipe.to_dict())
+
+    return warm_start
 
 
 def _label_roles(prompt: str, completion_ids: Sequence[int], tokenizer: Any) -> list[str] | None:
@@ -63,10 +77,10 @@ WORDPROBLEMS = Task(
     name="wordproblems",
     description="synthetic word problems with distractors and ground-truth pivot/filler roles, word-level "
     "tiny Qwen2 shipped with the package (oar_rl.data.wordproblems)",
-    prompts=_prompts,
+    prompts=_prompts_of("wordproblems", _TEST_MAX),
     reward=exact_reward,
     check=exact_check,
-    load_warm_start=_warm_start,
+    load_warm_start=_warm_start_of("wordproblems"),
     warm_starts=("default",),
     label_roles=_label_roles,
     trainer_kwargs=_trainer_kwargs,
@@ -75,6 +89,25 @@ WORDPROBLEMS = Task(
     learning_rate=3e-4,
     learning_rate_note="GRPO pilots on the validation split (benchmarks/rl_pilot.py, README 'Why RL barely "
     "moved the first warm start'): 16x8 x 30 steps gave 70.9% at 1e-4, 84.3% at 3e-4, 76.7% at 1e-3",
-    load_split=_split,
+    load_split=_split_of("wordproblems"),
+    split_names=("train", "validation", "eval"),
+)
+
+WORDPROBLEMS_LONG = Task(
+    name="wordproblems-long",
+    description="the long-chain regime of the word problems: 6-8 events, ~185 reasoning tokens, trap events "
+    "the warm start misreads (oar_rl.data.wordproblems.LONG_CONFIG)",
+    prompts=_prompts_of("wordproblems-long", 500),
+    reward=exact_reward,
+    check=exact_check,
+    load_warm_start=_warm_start_of("wordproblems-long"),
+    warm_starts=("default",),
+    label_roles=_label_roles,
+    trainer_kwargs=_trainer_kwargs,
+    max_completion_length=320,
+    probe="as-mean",
+    learning_rate=3e-4,
+    learning_rate_note="the short regime's GRPO step size, kept so that the regimes differ in the task only",
+    load_split=_split_of("wordproblems-long"),
     split_names=("train", "validation", "eval"),
 )

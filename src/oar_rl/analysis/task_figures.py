@@ -1,0 +1,305 @@
+"""`oar-rl task-figures`: the figures that say what regime a word-problem task's warm start is in.
+
+One command prints (and writes as JSON) every figure the testbed pages quote and issue 33's requirements
+for the long-chain regime name, measured on the warm start's own samples of the task's test split:
+
+- the data: events per problem, distractors per problem, mean reasoning tokens of the teacher's
+  solutions and of the policy's samples;
+- accuracy at T = 1 (``--samples`` per problem) and greedy;
+- the roles: pivot fraction, mean entropy by role (`oar_rl.roles.role_statistics`);
+- where the counterfactual oracle's pivots lie (`oar_rl.analysis.oracle.counterfactual_oracle`, which
+  re-decodes greedily after each substituted reasoning token): the share of pivots outside the last
+  reasoning step, pooled over ``--oracle-rows`` sampled trajectories, and the share of trajectories with
+  at least one pivot outside it. The *last reasoning step* starts at the sentence holding the last
+  equation of the reasoning (``a+b=c``) and runs to the answer; a token is outside it when its first
+  character lies before that sentence. If the pivots were all in the last step, "weight later tokens"
+  would be the right credit rule by construction.
+
+The requirements of the long regime (issue 33) are checked and printed beside the figures (`REQUIREMENTS`);
+the GRPO gain and the sharpness check are separate runs (`oar-rl study`, `benchmarks/sharpness.py`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import statistics
+import time
+from pathlib import Path
+from typing import Any
+
+_EQUATION = re.compile(r"\d+[+\-*]\d+=\d+")
+
+REQUIREMENTS: dict[str, tuple[str, float, float]] = {
+    # figure: (what, low, high) with low <= value <= high
+    "mean_reasoning_tokens": ("mean reasoning tokens (policy samples)", 150, float("inf")),
+    "min_events": ("events per problem, minimum", 5, float("inf")),
+    "pivots_outside_last_step": ("oracle pivots outside the last reasoning step", 0.40, 1.0),
+    "greedy_accuracy": ("greedy accuracy", 0.0, 0.8999),
+    "sampled_accuracy": ("sampled accuracy at T = 1", 0.20, 0.45),
+}
+"""Issue 33's requirements for the long regime (checked when the task is `wordproblems-long`)."""
+
+
+def last_step_start(text: str) -> int | None:
+    """Character offset where the last reasoning step of `text` starts (None: no equation, no answer).
+
+    The reasoning is the text before ``<answer>``; its last step is the sentence holding its last
+    equation (from the character after the previous ``". "``), up to the answer."""
+    end = text.find("<answer>")
+    reasoning = text if end < 0 else text[:end]
+    found = list(_EQUATION.finditer(reasoning))
+    if end < 0 or not found:
+        return None
+    cut = reasoning.rfind(". ", 0, found[-1].start())
+    return 0 if cut < 0 else cut + 2
+
+
+def token_starts(tokenizer: Any, ids: list[int]) -> list[int]:
+    """The character offset of each token's first character in ``decode(ids)`` (decoding prefixes, so
+    it holds for any tokenizer whose decode of a prefix is a prefix of the decode)."""
+    return [len(tokenizer.decode(ids[:i], skip_special_tokens=True)) for i in range(len(ids))]
+
+
+def oracle_positions(
+    model: Any, tokenizer: Any, prompt_ids: Any, completion_ids: Any, check: Any, max_new_tokens: int
+) -> dict[str, Any] | None:
+    """The oracle's pivots of one trajectory among its reasoning tokens, split at the last step.
+
+    Returns None for a trajectory without a closed answer or an equation (not counted)."""
+    from oar_rl.analysis.oracle import counterfactual_oracle
+
+    ids = [int(i) for i in completion_ids]
+    text = tokenizer.decode(ids, skip_special_tokens=True)
+    cut = last_step_start(text)
+    if cut is None:
+        return None
+    starts = token_starts(tokenizer, ids)
+    answer_at = text.find("<answer>")
+    reasoning = [i for i, s in enumerate(starts) if s < answer_at]
+    labels = counterfactual_oracle(
+        model,
+        tokenizer,
+        prompt_ids,
+        completion_ids,
+        check,
+        max_new_tokens=max_new_tokens,
+        positions=reasoning,
+    )
+    pivots = [i for i in reasoning if bool(labels[i])]
+    outside = [i for i in pivots if starts[i] < cut]
+    return {"reasoning_tokens": len(reasoning), "pivots": len(pivots), "outside": len(outside)}
+
+
+def measure(
+    task_name: str,
+    *,
+    model_dir: str | None = None,
+    problems: int = 200,
+    samples: int = 4,
+    oracle_rows: int = 40,
+    seed: int = 0,
+    progress: bool = True,
+) -> dict[str, Any]:
+    """Every figure of the module docstring for `task_name` (a word-problem task)."""
+    import torch
+
+    from oar_rl.data.wordproblems import SPLITS_BY_TASK, label_roles, split_problems
+    from oar_rl.roles import role_statistics
+    from oar_rl.sampling import sample_ids
+    from oar_rl.tasks import get_task
+
+    if task_name not in SPLITS_BY_TASK:
+        raise ValueError(f"task-figures measures word-problem tasks; valid: {', '.join(SPLITS_BY_TASK)}")
+    if problems < 1 or samples < 1 or oracle_rows < 0:
+        raise ValueError(
+            f"need problems >= 1, samples >= 1, oracle_rows >= 0; got {problems}, {samples}, {oracle_rows}"
+        )
+    task = get_task(task_name)
+    if model_dir is None:
+        ws = task.load_warm_start("default", None)
+        model, tok, recipe_hash = ws.model, ws.tokenizer, ws.recipe_hash
+    else:
+        from oar_rl.tiny import _load
+
+        model, tok = _load(Path(model_dir))
+        recipe_hash = json.loads((Path(model_dir) / "oar_rl_recipe.json").read_text()).get("_hash", "")
+    t0 = time.perf_counter()
+    probs = split_problems("eval", problems, task_name)
+    prompts = [p.prompt for p in probs]
+    budget = task.max_completion_length
+
+    def say(msg: str) -> None:
+        if progress:
+            print(f"  [{time.perf_counter() - t0:6.0f} s] {msg}", flush=True)
+
+    events = [len(p.steps) - sum(op == "*" for _, op, _, _ in p.steps) for p in probs]
+    distractors = [p.prompt.count(".") - 1 - e for p, e in zip(probs, events, strict=True)]
+    teacher_tokens = [
+        len(tok(p.solution[: p.solution.index("<answer>")], add_special_tokens=False)["input_ids"])
+        for p in probs
+    ]
+    say("greedy decoding")
+    greedy = sample_ids(model, tok, prompts, temperature=0.0, max_new_tokens=budget, seed=seed)
+    greedy_ok = [
+        task.check(tok.decode(c, skip_special_tokens=True), str(p.answer))
+        for (_, c), p in zip(greedy, probs, strict=True)
+    ]
+    say("sampling at T = 1")
+    sampled = sample_ids(model, tok, prompts * samples, temperature=1.0, max_new_tokens=budget, seed=seed + 1)
+    answers = [str(p.answer) for p in probs] * samples
+    sampled_ok = [
+        task.check(tok.decode(c, skip_special_tokens=True), a)
+        for (_, c), a in zip(sampled, answers, strict=True)
+    ]
+    say("role statistics")
+    labeller = task.label_roles
+    roles = (
+        role_statistics(
+            model,
+            tok,
+            prompts,
+            lambda text: label_roles(text),
+            max_new_tokens=budget,
+            seed=seed + 2,
+        )
+        if labeller is not None
+        else None
+    )
+    say(f"oracle on {oracle_rows} sampled trajectories")
+    rows = []
+    torch.manual_seed(seed)
+    for i, ((p_ids, c_ids), a) in enumerate(zip(sampled[:oracle_rows], answers, strict=False)):
+        r = oracle_positions(model, tok, p_ids, c_ids, lambda text, a=a: task.check(text, a), budget)
+        if r is not None:
+            rows.append({**r, "correct": bool(sampled_ok[i])})
+    pivots = sum(r["pivots"] for r in rows)
+    outside = sum(r["outside"] for r in rows)
+    with_pivots = [r for r in rows if r["pivots"]]
+    figures = {
+        "task": task_name,
+        "recipe_hash": recipe_hash,
+        "problems": problems,
+        "samples_per_problem": samples,
+        "min_events": min(events),
+        "mean_events": statistics.mean(events),
+        "mean_distractors": statistics.mean(distractors),
+        "teacher_mean_reasoning_tokens": statistics.mean(teacher_tokens),
+        "mean_reasoning_tokens": roles["mean_reasoning_tokens"] if roles else None,
+        "greedy_accuracy": sum(greedy_ok) / len(greedy_ok),
+        "sampled_accuracy": sum(sampled_ok) / len(sampled_ok),
+        "pivot_fraction": roles["pivot_fraction"] if roles else None,
+        "entropy_by_role": roles["entropy_by_role"] if roles else None,
+        "unlabelled": roles["unlabelled"] if roles else None,
+        "oracle_rows": len(rows),
+        "oracle_rows_with_pivots": len(with_pivots),
+        "oracle_pivots": pivots,
+        "pivots_outside_last_step": outside / pivots if pivots else None,
+        "rows_with_a_pivot_outside": (
+            sum(r["outside"] > 0 for r in with_pivots) / len(with_pivots) if with_pivots else None
+        ),
+        "oracle_rows_detail": rows,
+        "seconds": time.perf_counter() - t0,
+    }
+    if task_name == "wordproblems-long":
+        figures["requirements"] = check_requirements(figures)
+    return figures
+
+
+def check_requirements(figures: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """{figure: {value, low, high, met}} for each of `REQUIREMENTS` (a missing value is not met)."""
+    out = {}
+    for key, (what, low, high) in REQUIREMENTS.items():
+        value = figures.get(key)
+        out[key] = {
+            "what": what,
+            "value": value,
+            "low": low,
+            "high": high,
+            "met": value is not None and low <= value <= high,
+        }
+    return out
+
+
+def format_table(figures: dict[str, Any]) -> str:
+    """The figures as a Markdown table (what the testbed page shows)."""
+    ent = figures.get("entropy_by_role") or {}
+    lines = [
+        f"Task `{figures['task']}`, warm start `{figures['recipe_hash']}`: "
+        f"{figures['problems']} test problems, "
+        f"{figures['samples_per_problem']} samples each at T = 1; oracle on {figures['oracle_rows']} of the "
+        "samples.",
+        "",
+        "| figure | value |",
+        "|---|---|",
+        f"| events per problem (min / mean) | {figures['min_events']} / {figures['mean_events']:.2f} |",
+        f"| distractors per problem (mean) | {figures['mean_distractors']:.2f} |",
+        "| reasoning tokens: teacher / policy samples (mean) | "
+        f"{figures['teacher_mean_reasoning_tokens']:.1f} / "
+        f"{_num(figures['mean_reasoning_tokens'], '.1f')} |",
+        f"| accuracy, sampled at T = 1 | {figures['sampled_accuracy']:.1%} |",
+        f"| accuracy, greedy | {figures['greedy_accuracy']:.1%} |",
+        f"| pivot fraction of reasoning tokens | {_num(figures['pivot_fraction'], '.3f')} |",
+        "| entropy by role (nats/token): pivot / filler / answer | "
+        + " / ".join(_num(ent.get(r), ".3f") for r in ("pivot", "filler", "answer"))
+        + " |",
+        "| oracle pivots outside the last reasoning step | "
+        f"{_num(figures['pivots_outside_last_step'], '.1%')} "
+        f"of {figures['oracle_pivots']} |",
+        "| trajectories with a pivot outside the last step | "
+        f"{_num(figures['rows_with_a_pivot_outside'], '.1%')} "
+        f"of {figures['oracle_rows_with_pivots']} with pivots |",
+    ]
+    req = figures.get("requirements")
+    if req:
+        lines += ["", "| requirement (issue 33) | range | value | met |", "|---|---|---|---|"]
+        for r in req.values():
+            lines.append(
+                f"| {r['what']} | [{r['low']}, {r['high']}] | {_num(r['value'], '.3f')} | "
+                f"{'yes' if r['met'] else '**no**'} |"
+            )
+    return "\n".join(lines)
+
+
+def _num(x: float | None, fmt: str) -> str:
+    return "n/a" if x is None else format(x, fmt)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="oar-rl task-figures", description=__doc__.split("\n\n")[0])
+    p.add_argument("--task", default="wordproblems-long", help="a word-problem task (default: %(default)s)")
+    p.add_argument(
+        "--model", default=None, help="a saved model directory of the task (default: its warm start)"
+    )
+    p.add_argument("--problems", type=int, default=200, help="test problems (default: %(default)s)")
+    p.add_argument(
+        "--samples", type=int, default=4, help="samples per problem at T = 1 (default: %(default)s)"
+    )
+    p.add_argument("--oracle-rows", type=int, default=40, help="sampled trajectories the oracle labels")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--out", default=None, help="directory for figures.json and figures.md")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    from oar_rl.io import write_text_atomic
+
+    args = build_parser().parse_args(argv)
+    figures = measure(
+        args.task,
+        model_dir=args.model,
+        problems=args.problems,
+        samples=args.samples,
+        oracle_rows=args.oracle_rows,
+        seed=args.seed,
+    )
+    table = format_table(figures)
+    print(table)
+    if args.out:
+        out = Path(args.out)
+        out.mkdir(parents=True, exist_ok=True)
+        write_text_atomic(out / "figures.json", json.dumps(figures, indent=1, sort_keys=True) + "\n")
+        write_text_atomic(out / "figures.md", table + "\n")
+    req = figures.get("requirements")
+    return 0 if not req or all(r["met"] for r in req.values()) else 1
