@@ -24,12 +24,23 @@ import json
 import sys
 import tempfile
 import time
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from oar_rl.io import write_text_atomic
-from oar_rl.study.config import PRESETS, Variant
+from oar_rl.study.config import PRESETS
+from oar_rl.study.screen_plan import (  # the plan's names, importable from here as before the split
+    ARM_BY_NAME,
+    ARMS,
+    CONFIRM_SEEDS,
+    CONTRASTS,
+    CREDIT_SCREEN,
+    SCREEN_SEEDS,
+    Arm,
+    ScreenPlan,
+    get_plan,
+)
 from oar_rl.study.screen_report import (
     DIAGNOSTIC_LABELS,
     contrasts_markdown,
@@ -37,139 +48,7 @@ from oar_rl.study.screen_report import (
     markdown,
 )
 
-SCREEN_SEEDS: tuple[int, ...] = (2000, 2001, 2002, 2003, 2004)
-CONFIRM_SEEDS: tuple[int, ...] = tuple(range(100, 110))
-LEARNING_RATE = 4e-4  # every method's choice in the v2 study's sweep (results/study-wordproblems-v2)
-VALIDATION_PROBLEMS = 300
-SCREEN_FORMAT = 1
-
-
-@dataclass(frozen=True)
-class Arm:
-    """One screened configuration: a method, its OARConfig overrides and the GRPO arm it is paired with."""
-
-    name: str
-    method: str
-    overrides: tuple[tuple[str, Any], ...] = ()
-    baseline: str | None = "grpo"
-    stage: int = 1
-    cost: float = 1.0
-    """Relative CPU cost (GRPO = 1), from the v2 study's per-run seconds; breaks ties between winners."""
-
-    def variant(self) -> Variant:
-        return Variant(self.name, self.method, self.overrides)
-
-
-_TR = (("steps_per_generation", 2), ("learning_rate", 2e-4))  # trust region: 2 clipped steps per batch
-
-ARMS: tuple[Arm, ...] = (
-    # stage 1: the scored set, which rows, the floor, the new rule, OAR-P
-    Arm("grpo", "grpo", baseline=None),
-    Arm("oar-g[before-answer]", "oar-g", (("scored_tokens", "before-answer"),), cost=1.1),
-    Arm("oar-g", "oar-g", cost=1.1),
-    Arm("oar-g[positive]", "oar-g", (("reshape_rows", "positive"),), cost=1.1),
-    Arm("oar-g[negative]", "oar-g", (("reshape_rows", "negative"),), cost=1.1),
-    Arm("oar-g[floor=0.1]", "oar-g", (("floor", 0.1),), cost=1.1),
-    Arm("first-error", "first-error", cost=2.5),
-    Arm("oar-p", "oar-p", cost=4.0),
-    # stage 2: step size (finer learning-rate grid, a trust region) and OAR-G's noise draws
-    Arm("grpo[lr=2e-4]", "grpo", (("learning_rate", 2e-4),), baseline=None, stage=2),
-    Arm("grpo[lr=2.8e-4]", "grpo", (("learning_rate", 2.83e-4),), baseline=None, stage=2),
-    Arm("oar-g[lr=2e-4]", "oar-g", (("learning_rate", 2e-4),), "grpo[lr=2e-4]", 2, 1.1),
-    Arm("oar-g[lr=2.8e-4]", "oar-g", (("learning_rate", 2.83e-4),), "grpo[lr=2.8e-4]", 2, 1.1),
-    Arm("grpo[tr]", "grpo", _TR, baseline=None, stage=2),
-    Arm("oar-g[tr]", "oar-g", _TR, "grpo[tr]", 2, 1.1),
-    Arm("oar-g[draws=4]", "oar-g", (("oar_noise_draws", 4),), stage=2, cost=1.5),
-)
-ARM_BY_NAME = {a.name: a for a in ARMS}
-
-
-EVAL: dict[str, tuple[str, int]] = {"screen": ("validation", VALIDATION_PROBLEMS), "confirm": ("test", 500)}
-"""Per kind of run: (split it is scored on, problems); 4 samples each at T = 1."""
-
-
-CONFIRM_CURVE = (150, 2)
-"""The confirmation's accuracy curve every 5 steps: the first 150 test problems × 2 samples, as the v2
-study's (its final accuracy is on all 500 × 4). Screen runs have no curve (final accuracy only)."""
-
-CONTRASTS: tuple[tuple[str, str, str], ...] = (
-    ("oar-g", "oar-g[before-answer]", "2: reasoning only vs the v2 scored set"),
-    ("oar-g[positive]", "oar-g[negative]", "1: reshape correct rows only vs wrong rows only"),
-    ("first-error", "oar-g", "1: blame the first error vs OAR-G"),
-    ("oar-g[lr=2.8e-4]", "oar-g", "3: OAR-G's gap to GRPO at 2.8e-4 vs at 4e-4"),
-    ("oar-g[lr=2e-4]", "oar-g", "3: OAR-G's gap to GRPO at 2e-4 vs at 4e-4"),
-    ("oar-g[tr]", "oar-g", "3: OAR-G's gap to GRPO with a trust region vs without"),
-    ("oar-g[draws=4]", "oar-g", "4: 4 noise draws vs 1"),
-    ("oar-g[floor=0.1]", "oar-g", "5: floor 0.1 vs none"),
-    ("oar-p", "oar-g", "OAR-P vs OAR-G"),
-)
-"""Which hypothesis each pair of arms speaks to (issue 26). Descriptive, not part of the pre-registered
-decision: per seed, (arm − its baseline) − (other − its baseline), so arms trained at different step
-sizes are compared by their gaps to GRPO at their own step size."""
-
-
-@dataclass(frozen=True)
-class ScreenPlan:
-    """One pre-registered screen and its confirmation: the task, the arms, the seeds, the step size and
-    the evaluation. Everything here is fixed by the plan's PREREGISTRATION.md before its first run."""
-
-    name: str
-    task: str
-    arms: tuple[Arm, ...]
-    screen_seeds: tuple[int, ...]
-    confirm_seeds: tuple[int, ...]
-    learning_rate: float
-    lr_source: str
-    eval: dict[str, tuple[str, int]]
-    """Per kind of run ("screen", "confirm"): (split it is scored on, problems); 4 samples each at T = 1."""
-    confirm_curve: tuple[int, int]
-    screen_format: int
-    contrasts: tuple[tuple[str, str, str], ...] = ()
-    decision_stages: tuple[int, ...] = (1, 2)
-    """The stages whose arms compete for the winners (a later stage is an addendum, reported only)."""
-    confirm_also: tuple[str, ...] = ()
-    """Arms confirmed whatever the screen says (with their baselines)."""
-    k_winners: int = 2
-    drop_from_protocol: tuple[str, ...] = ()
-    """Settings left out of the recorded protocol (the first screen's files predate `scored_tokens`)."""
-
-    def arm(self, name: str) -> Arm:
-        for a in self.arms:
-            if a.name == name:
-                return a
-        raise ValueError(
-            f"no arm {name!r} in the plan {self.name!r}; arms: {', '.join(a.name for a in self.arms)}"
-        )
-
-
-CREDIT_SCREEN = ScreenPlan(
-    name="credit-screen",
-    task="wordproblems",
-    arms=ARMS,
-    screen_seeds=SCREEN_SEEDS,
-    confirm_seeds=CONFIRM_SEEDS,
-    learning_rate=LEARNING_RATE,
-    lr_source="the v2 study's sweep chose 4e-4 for every method (results/study-wordproblems-v2)",
-    eval=EVAL,
-    confirm_curve=CONFIRM_CURVE,
-    screen_format=SCREEN_FORMAT,
-    contrasts=CONTRASTS,
-    drop_from_protocol=("scored_tokens",),
-)
-"""Issue 26's screen on the short regime (results/credit-screen; its stage 3 is issue 33's addendum)."""
-
-PLANS: dict[str, ScreenPlan] = {CREDIT_SCREEN.name: CREDIT_SCREEN}
-"""The screens `python -m oar_rl.study.screen --plan` knows (the long regime's registers itself)."""
-
-
-def get_plan(name: str) -> ScreenPlan:
-    if name not in PLANS:
-        import importlib
-
-        importlib.import_module("oar_rl.study.screen_long")  # registers the long regime's plan
-    if name not in PLANS:
-        raise ValueError(f"unknown screen plan {name!r}; valid: {', '.join(sorted(PLANS))}")
-    return PLANS[name]
+__all__ = ["ARMS", "ARM_BY_NAME", "CONFIRM_SEEDS", "CONTRASTS", "SCREEN_SEEDS", "Arm", "ScreenPlan"]
 
 
 def settings(kind: str, plan: ScreenPlan = CREDIT_SCREEN):
@@ -371,6 +250,43 @@ def diagnostics(runs: dict[str, dict[int, dict[str, Any]]], arms: list[Arm]) -> 
     return rows
 
 
+PILOT_SEED = 999
+"""The GRPO pilot's seed (outside every screen's and confirmation's seeds)."""
+
+
+def pilot(out: Path, plan: ScreenPlan, cache_dir: str | None) -> dict[str, Any]:
+    """GRPO on `PILOT_SEED` with the screen's protocol, stored under `out/pilot` (not a screen run), and
+    the warm start's accuracy on the same validation sample: what the regime's GRPO gain is, checked
+    before the plan is pre-registered. Writes `out/pilot/pilot.json`."""
+    from oar_rl.study.runner import _accuracy
+    from oar_rl.tasks import get_task
+
+    arm = plan.arm("grpo")
+    train_arms(out / "pilot", [arm], (PILOT_SEED,), "screen", cache_dir, plan)
+    run = load_runs(out / "pilot", "screen", plan)["grpo"][PILOT_SEED]
+    task = get_task(plan.task)
+    s = replace(settings("screen", plan), max_completion_length=task.max_completion_length)
+    ws = task.load_warm_start("default", cache_dir)
+    rows = task.prompts(plan.eval["screen"][0], s.test_problems)
+    t0 = time.perf_counter()
+    start = {
+        "sampled": _accuracy(task, ws.model, ws.tokenizer, rows, s, greedy=False),
+        "greedy": _accuracy(task, ws.model, ws.tokenizer, rows, s, greedy=True),
+    }
+    rec = {
+        "plan": plan.name,
+        "seed": PILOT_SEED,
+        "protocol": protocol("screen", plan),
+        "warm_start": start,
+        "grpo": run["final"],
+        "gain_points": 100 * (run["final"]["sampled"] - start["sampled"]),
+        "grpo_train_seconds": run["train_seconds"],
+        "warm_start_eval_seconds": time.perf_counter() - t0,
+    }
+    write_text_atomic(out / "pilot" / "pilot.json", json.dumps(rec, indent=1, sort_keys=True) + "\n")
+    return rec
+
+
 def _seed_range(seeds: tuple[int, ...]) -> str:
     return f"{seeds[0]}-{seeds[-1]}" if list(seeds) == list(range(seeds[0], seeds[-1] + 1)) else str(seeds)
 
@@ -440,11 +356,12 @@ def _confirm_arms(out: Path, plan: ScreenPlan = CREDIT_SCREEN) -> list[Arm]:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m oar_rl.study.screen", description=__doc__.split("\n\n")[0])
-    p.add_argument("action", choices=("run", "report", "confirm"))
+    p.add_argument("action", choices=("pilot", "run", "report", "confirm"))
     p.add_argument("--plan", default=CREDIT_SCREEN.name, help="the pre-registered plan (credit-screen, "
                    "credit-long; default %(default)s)")  # fmt: skip
     p.add_argument("--out", default=None, help="output directory (default: results/<plan>)")
     p.add_argument("--stages", default=None, help="screen stages to train (default: the decision's)")
+    p.add_argument("--arms", default=None, help="only these arms (comma-separated; default: every arm)")
     p.add_argument("--cache-dir", "--cache_dir", dest="cache_dir", default=None)
     p.add_argument("--threads", type=int, default=1, help="torch threads per process (default 1)")
     a = p.parse_args(argv)
@@ -454,9 +371,21 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(a.threads)
     out = Path(a.out or f"results/{plan.name}")
     t0 = time.perf_counter()
+    if a.action == "pilot":
+        rec = pilot(out, plan, a.cache_dir)
+        print(f"pilot: warm start {100 * rec['warm_start']['sampled']:.1f}% -> GRPO "
+              f"{100 * rec['grpo']['sampled']:.1f}% ({rec['gain_points']:+.1f} points), "
+              f"{rec['grpo_train_seconds']:.0f} s of training; wrote {out}/pilot/pilot.json",
+              file=sys.stderr)  # fmt: skip
+        return 0
     if a.action == "run":
         stages = {int(x) for x in a.stages.split(",")} if a.stages else set(plan.decision_stages)
         arms = [x for x in plan.arms if x.stage in stages]
+        if a.arms:
+            wanted = a.arms.split(",")
+            for name in wanted:
+                plan.arm(name)  # names a bad arm with the valid ones
+            arms = [x for x in arms if x.name in wanted]
         if not arms:
             raise SystemExit(f"no arm of plan {plan.name!r} is in stages {sorted(stages)}")
         train_arms(out, arms, plan.screen_seeds, "screen", a.cache_dir, plan)

@@ -85,5 +85,3 @@ def markdown(rows: list[dict[str, Any]], title: str, note: str) -> str:
             cells += [fmt_ci(r["greedy"]), fmt_ci(pg, signed=True) if pg else "–"]
         lines.append("| " + " | ".join([*cells, secs]) + " |")
     return "\n".join(lines) + "\n"
-
-
