@@ -34,13 +34,22 @@ def test_gpu_check_cpu_runs_every_check_and_passes(tmp_path, capsys):
             assert all(len(v) == 2 for k, v in r["oar"].items()), mode
     rows = {(r["scorer"], r["dtype"]) for r in checks["scorer-precision"]["rows"]}
     assert rows == {(s, d) for s in ("oar-p", "oar-g", "oar-g-rms") for d in ("float32", "bfloat16")}
-    assert set(checks["cost-table"]["methods"]) == {"none", "oar-gp"}
+    steps = checks["cost-steps"]
+    assert set(steps["methods"]) == {"none", "oar-gp"} and steps["steps"] >= 3
+    spread = steps["methods"]["oar-gp"]["update_ratio"]
+    assert spread["min"] <= spread["median"] <= spread["max"]
+    # the whole-step ratio is shown only beside a passing generation-parity check
+    assert (steps["methods"]["oar-gp"]["step_ratio"] is None) == (not steps["generation_parity_ok"])
+    sc = checks["cost-scorers"]
+    assert sc["repeats"] == 3 and {"oar-g", "oar-p", "oar-p-full", "oar-gp"} <= set(sc["over_train"])
+    assert sc["oar_p_token_forwards"]["floor"] < sc["oar_p_token_forwards"]["full"]
     assert checks["oar-p-max-length"]["largest_fitting"] == 32
     md = (out / "gpu-check.md").read_text()
     assert all(f"## {name}: passed" in md for name in CHECKS)
-    assert (out / "bench" / "bench.json").is_file()
+    assert (out / "bench-scorers" / "bench.json").is_file() and (out / "bench-steps" / "bench.json").is_file()
     lines = capsys.readouterr().out.splitlines()
-    assert lines[-1].startswith("[gpu-check] 7/7 checks passed")
+    assert lines[0].startswith(f"[gpu-check] {len(CHECKS)} checks: ") and "expected about" in lines[0]
+    assert lines[-1].startswith(f"[gpu-check] {len(CHECKS)}/{len(CHECKS)} checks passed")
 
 
 def test_a_failing_check_is_recorded_and_the_others_still_run(tmp_path, monkeypatch):

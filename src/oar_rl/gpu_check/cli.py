@@ -18,7 +18,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from oar_rl.argparsing import add, new_parser
+from oar_rl.argparsing import add, add_renamed, new_parser
 from oar_rl.io import ensure_writable_dir, write_text_atomic
 
 CHECKS: tuple[str, ...] = (
@@ -28,7 +28,8 @@ CHECKS: tuple[str, ...] = (
     "scorer-precision",
     "scorer-parity",
     "oar-p-max-length",
-    "cost-table",  # last: the longest, so a time limit costs the least
+    "cost-scorers",  # the scorer table at the paper's length
+    "cost-steps",  # last: the longest, so a time limit costs the least
 )
 DEVICES = ("cuda", "cpu")
 
@@ -47,11 +48,24 @@ def _parse(argv: list[str]) -> argparse.Namespace:
     add(p, "--threads", type=int, default=None, help="torch intra-op threads (default: torch's)")
     add(
         p,
-        "--cost-completion-len",
+        "--scorer-completion-len",
         type=int,
         default=None,
-        help="cost-table completion tokens (default: 256 on cuda, 4 on cpu; 1024, the issue's size, takes "
-        "well over 10 min on an H100)",
+        help="cost-scorers completion tokens (default: 1024, the paper's length, on cuda; 8 on cpu)",
+    )
+    add(
+        p,
+        "--steps-completion-len",
+        type=int,
+        default=None,
+        help="cost-steps completion tokens (default: 256 on cuda, 4 on cpu; steps are generation-bound: "
+        "at 1024 one warm-up step took ~2 min on an H100)",
+    )
+    add_renamed(
+        p,
+        "--cost-completion-len",
+        "--steps-completion-len",
+        "the cost table is now two checks; --scorer-completion-len sets the scorer table's length",
     )
     add(p, "--seed", type=int, default=0)
     a = p.parse_args(argv)
@@ -62,8 +76,9 @@ def _parse(argv: list[str]) -> argparse.Namespace:
     a.checks = [c for c in CHECKS if c in checks]
     if a.threads is not None and a.threads < 1:
         p.error(f"--threads must be >= 1, got {a.threads}")
-    if a.cost_completion_len is not None and a.cost_completion_len < 1:
-        p.error(f"--cost-completion-len must be >= 1, got {a.cost_completion_len}")
+    for name in ("scorer_completion_len", "steps_completion_len"):
+        if getattr(a, name) is not None and getattr(a, name) < 1:
+            p.error(f"--{name.replace('_', '-')} must be >= 1, got {getattr(a, name)}")
     return a
 
 
@@ -84,14 +99,35 @@ def _summary(name: str, d: dict[str, Any]) -> str:
     if name in ("scorer-precision", "scorer-parity"):
         worst = max(d["rows"], key=lambda r: r["relative_error"])
         what = f"{worst['scorer']} {worst.get('dtype', '')}".strip()
+        bf16 = [
+            f"{r['scorer']} bf16 ρ {r['spearman']:.3f}, top-20% overlap {r['top20_overlap']:.2f}"
+            for r in d["rows"]
+            if r.get("dtype") == "bfloat16" and r["scorer"].startswith("oar-g") and "top20_overlap" in r
+        ]
         return (
             f"worst relative error {worst['relative_error']:.2g} ({what}); {len(d['failed'])} out of limits"
+            + "".join(f"; {b}" for b in bf16)
         )
-    if name == "cost-table":
-        r = d["methods"]
-        ratios = ", ".join(f"{m} {v['step_ratio']:.2f}×" for m, v in r.items() if m != "none")
-        parity = "ok" if d["generation_parity_ok"] else "FAILED"
-        return f"step time vs GRPO: {ratios}; generation parity {parity}"
+    if name == "cost-scorers":
+        r = d["over_train"]
+        ratios = ", ".join(f"{m} {r[m]['median']:.2f}×" for m in ("oar-g", "oar-p", "oar-gp") if m in r)
+        return (
+            f"importance ÷ train fwd+bwd at {d['completion_len']} tokens: {ratios} "
+            f"(OAR-G/floor {d['floors']['oar_g_over_floor']:.2f}, "
+            f"OAR-P/floor {d['floors']['oar_p_measured_over_floor']:.2f})"
+        )
+    if name == "cost-steps":
+        r = {m: v for m, v in d["methods"].items() if m != "none"}
+        upd = ", ".join(
+            "{} {median:.2f}× [{min:.2f}–{max:.2f}]".format(m, **v["update_ratio"]) for m, v in r.items()
+        )
+        if d["generation_parity_ok"]:
+            whole = "; generation parity ok, whole step: " + ", ".join(
+                f"{m} {v['step_ratio']['median']:.2f}×" for m, v in r.items()
+            )
+        else:
+            whole = "; generation parity FAILED: whole-step ratios withheld"
+        return f"update sweep per token vs GRPO ({d['steps']} steps): {upd}{whole}"
     if name == "oar-p-max-length":
         return f"largest completion that fits: {d['largest_fitting']} tokens ({d['verdict']})"
     return ""
@@ -121,10 +157,22 @@ def _runner(name: str, args: argparse.Namespace, sizes, out: Path, progress: Cal
         "train-llama": lambda: training.run_training("llama", sizes, args.seed, progress),
         "scorer-precision": lambda: scorers.run_precision(sizes, args.seed, progress),
         "scorer-parity": lambda: scorers.run_parity(sizes, args.seed, progress),
-        "cost-table": lambda: cost.run_cost(sizes, out, args.seed, args.threads, args.cost_completion_len),
+        "cost-scorers": lambda: cost.run_cost_scorers(
+            sizes, out, args.seed, args.threads, args.scorer_completion_len
+        ),
+        "cost-steps": lambda: cost.run_cost_steps(
+            sizes, out, args.seed, args.threads, args.steps_completion_len
+        ),
         "oar-p-max-length": lambda: memory.run_memory(sizes, progress),
     }
     return runners[name]
+
+
+def time_estimate(sizes, checks: list[str]) -> str:
+    """The expected wall time of `checks` at `sizes` (the last measured run's per-check seconds)."""
+    total = sum(sizes.expected_seconds.get(c, 0.0) for c in checks)
+    where = "an H100 (2026-11-26)" if sizes.device == "cuda" else "this project's shared 2-core CPU"
+    return f"expected about {total / 60:.1f} min on {where}"
 
 
 def _free(device: str) -> None:
@@ -151,6 +199,9 @@ def run_checks(args: argparse.Namespace, out: Path, command: str) -> dict[str, A
         "passed": False,
     }
     n = len(args.checks)
+    print(
+        f"[gpu-check] {n} checks: {', '.join(args.checks)}; {time_estimate(sizes, args.checks)}", flush=True
+    )
     for i, name in enumerate(args.checks, 1):
         tag = f"[gpu-check {i}/{n}] {name}"
         t0 = time.perf_counter()

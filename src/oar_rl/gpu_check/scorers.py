@@ -12,10 +12,12 @@ OAR-G's noise comes from a CPU generator seeded alike for every run, so each com
 
 Precision: each scorer on the model in float32 and in bfloat16 against the same scorer on a float64 copy
 (:func:`oar_rl.float64.float64_copy`, every step in float64) on the same device. Figures per scorer and
-dtype: relative error ‖s − s₆₄‖₂ / ‖s₆₄‖₂ over the valid tokens, and the mean per-row Spearman rank
-correlation with s₆₄. A (scorer, dtype) fails when it is outside :data:`PRECISION_LIMITS` (or not finite).
-The bf16 limits are loose on purpose: bf16 keeps 8 significant bits, and OAR-G's input gradient through a
-bf16 model is a coarse one (the README's bf16 notes); the check is for what breaks scores outright.
+dtype: relative error ‖s − s₆₄‖₂ / ‖s₆₄‖₂ over the valid tokens, the mean per-row Spearman rank
+correlation with s₆₄, and the top-20% overlap (share of s₆₄'s per-row top 20% tokens also in s's, pooled
+over rows: :func:`oar_rl.importance.hybrid.topk_recall`; reported, not limited). A (scorer, dtype)
+fails when it is outside :data:`PRECISION_LIMITS` (or not finite). The bf16 limits are loose on purpose:
+bf16 keeps 8 significant bits, and OAR-G's input gradient through a bf16 model is a coarse one (the
+README's bf16 notes); the check is for what breaks scores outright.
 
 Parity: the same batch scored in float32 on the check's device with its default batching, against the
 CPU scoring it one row (OAR-G) or one perturbed copy (OAR-P) per pass. On ``--device cuda`` that is
@@ -33,6 +35,7 @@ import torch
 from oar_rl.float64 import float64_copy
 from oar_rl.gpu_check.sizes import Sizes, arch_config, build_model, padded_batch, placed
 from oar_rl.importance import gradient_importance, perturbation_importance
+from oar_rl.importance.hybrid import topk_recall
 
 Scorer = Callable[..., torch.Tensor]
 SCORERS: tuple[str, ...] = ("oar-p", "oar-g", "oar-g-rms")
@@ -110,6 +113,7 @@ def _judge(s: torch.Tensor, ref: torch.Tensor, mask: torch.Tensor, limits: tuple
     return {
         "relative_error": err,
         "spearman": rho,
+        "top20_overlap": topk_recall(s.cpu(), ref.cpu(), mask.cpu(), 0.2),
         "max_relative_error": max_err,
         "min_spearman": min_rho,
         "passed": not why,

@@ -1,7 +1,8 @@
 """What `oar-rl gpu-check` builds: its sizes on a GPU and on the CPU, its models, its batches.
 
-On ``cuda`` the sizes are the ones the issue asks for (SmolLM2-135M's shape for training, Qwen2.5-0.5B's for
-the cost table and the OAR-P length search, 1024-token completions and G = 8 for the costs); on ``cpu``
+On ``cuda`` the sizes are the ones the issues ask for (SmolLM2-135M's shape for training, Qwen2.5-0.5B's for
+the cost checks and the OAR-P length search; G = 8, the scorer table at the paper's 1024 completion tokens,
+the update-sweep steps at 256); on ``cpu``
 every check runs the same code at a tiny size, so the test suite keeps the whole path alive.
 
 Models are random-initialised from configs written here (no download): the same seed gives the same
@@ -68,12 +69,23 @@ class Sizes:
     memory_shape: str  # a bench preset
     memory_rows: int
     memory_lengths: tuple[int, ...]  # completion lengths tried in order; stops at the first that fails
-    bench: dict[str, Any] = field(default_factory=dict)  # `oar-rl bench` flags
+    bench_scorers: dict[str, Any] = field(default_factory=dict)  # `oar-rl bench` flags, cost-scorers
+    bench_steps: dict[str, Any] = field(default_factory=dict)  # `oar-rl bench` flags, cost-steps
+    expected_seconds: dict[str, float] = field(default_factory=dict)  # per check, for the time estimate
 
     def bench_argv(
-        self, out: str, seed: int, threads: int | None = None, completion_len: int | None = None
+        self,
+        part: str,
+        out: str,
+        seed: int,
+        threads: int | None = None,
+        completion_len: int | None = None,
     ) -> list[str]:
-        flags = dict(self.bench, **({"completion-len": completion_len} if completion_len else {}))
+        """`oar-rl bench` argv of `part` ("scorers" or "steps"), with its completion length replaced."""
+        if part not in ("scorers", "steps"):
+            raise ValueError(f"part={part!r}; valid: 'scorers', 'steps'")
+        base = self.bench_scorers if part == "scorers" else self.bench_steps
+        flags = dict(base, **({"completion-len": completion_len} if completion_len else {}))
         argv = []
         for k, v in flags.items():
             argv += [f"--{k}"] if v is True else [f"--{k}", str(v)]
@@ -101,22 +113,45 @@ GPU = Sizes(
     memory_rows=8,
     # 32736 + the 32-token prompt is the whole 32k context
     memory_lengths=(1024, 2048, 4096, 8192, 12288, 16384, 24576, 32736),
-    bench={
+    # The paper's length: one batch of 8 × 1024 tokens, every scorer 3 times (interleaved). Exact OAR-P
+    # took 15 s a call and whole-copy OAR-P 24 s on the H100 (2026-11-26); whole copies cost the same at
+    # every position, so they are timed on every 8th one and scaled (3 s): ~85 s for the part.
+    bench_scorers={
         "shape": "qwen2.5-0.5b",
         "methods": "none,oar-g,oar-p,oar-gp",
         "prompts": 1,
         "num-generations": 8,
         "prompt-len": 32,
-        # The issue asked for 1024 tokens. On the H100 the warm-up steps of 8 × 1024 tokens took 118, 112
-        # and 144 s (GRPO, OAR-G, OAR-P; transformers generation), and the bench had not finished after
-        # 7 min (results/gpu-check/all-checks/bench-1024-cut-off.log). At 256 tokens the whole cost table
-        # took 2.3 min; `--cost-completion-len 1024` gives the full-length table (well over 10 min).
+        "completion-len": 1024,
+        "scorer-repeats": 3,
+        "full-stride": 8,
+        "scorers-only": True,
+    },
+    # Paper Fig. 7's metric (update sweep per action token) from 3 interleaved measured steps per method
+    # after one warm-up. Steps are generation-bound (transformers' sampling loop, 19-30 ms per decoding
+    # step on the H100 at 8 rows); at 256 tokens a step takes 5-8 s and a warm-up 17-20 s, so the part
+    # takes ~3 min; at 1024 tokens one warm-up step took ~2 min.
+    bench_steps={
+        "shape": "qwen2.5-0.5b",
+        "methods": "none,oar-g,oar-p,oar-gp",
+        "prompts": 1,
+        "num-generations": 8,
+        "prompt-len": 32,
         "completion-len": 256,
         "warmup": 1,
-        "repeats": 1,
-        # the scorer part (one more 0.5B model, OAR-P twice more) would not fit in the 8 minutes: the
-        # importance cost is read from the steps instead (oar_rl.gpu_check.cost)
+        "repeats": 3,
         "no-scorers": True,
+    },
+    # seconds per check on the H100 (2026-11-26 run; the cost parts from its per-call timings above)
+    expected_seconds={
+        "environment": 3,
+        "train-qwen2": 41,
+        "train-llama": 33,
+        "scorer-precision": 7,
+        "scorer-parity": 5,
+        "oar-p-max-length": 14,
+        "cost-scorers": 85,
+        "cost-steps": 185,
     },
 )
 CPU = Sizes(
@@ -137,7 +172,18 @@ CPU = Sizes(
     memory_shape="qwen2-tiny",
     memory_rows=2,
     memory_lengths=(8, 16, 32),
-    bench={
+    bench_scorers={
+        "shape": "qwen2-tiny",
+        "methods": "none,oar-gp",
+        "prompts": 1,
+        "num-generations": 2,
+        "prompt-len": 3,
+        "completion-len": 8,
+        "scorer-repeats": 3,
+        "full-stride": 2,
+        "scorers-only": True,
+    },
+    bench_steps={
         "shape": "qwen2-tiny",
         "methods": "none,oar-gp",  # two worker processes, not four: each imports TRL (~7 s of a CPU)
         "prompts": 1,
@@ -145,8 +191,18 @@ CPU = Sizes(
         "prompt-len": 3,
         "completion-len": 4,
         "warmup": 0,
-        "repeats": 1,
+        "repeats": 3,
         "no-scorers": True,
+    },
+    expected_seconds={  # this project's shared 2-core CPU
+        "environment": 3,
+        "train-qwen2": 10,
+        "train-llama": 10,
+        "scorer-precision": 2,
+        "scorer-parity": 1,
+        "oar-p-max-length": 1,
+        "cost-scorers": 3,
+        "cost-steps": 25,
     },
 )
 SIZES: dict[str, Sizes] = {"cuda": GPU, "cpu": CPU}

@@ -42,6 +42,12 @@ absolute σ = 1e-3, 0.92 (0.77) for 0.05 × RMS, 0.97 (0.91) for 0.1 × RMS (doc
 models use ``noise_scale="rms"`` with ``noise_std`` 0.05-0.1; the default stays the paper's absolute
 1e-3. Float32 arithmetic alone cannot rescue a σ below the model dtype's resolution, since the model
 still sees its own dtype. The scorer warns when most of the noise is lost to rounding.
+Where the noise does survive (Qwen-scale embeddings, std 0.02), bf16 still costs ρ ≈ 0.8 against
+float64 at σ = 1e-3 on a 30-layer model: the bf16 forward's rounding is not small next to the change
+σ makes in P_ε. Computing the LM head and KL in float32 changes nothing and bf16-rounded weights in
+float32 arithmetic give ρ 0.999 (``benchmarks/oar_g_precision.py``, ``results/oar-g-precision/``); the
+only remedies measured are float32 arithmetic in the body (far above OAR-G's cost) or a larger σ (a
+different score: float64 at 4e-3 vs 1e-3 gives ρ 0.73), so nothing here changes.
 
 Several draws (``num_draws`` = K). One draw is noisy: near the clean point g ≈ Hε, so |⟨g_t, e_t⟩| is a
 single half-normal sample around its scale. With K > 1 every row is repeated K times in the same
