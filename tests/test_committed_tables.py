@@ -1,0 +1,59 @@
+"""The committed result tables regenerate, to their printed digits, from the committed run files with
+today's statistics code (`scipy.stats`: t-intervals, paired tests): the screen's and the confirmation's
+Markdown tables text for text, and the v2 study's aggregates number for number."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+SCREEN = ROOT / "results" / "credit-screen"
+V2 = ROOT / "results" / "study-wordproblems-v2"
+
+
+@pytest.mark.parametrize("kind", ["screen", "confirm"])
+def test_credit_screen_tables_regenerate_from_the_run_files(tmp_path, kind):
+    from oar_rl.study.screen import write_report
+
+    for part in ("screen", "confirm"):
+        shutil.copytree(SCREEN / part / "runs", tmp_path / part / "runs")
+    shutil.copy(SCREEN / "screen" / "study.json", tmp_path / "screen" / "study.json")  # the winners
+    write_report(tmp_path, kind)
+    assert (tmp_path / f"{kind}.md").read_text() == (SCREEN / f"{kind}.md").read_text()
+
+
+def _close(new, old, path: str = "") -> None:
+    """`new` equals the committed `old` to float rounding (keys the new code adds are allowed)."""
+    if isinstance(old, dict):
+        missing = set(old) - set(new)
+        assert not missing, f"{path}: lost {sorted(missing)}"
+        for k, v in old.items():
+            _close(new[k], v, f"{path}.{k}")
+    elif isinstance(old, list):
+        assert len(new) == len(old), path
+        for i, (a, b) in enumerate(zip(new, old, strict=True)):
+            _close(a, b, f"{path}[{i}]")
+    elif isinstance(old, float):
+        assert new == pytest.approx(old, rel=1e-12, abs=1e-15), path
+    else:
+        assert new == old, path
+
+
+def test_v2_study_aggregates_regenerate_from_the_run_files():
+    """Means, t-intervals, paired differences (and their MDE) of every variant of the v2 study, from
+    its runs/, equal its committed study.json; the tables page is generated from that file."""
+    from oar_rl.study.report import aggregate
+
+    study = json.loads((V2 / "study.json").read_text())
+    runs = {}
+    for path in sorted((V2 / "runs").glob("*.json")):
+        rec = json.loads(path.read_text())
+        runs[rec["key"]] = rec
+    groups = {g: list(res) for g, res in study["groups"].items()}
+    in_scope = {k: r for k, r in runs.items() if k in study["runs"]}
+    assert len(in_scope) == len(study["runs"]) == 60
+    _close(aggregate(groups, in_scope), study["groups"], "groups")
