@@ -1,8 +1,9 @@
 """`oar-rl blame`'s statistics and output: per-rollout metrics, bootstrap intervals, tables and the chart.
 
 Every metric is computed per rollout first (`row_metrics`); a summary is the mean over rollouts with a
-95% percentile bootstrap that resamples rollouts (`oar_rl.analysis.recall_stats.bootstrap_interval`), and a paired
-difference (signal − control) resamples the same rollouts for both, so what the two share cancels.
+95% percentile bootstrap that resamples rollouts (`oar_rl.analysis.recall_stats.bootstrap_interval`),
+and a paired difference (signal − control) resamples the same rollouts for both, so what the two share
+cancels.
 """
 
 from __future__ import annotations

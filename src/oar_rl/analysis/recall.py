@@ -29,7 +29,6 @@ import json
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
 
 import torch
 from tqdm.auto import tqdm

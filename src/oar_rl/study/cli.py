@@ -348,7 +348,7 @@ def _summary_lines(study: dict[str, Any]) -> list[str]:
 
 def main(argv: list[str] | None = None) -> int:
     from oar_rl.options import apply_threads
-    from oar_rl.study.plan import plan_lines
+    from oar_rl.study.plan import plan_lines, refusal
 
     a = build_parser().parse_args(list(sys.argv[1:] if argv is None else argv))
     try:
@@ -359,13 +359,12 @@ def main(argv: list[str] | None = None) -> int:
         print("\n".join(plan), file=sys.stderr, flush=True)
         if a.dry_run:
             return 0
-        if preset_name(a) == "full" and not a.full:
-            given = " ".join(sys.argv[1:] if argv is None else argv)
-            raise ValueError(
-                "not started: this is the full protocol (the plan above). Add --full to start it: "
-                f"`oar-rl study {given + ' ' if given else ''}--full`; or --quick for the small version "
-                "`make demo` runs, or --dry-run to print the plan only"
-            )
+        why = refusal(
+            settings, preset=preset_name(a), tune_lr=a.tune_lr, full=a.full, yes=a.yes,
+            command=" ".join(sys.argv[1:] if argv is None else argv),
+        )  # fmt: skip
+        if why:
+            raise ValueError(why)
         out = ensure_writable_dir(out)
     except ValueError as e:
         print(f"oar-rl study: {e}", file=sys.stderr)

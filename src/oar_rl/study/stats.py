@@ -99,14 +99,14 @@ def paired_difference(
     start, the test problems). Returns `mean_ci` of the differences plus {"seeds", "diffs"}, "wins"
     (seeds where the treatment is strictly better) and "p": the two-sided p-value of the paired t-test
     (`scipy.stats.ttest_rel`; None with fewer than 2 seeds or differences that do not vary, where the
-    test is undefined). `bounds`: the differences' possible range (for two accuracies (-1, 1)), as in
-    `mean_ci`.
+    test is undefined; a spread at float rounding's scale counts as none). `bounds`: the differences'
+    possible range (for two accuracies (-1, 1)), as in `mean_ci`.
     """
     seeds = sorted(set(treatment) & set(reference))
     diffs = [float(treatment[s]) - float(reference[s]) for s in seeds]
     out = mean_ci(diffs, level, bounds)
     p = None
-    if out["sd"]:  # n >= 2 and the differences vary
+    if out["sd"] is not None and out["sd"] > 1e-12 * max(1.0, abs(out["mean"])):  # they vary (not rounding)
         from scipy.stats import ttest_rel
 
         test = ttest_rel([float(treatment[s]) for s in seeds], [float(reference[s]) for s in seeds])
