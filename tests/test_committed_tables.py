@@ -57,3 +57,40 @@ def test_v2_study_aggregates_regenerate_from_the_run_files():
     in_scope = {k: r for k, r in runs.items() if k in study["runs"]}
     assert len(in_scope) == len(study["runs"]) == 60
     _close(aggregate(groups, in_scope), study["groups"], "groups")
+
+
+def test_run_files_record_their_machine_outside_the_protocol_and_old_ones_still_verify():
+    """Issue 34: a run's machine is descriptive. The v2 study's run files (made before it was recorded)
+    verify under their pinned protocol hash and the report says their machine was not recorded; a record
+    with a machine verifies under the same hash."""
+    import torch
+
+    from oar_rl.machine import REPRODUCIBILITY, machine_info
+    from oar_rl.study.config import protocol_hash
+    from oar_rl.study.report import _machines
+    from oar_rl.study.runner import RunStore, _check_same
+
+    study = json.loads((V2 / "study.json").read_text())
+    assert protocol_hash(study["protocol"]) == study["protocol_hash"] == "a57749050a59f8c8"
+    runs = RunStore(V2 / "runs", study["protocol"]).check_all()
+    assert len(runs) == 60 and not any("machine" in r for r in runs.values())
+    note = _machines({"runs": runs})
+    assert "not recorded (made before run files recorded their machine) (60 runs)" in note
+    info = machine_info()
+    assert info["cpu_capability"] == torch.backends.cpu.get_cpu_capability()
+    assert info["torch_threads"] == torch.get_num_threads() and info["versions"]["trl"]
+    rec = {**runs["oar-g/seed3"], "machine": info}
+    _check_same(V2 / "runs" / "oar-g.seed3.json", rec, study["protocol"])  # no error: not protocol
+    note = _machines({"runs": {"a": rec, "b": rec}})
+    assert f"({info['cpu_capability']})" in note and "(2 runs)" in note
+    assert "86.9%" in REPRODUCIBILITY and "grpo.seed3 and random.seed3 exactly" in REPRODUCIBILITY
+
+
+def test_the_lr_note_points_at_a_page_that_has_the_section():
+    """The untuned study's learning-rate source (shown in its report) points at docs/history.md's section,
+    not at a README section that moved."""
+    from oar_rl.tasks import get_task
+
+    note = get_task("wordproblems").learning_rate_note
+    assert "README" not in note and "docs/history.md, 'Why RL barely moved the first warm start'" in note
+    assert "## Why RL barely moved the first warm start" in (ROOT / "docs" / "history.md").read_text()

@@ -9,8 +9,6 @@ aggregate everything into study.json, the plots and report.html.
 
 from __future__ import annotations
 
-import os
-import platform
 import shutil
 import sys
 import tempfile
@@ -20,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from oar_rl.io import ensure_writable_dir
+from oar_rl.machine import machine_info
 from oar_rl.study.args import build_parser, preset_name, settings_from_args
 from oar_rl.study.config import STUDY_FORMAT, StudySettings, protocol_hash
 from oar_rl.study.runner import (
@@ -40,17 +39,6 @@ from oar_rl.study.runner import (
 from oar_rl.tasks import get_task
 
 __all__ = ["build_parser", "main", "run_study", "settings_from_args"]
-
-
-def _machine() -> dict[str, Any]:
-    import torch
-
-    return {
-        "platform": platform.platform(),
-        "cpu_count": os.cpu_count(),
-        "torch_threads": torch.get_num_threads(),
-        "cuda": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
-    }
 
 
 def run_study(
@@ -321,7 +309,7 @@ def _study_record(
             "recall_seconds": (recall or {}).get("seconds"),
             "note": "runs/lr sweep totals add up the wall time of every stored run (train + evaluation), "
             "across invocations; this_invocation excludes earlier invocations",
-            "machine": _machine(),
+            "machine": machine_info(),  # this invocation's; each run file records its own
         },
     }
     return study
