@@ -94,3 +94,73 @@ def test_the_lr_note_points_at_a_page_that_has_the_section():
     note = get_task("wordproblems").learning_rate_note
     assert "README" not in note and "docs/history.md, 'Why RL barely moved the first warm start'" in note
     assert "## Why RL barely moved the first warm start" in (ROOT / "docs" / "history.md").read_text()
+
+
+# --------------------------------------------------------------------------------------------------
+# the leaderboard (issue 34)
+# --------------------------------------------------------------------------------------------------
+
+
+def test_the_committed_leaderboard_is_the_regenerated_one():
+    from oar_rl.study import leaderboard
+
+    assert (ROOT / leaderboard.PAGE).read_text() == leaderboard.page(ROOT), (
+        "docs/results/leaderboard.md is out of date: run `python -m oar_rl.study.leaderboard`"
+    )
+    assert leaderboard.main(["--root", str(ROOT), "--check"]) == 0
+
+
+def test_leaderboard_figures_are_the_confirmed_and_recorded_ones():
+    """Spot checks against the committed tables: the confirmation's first-error and OAR-G, the v2 study's
+    entropy, the blame page's OAR-G weights, the testbed's recall and the bench's step ratio."""
+    from oar_rl.study.leaderboard import REGIMES, accuracy_cells, blame_cells, cost_cell, recall_cells
+
+    short = REGIMES[0]
+    assert accuracy_cells(ROOT, short, "first-error")[:3] == [
+        "+0.3 (-0.9, +1.6)",
+        "10",
+        "confirmation, test split",
+    ]
+    assert accuracy_cells(ROOT, short, "oar-g")[0] == "-3.5 (-4.8, -2.1)"  # confirm.md
+    assert accuracy_cells(ROOT, short, "entropy")[:2] == ["+1.0 (+0.2, +1.8)", "10"]  # tables.md, v2 study
+    assert blame_cells(ROOT, short, "oar-g") == ["0.96 vs 2.85", "-1.89 (-1.98, -1.80)"]  # blame.md
+    assert recall_cells(ROOT, short, "oar-g")[0] == "0.30 (0.28, 0.31)"
+    assert recall_cells(ROOT, short, "random")[1] == "n/a"  # a control has no difference to a control
+    assert recall_cells(ROOT, short, "first-error") == ["n/a", "n/a"]
+    assert cost_cell(ROOT, short, "oar-p") == "5.16× [4.44–5.87]" and cost_cell(ROOT, short, "grail") == "n/a"
+
+
+def _run(folder: Path, variant: str, seed: int, acc: float, secs: float = 10.0, protocol: str = "p1") -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    rec = {"variant": variant, "method": variant, "seed": seed, "overrides": {}, "protocol_hash": protocol,
+           "final": {"sampled": acc}, "train_seconds": secs}  # fmt: skip
+    (folder / f"{variant}.seed{seed}.json").write_text(json.dumps(rec))
+
+
+def test_leaderboard_shows_screen_only_rules_and_adds_a_regime_when_its_runs_land(tmp_path):
+    """A rule found only in a screen says so with its seed count; a regime without run files is named
+    below the table, and gets its own column group once its run files exist."""
+    from oar_rl.study import leaderboard as lb
+
+    short = lb.Regime("short", "test", confirmed=(lb.Source("c", "confirmation", "x.md"),),
+                      screens=(lb.Source("s", "screen", "x.md"),))  # fmt: skip
+    long = lb.Regime("long", "test", confirmed=(lb.Source("long/c", "confirmation", "x.md"),))
+    for seed, (g, r) in enumerate([(0.80, 0.82), (0.70, 0.71)]):
+        _run(tmp_path / "c", "grpo", seed, g)
+        _run(tmp_path / "c", "oar-g", seed, r, secs=20.0)
+    for seed in range(5):
+        _run(tmp_path / "s", "grpo", seed, 0.5)
+        _run(tmp_path / "s", "my-rule", seed, 0.5 + 0.01 * (seed + 1))
+    text = lb.page(tmp_path, (short, long))
+    assert text.count("<th colspan='9'>") == 1 and "Regime **long** (test): no run files yet" in text
+    row = next(line for line in text.splitlines() if "<code>my-rule</code>" in line)
+    assert "<td>+3.0 (+1.0, +5.0)</td><td>screen only, 5 seeds</td><td>screen</td>" in row  # t(4) = 2.776
+    assert "<td>+1.5 (-4.9, +7.9)</td><td>2</td><td>confirmation</td>" in text  # oar-g: 2, 1 pp; t(1) = 12.71
+    assert "<td>2.00×</td></tr>" in text  # oar-g's train time against GRPO's
+    _run(tmp_path / "long" / "c", "grpo", 0, 0.4)
+    _run(tmp_path / "long" / "c", "oar-g", 0, 0.5)
+    text = lb.page(tmp_path, (short, long))
+    assert text.count("<th colspan='9'>") == 2 and "no run files yet" not in text
+    _run(tmp_path / "c", "random", 0, 0.5, protocol="p2")
+    with pytest.raises(ValueError, match="mixes run files of 2 protocols"):
+        lb.page(tmp_path, (short, long))
