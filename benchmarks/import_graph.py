@@ -33,6 +33,7 @@ TIERS: dict[str, int] = {
     "oar_rl.console": 0,
     "oar_rl.argparsing": 0,
     "oar_rl.cache_check": 0,
+    "oar_rl.machine": 0,
     # 1 pure math, answer spans, data and rewards
     "oar_rl.reshape": 1,
     "oar_rl.metrics": 1,

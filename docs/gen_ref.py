@@ -17,6 +17,8 @@ Where the text comes from:
 - **Study tables**: `results/study-wordproblems-v2/tables.md` (learning-rate sweep, final accuracy
   with paired differences and credit metrics, recall) from that study's `study.json` and
   `lr_tuning.json`; the results page includes it, so the page cannot drift from the data.
+- **Leaderboard**: `docs/results/leaderboard.md`, one row per credit rule, from the committed run files
+  and records (`oar_rl.study.leaderboard`, also `python -m oar_rl.study.leaderboard`).
 - **OARConfig**: the dataclass fields `OARConfig` adds to TRL's `GRPOConfig`, with their types, defaults
   and `metadata["help"]`; the `GRPOConfig` defaults it changes; the credit modes of
   :data:`oar_rl.credits.CREDIT_MODES`.
@@ -39,6 +41,7 @@ PAGES = {
     "docs/reference/cli.md": "cli_page",
     "docs/reference/config.md": "config_page",
     "results/study-wordproblems-v2/tables.md": "study_v2_tables",
+    "docs/results/leaderboard.md": "leaderboard_page",
 }
 """Generated file (relative to the repository root) -> the function below that writes it."""
 
@@ -365,6 +368,13 @@ def study_tables(study_dir: Path) -> str:
 def study_v2_tables() -> str:
     """results/study-wordproblems-v2/tables.md."""
     return study_tables(ROOT / "results" / "study-wordproblems-v2")
+
+
+def leaderboard_page() -> str:
+    """docs/results/leaderboard.md (`python -m oar_rl.study.leaderboard` writes the same page)."""
+    from oar_rl.study.leaderboard import page
+
+    return page(ROOT)
 
 
 def generate() -> dict[str, str]:

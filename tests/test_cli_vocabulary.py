@@ -226,18 +226,21 @@ def test_bare_study_prints_its_plan_and_refuses_naming_the_flag(tmp_path, capsys
     assert "60: grpo 10 x" in err and "estimated time about 4" in err and "h at one torch thread" in err
     assert f"`oar-rl study --out {out} --full`" in err
     assert not out.exists()  # nothing started, nothing written
-    # the lead's screen: explicit scope, --tune-lr, still refused without --full, named the same way
+    assert "this is the full protocol" in err
+    # the lead's screen: explicit scope, --tune-lr (about 36 min): a large plan that is not the full
+    # protocol asks for --yes, and says so with its estimate (issue 34)
     assert cli.main(["study", "--methods", "grpo,oar-g", "--seeds", "3", "--tune-lr", "--out", str(out)]) == 2
     err = capsys.readouterr().err
     assert "runs           6:" in err and "swept first (--tune-lr): 8 runs" in err
-    assert f"--seeds 3 --tune-lr --out {out} --full`" in err
+    assert f"--seeds 3 --tune-lr --out {out} --yes`" in err and "full protocol" not in err
+    assert "estimated at about 36 min of one CPU core" in err
 
 
 def test_dry_run_prints_the_plan_only(tmp_path, capsys):
     out = tmp_path / "study"
     assert cli.main(["study", "--dry-run", "--full", "--tune-lr", "--out", str(out)]) == 0
     err = capsys.readouterr().err
-    assert "oar-rl study: plan (full preset" in err and "(the sweep " in err and not out.exists()
+    assert "oar-rl study: plan (the full protocol" in err and "(the sweep " in err and not out.exists()
     (out / "runs").mkdir(parents=True)
     (out / "runs" / "grpo.seed0.json").write_text("{}")
     assert cli.main(["study", "--quick", "--dry-run", "--out", str(out)]) == 0

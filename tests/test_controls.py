@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from oar_rl.analysis.oracle import causal_recall
-from oar_rl.analysis.recall import control_differences, with_position
+from oar_rl.analysis.recall import with_position
+from oar_rl.analysis.recall_stats import causal_recall, control_differences
 from oar_rl.importance import position_importance
 
 

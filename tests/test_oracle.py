@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from oar_rl.analysis.oracle import alternative_tokens, causal_recall, counterfactual_oracle
+from oar_rl.analysis.oracle import alternative_tokens, counterfactual_oracle
+from oar_rl.analysis.recall_stats import causal_recall
 from oar_rl.tiny import build_char_tokenizer, tiny_qwen2
 
 
@@ -102,7 +103,7 @@ def test_causal_recall_skips_rows_without_pivots_and_ignores_padding():
 def test_recall_difference_is_paired_and_its_interval_covers_it():
     """A − B equals the difference of the two recalls; a score against itself differs by exactly 0 with a
     zero-width interval (pairing cancels what the two share); the unpaired bands would not be zero-width."""
-    from oar_rl.analysis.oracle import recall_difference, recall_interval
+    from oar_rl.analysis.recall_stats import recall_difference, recall_interval
 
     gen = torch.Generator().manual_seed(0)
     labels = torch.rand(40, 12, generator=gen) < 0.2
@@ -122,3 +123,32 @@ def test_recall_difference_is_paired_and_its_interval_covers_it():
     assert recall_difference(good, noise, labels & False, mask, ks) == {k: (0.0, 0.0, 0.0) for k in ks}
     with pytest.raises(ValueError, match="level"):
         recall_difference(good, noise, labels, mask, ks, level=1.0)
+
+
+def _torch_percentile_reference(per_row: torch.Tensor, level: float, n_boot: int, seed: int):
+    """The resampler every committed recall and blame table was made with (before SciPy): torch draws,
+    torch.quantile (linear interpolation) of the resampled column means."""
+    gen = torch.Generator().manual_seed(seed)
+    idx = torch.randint(0, per_row.shape[0], (n_boot, per_row.shape[0]), generator=gen)
+    means = per_row[idx].mean(dim=1)
+    return (
+        torch.quantile(means, (1 - level) / 2, dim=0).tolist(),
+        torch.quantile(means, 1 - (1 - level) / 2, dim=0).tolist(),
+    )
+
+
+@pytest.mark.parametrize(("rows", "level", "seed"), [(40, 0.95, 0), (7, 0.9, 3), (179, 0.95, 1234)])
+def test_bootstrap_interval_is_scipys_percentile_over_the_committed_draws(rows, level, seed):
+    """SciPy's percentile interval over the same torch draws equals the old resampler's to float rounding,
+    so every committed recall/blame band reproduces; one row gives the row itself."""
+    from oar_rl.analysis.recall_stats import bootstrap_interval
+
+    per_row = torch.rand(rows, 4, generator=torch.Generator().manual_seed(seed), dtype=torch.float64)
+    lo, hi = bootstrap_interval(per_row, level, 1000, seed)
+    ref_lo, ref_hi = _torch_percentile_reference(per_row, level, 1000, seed)
+    assert lo == pytest.approx(ref_lo, abs=1e-14) and hi == pytest.approx(ref_hi, abs=1e-14)
+    assert all(a < b for a, b in zip(lo, hi, strict=True))
+    one = per_row[:1]
+    assert bootstrap_interval(one, level, 1000, seed) == (one[0].tolist(), one[0].tolist())
+    with pytest.raises(ValueError, match="shape"):
+        bootstrap_interval(per_row[0], level, 1000, seed)

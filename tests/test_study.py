@@ -28,7 +28,8 @@ from oar_rl.tasks import Task, WarmStart
 def test_t_quantile_matches_tables(df, table):
     assert stats.t_quantile(0.975, df) == pytest.approx(table, abs=1e-6)
     assert stats.t_quantile(0.025, df) == pytest.approx(-table, abs=1e-6)
-    assert stats.t_cdf(table, df) == pytest.approx(0.975, abs=1e-7)  # table rounded to 1e-7
+    with pytest.raises(ValueError, match="df=0"):
+        stats.t_quantile(0.975, 0)
 
 
 def test_mean_ci_hand_computed():
@@ -56,6 +57,14 @@ def test_paired_difference_hand_computed():
     assert d["mean"] == pytest.approx(0.05) and d["sd"] == pytest.approx(0.03)
     assert d["half_width"] == pytest.approx(0.0745242, abs=1e-6)
     assert d["wins"] == 3
+    # the paired t-test: t = .05 / (.03 / sqrt 3) = 2.8867513 on 2 df, whose CDF is 1/2 + t/(2 sqrt(2 + t²)):
+    # two-sided p = 1 - t / sqrt(2 + t²) = 1 - 2.8867513 / 3.2145503 = 0.1019735
+    assert d["p"] == pytest.approx(0.1019735, abs=1e-6)
+    from scipy.stats import ttest_rel
+
+    ci = ttest_rel([0.55, 0.42, 0.68], [0.50, 0.40, 0.60]).confidence_interval(0.95)
+    assert (d["low"], d["high"]) == (pytest.approx(ci.low, abs=1e-12), pytest.approx(ci.high, abs=1e-12))
+    assert stats.paired_difference({0: 0.5, 1: 0.6}, {0: 0.4, 1: 0.5})["p"] is None  # no spread: no test
     # Pairing matters: the unpaired spread of the treatment alone is far wider than that of the diffs.
     assert stats.mean_ci([0.55, 0.42, 0.68])["half_width"] > 3 * d["half_width"]
     # MDE at 80% power, df 2: (t(.975, 2) + t(.8, 2)) * .03 / sqrt(3) = (4.3026527 + 1.0606602) * .0173205
@@ -404,3 +413,31 @@ def test_aggregate_steps_to_reach_grpo_final():
     assert agg["oar-g"]["steps_to_grpo_final"] == 5  # mean curve 0.45 at step 5
     assert agg["random"]["steps_to_grpo_final"] is None and agg["random"]["seeds"] == [0]
     assert agg["oar-g"]["diff_to_grpo"]["diffs"] == pytest.approx([0.2, 0.0])
+
+
+def test_a_small_custom_study_starts_at_once_and_a_large_plan_asks_first(tmp_path, fake_study, capsys):
+    """Issue 34: a plan estimated under 30 CPU-minutes starts without a flag; a larger custom one prints
+    its plan and estimate and starts only with --yes; the full protocol asks for --full and is the only
+    plan the message calls the full protocol. Nothing trains while a plan is refused."""
+    from oar_rl.study import plan
+
+    calls, _ = fake_study
+    small = [a for a in _args(tmp_path / "small") if a != "--full"]
+    assert study_cli.main(small) == 0 and len(calls) == 4
+    err = capsys.readouterr().err
+    assert "customised" in err and "not started" not in err
+
+    big = ["--task", "fake", "--out", str(tmp_path / "big"), "--methods", "grpo,oar-p", "--seeds", "3",
+           "--recall", "0"]  # fmt: skip
+    estimate = plan.estimate_seconds(study_cli.settings_from_args(study_cli.build_parser().parse_args(big)))
+    assert estimate["total"] > plan.START_AT_ONCE_SECONDS  # 6 runs of the full budget with OAR-P
+    assert study_cli.main(big) == 2 and len(calls) == 4
+    err = capsys.readouterr().err
+    assert f"about {plan.duration(estimate['total'])} of one CPU core" in err and "--yes" in err
+    assert "full protocol" not in err and " ".join(big) + " --yes" in err
+    assert study_cli.main([*big, "--yes"]) == 0 and len(calls) == 4 + 6
+
+    assert study_cli.main(["--out", str(tmp_path / "full")]) == 2 and len(calls) == 10
+    err = capsys.readouterr().err
+    assert "plan (the full protocol," in err and "this is the full protocol" in err and "--full" in err
+    assert "about 4.2 h of one CPU core" in err  # oar_rl.study.plan's figures for the full protocol

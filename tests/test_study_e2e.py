@@ -62,6 +62,7 @@ def test_tiny_study_end_to_end_then_resume(tmp_path, parity_task, monkeypatch, c
     for run in study["runs"].values():
         assert list(run["curve"]) == ["0", "1", "2"] and 0.0 <= run["final"]["sampled"] <= 1.0
         assert run["final"]["greedy"] is not None and run["history"]
+        assert run["machine"]["cpu_capability"] and "machine" not in run["protocol"]  # issue 34
     main = study["groups"]["main"]
     assert main["oar-g"]["diff_to_grpo"]["seeds"] == [0, 1]
     assert "oar/ess_ratio" in main["oar-g"]["credit_metrics"]  # advantages were non-zero, OAR reshaped them
@@ -79,6 +80,7 @@ def test_tiny_study_end_to_end_then_resume(tmp_path, parity_task, monkeypatch, c
         assert (out / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     html = (out / "report.html").read_text()
     assert "Recall@K% vs ground-truth pivots" in html and html.count("data:image/png;base64,") >= 4
+    assert "Machines: " in html and "(4 runs)" in html and "reproduce exactly" in html
 
     # A rerun trains nothing and reproduces the same aggregate.
     def no_training(*a, **k):

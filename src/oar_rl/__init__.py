@@ -36,7 +36,7 @@ _EXPORTS: dict[str, str] = {
     "grail_token_advantages": "oar_rl.reshape",
     # analysis (paper §5.1)
     "counterfactual_oracle": "oar_rl.analysis.oracle",
-    "causal_recall": "oar_rl.analysis.oracle",
+    "causal_recall": "oar_rl.analysis.recall_stats",
     # evaluation
     "pass_at_k": "oar_rl.eval.evaluation",
     "mean_at_n": "oar_rl.eval.evaluation",

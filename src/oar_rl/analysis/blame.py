@@ -39,7 +39,6 @@ Departures from the trainer, and why:
 
 from __future__ import annotations
 
-import os
 import sys
 import time
 from collections import Counter
@@ -310,11 +309,11 @@ def build_parser():
 
 def main(argv: list[str] | None = None) -> int:
     import json
-    import platform
 
     from oar_rl.analysis.blame_report import bar_chart, markdown
     from oar_rl.data.wordproblems import split_problems
     from oar_rl.io import ensure_writable_dir, write_text_atomic
+    from oar_rl.machine import machine_info, machine_line
     from oar_rl.options import apply_threads
     from oar_rl.tasks import get_task
 
@@ -356,7 +355,8 @@ def main(argv: list[str] | None = None) -> int:
     result.update(measure(ws.model, ws.tokenizer, trajs, rows, signals, seed=a.seed, task=task))
     result["settings"].update(result.pop("defaults"))
     result["wall_seconds"] = round(time.perf_counter() - t0, 1)
-    result["machine"] = f"{platform.machine()} CPU, {os.cpu_count()} cores, torch {torch.__version__}"
+    result["machine_info"] = machine_info()
+    result["machine"] = machine_line(result["machine_info"])
     write_text_atomic(out / "blame.json", json.dumps(result, indent=2) + "\n")
     write_text_atomic(out / "blame.md", markdown(result))
     bar_chart(result, out / "blame.png")

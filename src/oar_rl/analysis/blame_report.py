@@ -1,8 +1,9 @@
 """`oar-rl blame`'s statistics and output: per-rollout metrics, bootstrap intervals, tables and the chart.
 
 Every metric is computed per rollout first (`row_metrics`); a summary is the mean over rollouts with a
-95% percentile bootstrap that resamples rollouts (`oar_rl.analysis.oracle`'s resampler), and a paired
-difference (signal − control) resamples the same rollouts for both, so what the two share cancels.
+95% percentile bootstrap that resamples rollouts (`oar_rl.analysis.recall_stats.bootstrap_interval`),
+and a paired difference (signal − control) resamples the same rollouts for both, so what the two share
+cancels.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from typing import Any
 
 import torch
 
-from oar_rl.analysis.oracle import _bootstrap_means, _per_row_recall
+from oar_rl.analysis.recall_stats import bootstrap_interval, per_row_recall
 
 METRICS = ("w_error", "w_last", "error_minus_last", "outweighs", "recall@10", "recall@20")
 PAIRED = ("w_error", "error_minus_last", "outweighs", "recall@10", "recall@20")
@@ -60,7 +61,7 @@ def row_metrics(
     wl = (w * last).sum(dim=1) / last.sum(dim=1)  # (R,)
     out = {"w_error": we, "w_last": wl, "error_minus_last": we - wl, "outweighs": (we > wl).double()}
     if normalized is not None:
-        rec = _per_row_recall(normalized, err & reasoning, reasoning, (0.1, 0.2), list(range(err.shape[0])))
+        rec = per_row_recall(normalized, err & reasoning, reasoning, (0.1, 0.2), list(range(err.shape[0])))
         out["recall@10"], out["recall@20"] = rec[:, 0], rec[:, 1]
     return out
 
@@ -71,7 +72,7 @@ def summarize(
     """{metric: [mean, low, high]}: the mean over rollouts and its 95% bootstrap interval."""
     names = list(per_row)
     stacked = torch.stack([per_row[m] for m in names], dim=1)  # (R, M)
-    lo, hi = _bootstrap_means(stacked, 0.95, n_boot, seed)
+    lo, hi = bootstrap_interval(stacked, 0.95, n_boot, seed)
     mean = stacked.mean(dim=0).tolist()
     return {m: [mean[j], lo[j], hi[j]] for j, m in enumerate(names)}
 

@@ -1,7 +1,7 @@
 """The real-model figure's output: recall.json, recall.md, the recall plots and the heatmaps.
 
 Every table carries the two controls, `position` (later reasoning tokens first) and `random`, with each
-signal's paired difference to both (`oar_rl.analysis.recall.control_differences`), beside the few paired
+signal's paired difference to both (`oar_rl.analysis.recall_stats.control_differences`), beside the few paired
 comparisons between signals of `oar_rl.analysis.real_recall.PAIRS`; and, for references, recall per
 reasoning step (`oar_rl.analysis.real_steps`).
 """
@@ -15,15 +15,15 @@ from typing import Any
 
 import torch
 
-from oar_rl.analysis.oracle import recall_difference
-from oar_rl.analysis.recall import (
-    _plot,
+from oar_rl.analysis.recall import _plot
+from oar_rl.analysis.recall_stats import (
     band_json,
     control_differences,
     curve_json,
     paired_json,
     recall_bands,
     recall_curves,
+    recall_difference,
 )
 from oar_rl.io import write_text_atomic
 

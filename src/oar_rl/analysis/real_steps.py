@@ -78,8 +78,8 @@ def per_step_recall(
     ks: Sequence[float] = STEP_KS,
 ) -> dict[str, Any]:
     """{step: {"references", "pivots", "all": {...}, "within": {...}}}: each ranking's recall, interval and
-    paired differences to the controls (`oar_rl.analysis.recall.recall_summary`)."""
-    from oar_rl.analysis.recall import recall_summary
+    paired differences to the controls (`oar_rl.analysis.recall_stats.recall_summary`)."""
+    from oar_rl.analysis.recall_stats import recall_summary
 
     out: dict[str, Any] = {}
     for s in range(1, int(steps.max()) + 1):

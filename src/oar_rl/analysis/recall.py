@@ -17,10 +17,10 @@ bootstrap over trajectories) is reported beside the curves.
 Writes `recall.json` (per-K recall of each method, pivot statistics, settings), `recall.md`,
 `recall.png` and `heatmaps.html` (a few traces coloured by each method, with the oracle row).
 
-The one recall implementation: `oracle_labels` (Eq. 19 per trajectory), `label_matrix`,
-`scores_per_probe` (which adds the `position` control), `recall_curves`, `recall_bands` and
-`control_differences` (with `curve_json`/`band_json`/`paired_json`) are also what the study
-(`oar_rl.study.recall`) and the real-model figure (`oar_rl.analysis.real_recall`) call.
+The oracle pipeline here, `oracle_labels` (Eq. 19 per trajectory), `label_matrix` and `scores_per_probe`
+(which adds the `position` control), is also what the study (`oar_rl.study.recall`) and the real-model
+figure (`oar_rl.analysis.real_recall`) call; the statistics on its labels and scores (recall, bands,
+paired differences and their JSON/Markdown) are all in `oar_rl.analysis.recall_stats`.
 """
 
 from __future__ import annotations
@@ -29,7 +29,6 @@ import json
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
 
 import torch
 from tqdm.auto import tqdm
@@ -49,13 +48,22 @@ from oar_rl.analysis.attribute import (
     scoring_settings,
     span_notes,
 )
-from oar_rl.analysis.oracle import causal_recall, counterfactual_oracle, recall_difference, recall_interval
+from oar_rl.analysis.oracle import counterfactual_oracle
+from oar_rl.analysis.recall_stats import (
+    KS,
+    band_json,
+    control_differences,
+    curve_json,
+    paired_json,
+    paired_table,
+    recall_bands,
+    recall_curves,
+)
 from oar_rl.argparsing import add, new_parser
 from oar_rl.importance.baselines import CONTROLS  # `position` is added by `with_position`
 from oar_rl.io import ensure_writable_dir, savefig_atomic, write_text_atomic
 from oar_rl.tasks import exact_check, get_task
 
-KS = (0.05, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0)
 PROBE_METHODS = ("oar-g", "oar-p")
 """The scorers whose importance depends on the outcome probe."""
 
@@ -136,94 +144,6 @@ def scores_per_probe(
     if mask is None:
         raise ValueError("scores_per_probe needs at least one probe")
     return with_position(scores, mask), mask
-
-
-def recall_curves(
-    scores: Mapping[str, torch.Tensor], truth: torch.Tensor, mask: torch.Tensor, ks: Sequence[float] = KS
-) -> dict[str, dict[float, float]]:
-    """Recall@K% (`causal_recall`) of the `truth` tokens under each score, per K."""
-    return {name: causal_recall(s, truth, mask, ks) for name, s in scores.items()}
-
-
-def recall_bands(
-    scores: Mapping[str, torch.Tensor],
-    truth: torch.Tensor,
-    mask: torch.Tensor,
-    ks: Sequence[float] = KS,
-    *,
-    seed: int,
-) -> dict[str, dict[float, tuple[float, float]]]:
-    """95% bootstrap intervals (`recall_interval`, over trajectories) of each score's recall curve."""
-    return {name: recall_interval(s, truth, mask, ks, seed=seed) for name, s in scores.items()}
-
-
-def control_differences(
-    scores: Mapping[str, torch.Tensor],
-    truth: torch.Tensor,
-    mask: torch.Tensor,
-    ks: Sequence[float] = KS,
-    *,
-    seed: int,
-    controls: Sequence[str] = CONTROLS,
-) -> dict[str, dict[float, tuple[float, float, float]]]:
-    """Paired recall difference (`recall_difference`: difference, 95% low, high) of every signal that is
-    not a control against each control in `scores`, named 'oar-p/as-mean − position'."""
-    return {
-        f"{name} − {c}": recall_difference(s, scores[c], truth, mask, ks, seed=seed)
-        for name, s in scores.items()
-        if name not in controls
-        for c in controls
-        if c in scores
-    }
-
-
-def recall_summary(
-    scores: Mapping[str, torch.Tensor],
-    truth: torch.Tensor,
-    mask: torch.Tensor,
-    ks: Sequence[float] = KS,
-    *,
-    seed: int,
-    paired_ks: Sequence[float] | None = None,
-) -> dict[str, Any]:
-    """The JSON of one recall table: each signal's curve ("recall"), its 95% bootstrap band
-    ("recall_ci95") and its paired differences to the controls at `paired_ks` (default `ks`)."""
-    return {
-        "recall": {name: curve_json(c) for name, c in recall_curves(scores, truth, mask, ks).items()},
-        "recall_ci95": {
-            name: band_json(b) for name, b in recall_bands(scores, truth, mask, ks, seed=seed).items()
-        },
-        "paired_difference": paired_json(
-            control_differences(scores, truth, mask, ks if paired_ks is None else paired_ks, seed=seed)
-        ),
-    }
-
-
-def curve_json(curve: Mapping[float, float]) -> dict[str, float]:
-    """A recall curve with its K fractions as JSON keys ('0.05')."""
-    return {f"{k:g}": v for k, v in curve.items()}
-
-
-def band_json(band: Mapping[float, tuple[float, float]]) -> dict[str, list[float]]:
-    """A curve's intervals with its K fractions as JSON keys ('0.05': [low, high])."""
-    return {f"{k:g}": list(v) for k, v in band.items()}
-
-
-def paired_json(paired: Mapping[str, Mapping[float, tuple[float, float, float]]]) -> dict[str, dict]:
-    """Paired differences with their K fractions as JSON keys ('0.1': [difference, low, high])."""
-    return {name: {f"{k:g}": list(v) for k, v in d.items()} for name, d in paired.items()}
-
-
-def paired_table(
-    paired: Mapping[str, Mapping[float, tuple[float, float, float]]], ks: Sequence[float]
-) -> str:
-    """A Markdown table of paired differences, 'difference (low, high)' per K."""
-    lines = ["| paired difference (95% CI) | " + " | ".join(f"top {100 * k:g}%" for k in ks) + " |"]
-    lines.append("|---" * (len(ks) + 1) + "|")
-    for name, d in paired.items():
-        cells = [f"{d[k][0]:+.2f} ({d[k][1]:+.2f}, {d[k][2]:+.2f})" for k in ks]
-        lines.append(f"| {name} | " + " | ".join(cells) + " |")
-    return "\n".join(lines)
 
 
 def _plot(

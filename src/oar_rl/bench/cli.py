@@ -258,9 +258,13 @@ def table_lines(summary: dict[str, dict]) -> list[str]:
 
 
 def machine_info() -> dict[str, Any]:
+    """`oar_rl.machine.machine_info` (CPU model and instruction set, libraries), plus the bench's keys."""
     import torch
 
+    from oar_rl.machine import machine_info as where
+
     return {
+        **where(),
         "platform": platform.platform(),
         "processor": platform.processor() or platform.machine(),
         "cpu_count": os.cpu_count(),

@@ -4,8 +4,9 @@ Modules (the tasks themselves come from the task registry, `oar_rl.tasks`): `con
 presets, methods, ablation groups, the protocol), `args` (the command line), `plan` (what a study will
 run and its estimated time, printed first), `training` (one RL run with held-out evaluation),
 `demo` (`oar-rl demo`: the quick study), `runner` (resumable run store, learning-rate sweep), `recall`
-(recall@K% vs the oracle and the ground truth), `stats` (t-intervals, paired differences), `report`
-(study.json, plots, HTML), `cli`.
+(recall@K% vs the oracle and the ground truth), `stats` (t-intervals, paired tests; `scipy.stats`),
+`report` (study.json, plots, HTML), `leaderboard` (docs/results/leaderboard.md from the committed run
+files), `cli`.
 
 Protocol (issue 8, "Rules for the study"): the same warm start, the same prompts per seed, the same
 budget and the same hyperparameters for every method; the learning rate is chosen on a validation split

@@ -1,7 +1,8 @@
 """`oar-rl study`'s command line: the parser, and the settings it gives (`settings_from_args`).
 
 Help states the real defaults: they are read from the presets (`oar_rl.study.config.PRESETS`), never
-written twice. The full protocol runs only with `--full` (`oar_rl.study.plan`).
+written twice. A plan estimated over 30 CPU-minutes starts only when asked: the full protocol with
+`--full`, any other large plan with `--yes` (`oar_rl.study.plan.refusal`).
 """
 
 from __future__ import annotations
@@ -46,8 +47,9 @@ def build_parser() -> argparse.ArgumentParser:
         "hyperparameters; with --tune-lr every method's learning rate is swept on a validation split "
         "first, then frozen), over several seeds, with confidence intervals, accuracy-vs-step curves, "
         "credit metrics, recall@K% and optional tau/probe ablations. Resumable: rerun the same command to "
-        "continue. The full protocol takes hours of CPU: without --quick it prints its plan and starts "
-        "only with --full (--dry-run: the plan only).",
+        "continue. A plan estimated under 30 CPU-minutes starts at once; a larger one prints its plan and "
+        "estimate and starts only when asked: the full protocol (hours of CPU) with --full, any other with "
+        "--yes (--dry-run: the plan only).",
         parents=[shared],
     )
     scope = p.add_mutually_exclusive_group()
@@ -67,6 +69,13 @@ def build_parser() -> argparse.ArgumentParser:
         f"{_seeds(FULL)} seeds, {FULL.steps} steps of {FULL.prompts_per_step}x{FULL.num_generations}; "
         f"about {duration(full['total'] - full['sweep'])} of one CPU core, plus "
         f"{duration(full['sweep'])} with --tune-lr): without it the plan is printed and nothing runs",
+    )
+    add(
+        p,
+        "--yes",
+        action="store_true",
+        help="start a plan estimated over 30 CPU-minutes (printed first) that is not the full protocol: "
+        "without it such a plan is printed and nothing runs; a smaller plan starts at once",
     )
     add(
         p, "--dry-run", action="store_true", help="print the plan (runs, methods, seeds, estimated time) only"

@@ -9,8 +9,6 @@ aggregate everything into study.json, the plots and report.html.
 
 from __future__ import annotations
 
-import os
-import platform
 import shutil
 import sys
 import tempfile
@@ -20,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from oar_rl.io import ensure_writable_dir
+from oar_rl.machine import machine_info
 from oar_rl.study.args import build_parser, preset_name, settings_from_args
 from oar_rl.study.config import STUDY_FORMAT, StudySettings, protocol_hash
 from oar_rl.study.runner import (
@@ -40,17 +39,6 @@ from oar_rl.study.runner import (
 from oar_rl.tasks import get_task
 
 __all__ = ["build_parser", "main", "run_study", "settings_from_args"]
-
-
-def _machine() -> dict[str, Any]:
-    import torch
-
-    return {
-        "platform": platform.platform(),
-        "cpu_count": os.cpu_count(),
-        "torch_threads": torch.get_num_threads(),
-        "cuda": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
-    }
 
 
 def run_study(
@@ -321,7 +309,7 @@ def _study_record(
             "recall_seconds": (recall or {}).get("seconds"),
             "note": "runs/lr sweep totals add up the wall time of every stored run (train + evaluation), "
             "across invocations; this_invocation excludes earlier invocations",
-            "machine": _machine(),
+            "machine": machine_info(),  # this invocation's; each run file records its own
         },
     }
     return study
@@ -348,7 +336,7 @@ def _summary_lines(study: dict[str, Any]) -> list[str]:
 
 def main(argv: list[str] | None = None) -> int:
     from oar_rl.options import apply_threads
-    from oar_rl.study.plan import plan_lines
+    from oar_rl.study.plan import plan_lines, refusal
 
     a = build_parser().parse_args(list(sys.argv[1:] if argv is None else argv))
     try:
@@ -359,13 +347,12 @@ def main(argv: list[str] | None = None) -> int:
         print("\n".join(plan), file=sys.stderr, flush=True)
         if a.dry_run:
             return 0
-        if preset_name(a) == "full" and not a.full:
-            given = " ".join(sys.argv[1:] if argv is None else argv)
-            raise ValueError(
-                "not started: this is the full protocol (the plan above). Add --full to start it: "
-                f"`oar-rl study {given + ' ' if given else ''}--full`; or --quick for the small version "
-                "`make demo` runs, or --dry-run to print the plan only"
-            )
+        why = refusal(
+            settings, preset=preset_name(a), tune_lr=a.tune_lr, full=a.full, yes=a.yes,
+            command=" ".join(sys.argv[1:] if argv is None else argv),
+        )  # fmt: skip
+        if why:
+            raise ValueError(why)
         out = ensure_writable_dir(out)
     except ValueError as e:
         print(f"oar-rl study: {e}", file=sys.stderr)

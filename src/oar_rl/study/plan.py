@@ -1,7 +1,8 @@
 """What a study will run and about how long it takes, said before anything starts.
 
-`oar-rl study` prints `plan_lines` first; without `--quick` it starts only with `--full` (the full
-protocol is hours of CPU), and `--dry-run` prints the plan only.
+`oar-rl study` prints `plan_lines` first, then asks `refusal` whether to start: a plan estimated under
+`START_AT_ONCE_SECONDS` (30 CPU-minutes) starts at once; the full protocol itself (hours of CPU) starts
+with `--full`; any other larger plan with `--yes`. `--dry-run` prints the plan only.
 
 The estimate is `estimate_seconds`: per run, (optimizer steps x prompts x completions) x the method's
 seconds per trained completion, plus the sampled evaluation completions x `EVAL_SECONDS_PER_SAMPLE`,
@@ -36,6 +37,8 @@ RUN_OVERHEAD_SECONDS = 5.0
 """Per run: copying the warm start, building the trainer."""
 RECALL_SECONDS_PER_TRAJECTORY = 1.0
 """The recall analysis (oracle and scorers), per correct trajectory (38 s for 40)."""
+START_AT_ONCE_SECONDS = 30 * 60
+"""A plan estimated under this (one CPU core) starts without a confirming flag."""
 
 
 def train_seconds(method: str) -> float:
@@ -95,8 +98,12 @@ def plan_lines(
     else:
         lr_line = "an earlier --tune-lr sweep in --out if there is one, else the task's default"
     each = ", ".join(f"{m} {n} x ~{duration(run_seconds(s, m))}" for m, n in per_method.items())
+    from oar_rl.study.config import PRESETS
+
+    kind = "the full protocol" if s == PRESETS["full"] else f"{preset} preset"
+    kind += "" if preset != "full" or s == PRESETS["full"] else ", customised"
     lines = [
-        f"oar-rl study: plan ({preset} preset, task {s.task}, output {out})",
+        f"oar-rl study: plan ({kind}, task {s.task}, output {out})",
         f"  methods        {', '.join(s.method_list)}"
         + (f" + ablations {','.join(s.ablations)}" if s.ablations else ""),
         f"  seeds          {seeds}",
@@ -117,6 +124,38 @@ def plan_lines(
             f"  already stored {stored} of {len(runs)} runs in {out / 'runs'} (reused, not retrained)"
         )
     return lines
+
+
+def refusal(
+    s: StudySettings, *, preset: str, tune_lr: bool, full: bool, yes: bool, command: str
+) -> str | None:
+    """Why the study does not start yet (None: start). `command`: the arguments given, for the retry line.
+
+    --quick and the hidden test preset start at once; so does any plan estimated under
+    `START_AT_ONCE_SECONDS`. Above it, the full protocol (the `full` preset unchanged) starts with --full
+    (or --yes), any other plan with --yes; the message gives the estimate and says "full protocol" only
+    for the full protocol."""
+    from oar_rl.study.config import PRESETS
+
+    if preset != "full" or full or yes:
+        return None
+    total = estimate_seconds(s, tune_lr=tune_lr)["total"]
+    if total < START_AT_ONCE_SECONDS:
+        return None
+    given = command + " " if command else ""
+    about = f"about {duration(total)} of one CPU core (oar_rl.study.plan's estimate)"
+    if s == PRESETS["full"]:
+        return (
+            f"not started: this is the full protocol (the plan above), {about}. Add --full to start it: "
+            f"`oar-rl study {given}--full`; or --quick for the small version `make demo` runs, or --dry-run "
+            "to print the plan only"
+        )
+    return (
+        f"not started: the plan above is estimated at {about}, more than the "
+        f"{START_AT_ONCE_SECONDS // 60} min a study starts without asking. Add --yes to start it: "
+        f"`oar-rl study {given}--yes`; or make it smaller (--methods, --seeds, --steps), or --dry-run to "
+        "print the plan only"
+    )
 
 
 def _filename(name: str, seed: int) -> str:

@@ -1,11 +1,12 @@
 """Recall@K% of each importance signal on the warm start: vs the counterfactual oracle (paper §5.1,
 Eq. 19) and, when the task labels roles, vs its ground-truth pivot tokens.
 
-A caller of `oar_rl.analysis.recall` (the one recall implementation): trajectories are sampled with
-`sample_trajectories`, the correct ones labelled by the counterfactual oracle (`oracle_labels`), scored
-by `scores_per_probe` (normalised importance over the reasoning tokens, those before the answer span)
-and ranked by `recall_curves`. The OAR scorers are run with every probe (the probe ablation's
-attribution side, paper Fig. 5b); random and entropy do not depend on the probe and are scored once.
+A caller of `oar_rl.analysis.recall` (the oracle pipeline) and `oar_rl.analysis.recall_stats` (the one
+recall implementation): trajectories are sampled with `sample_trajectories`, the correct ones labelled
+by the counterfactual oracle (`oracle_labels`), scored by `scores_per_probe` (normalised importance over
+the reasoning tokens, those before the answer span) and ranked by `recall_summary`. The OAR scorers
+are run with every probe (the probe ablation's attribution side, paper Fig. 5b); random and entropy do
+not depend on the probe and are scored once.
 
 Ground truth: the task's `label_roles` gives each completion token a role; the pivots are the tokens
 labelled `pivot` among the reasoning tokens. A trajectory the labeller cannot label (None) or whose
@@ -111,7 +112,7 @@ def recall_analysis(
 
 def _recall_section(scores: dict, truth: torch.Tensor, mask: torch.Tensor, seed: int) -> dict[str, Any]:
     """recall, 95% bootstrap intervals and paired differences to the controls of one kind of pivot."""
-    from oar_rl.analysis.recall import recall_summary
+    from oar_rl.analysis.recall_stats import recall_summary
 
     return recall_summary(scores, truth, mask, KS, seed=seed, paired_ks=TABLE_KS)
 

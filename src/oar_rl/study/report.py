@@ -234,6 +234,17 @@ def _seed_notes(study: Mapping[str, Any]) -> list[str]:
     return notes
 
 
+def _machines(study: Mapping[str, Any]) -> str:
+    """Where the runs ran (each run file's `machine`), and which figures reproduce on another CPU."""
+    from collections import Counter
+
+    from oar_rl.machine import REPRODUCIBILITY, machine_line
+
+    seen = Counter(machine_line(r.get("machine")) for r in study["runs"].values())
+    where = "; ".join(f"{html.escape(line)} ({n} run{'s' * (n != 1)})" for line, n in seen.items())
+    return f"<p class='note'>Machines: {where or 'no runs yet'}. {html.escape(REPRODUCIBILITY)}</p>"
+
+
 def _num(ci: Mapping[str, Any] | None) -> str:
     if not ci or ci.get("mean") is None:
         return "–"
@@ -290,6 +301,7 @@ def render(study: Mapping[str, Any], plots: Mapping[str, Path]) -> str:
         )
     ws = study["warm_start"]["accuracy"]
     parts.append(f"<p>Warm start: {100 * ws['sampled']:.1f}% sampled, {100 * ws['greedy']:.1f}% greedy.</p>")
+    parts.append(_machines(study))
     head = [
         "variant",
         "seeds",

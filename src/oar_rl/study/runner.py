@@ -4,7 +4,9 @@ Files in the output directory:
 
 - `runs/<variant>.seed<k>.json`: one finished run each, written atomically when the run ends. A rerun
   skips every run whose file exists; each file records the full protocol, and a file whose protocol
-  differs from the current one stops the study with a diff (results of two protocols never mix).
+  differs from the current one stops the study with a diff (results of two protocols never mix). Each
+  also records the machine it ran on (`machine`, `oar_rl.machine`): descriptive, not protocol, so a
+  file made before the key existed, or on another machine, still loads and verifies.
 - `lr/lr<value>.seed<k>.json`: the runs of the learning-rate sweep, same rules (the sweep's protocol is
   the study's minus the learning rate); `lr_tuning.json`: the choice and how it was made.
 - `warm_start.json`: the warm start's held-out accuracy (step 0 of every curve).
@@ -25,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from oar_rl.io import write_text_atomic
+from oar_rl.machine import machine_info
 from oar_rl.study.config import StudySettings, Variant, protocol_diff, protocol_hash
 from oar_rl.tasks import Task, WarmStart
 
@@ -329,6 +332,7 @@ def train_and_evaluate(
         "train_seconds": seconds - heldout.seconds,
         "eval_seconds": heldout.seconds + final_seconds,
         "wall_seconds": time.perf_counter() - t0,
+        "machine": machine_info(),  # where it ran (not protocol: oar_rl.machine says why it matters)
         "history": history,
     }
 

@@ -66,7 +66,7 @@ ARITHMETIC = Task(
     learning_rate=5e-5,
     # part of a study's protocol (its lr_source) when the study trains at this default: kept verbatim,
     # though these notes now stand above, in oar_rl.tasks.arithmetic
-    learning_rate_note="hand tuning on the arithmetic eval split (notes in oar_rl.study.tasks_arithmetic)",
+    learning_rate_note="hand tuning on the arithmetic eval split",
     load_split=_arithmetic_split,
     split_names=("train", "eval", "hard"),
 )

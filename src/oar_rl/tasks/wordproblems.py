@@ -87,8 +87,9 @@ WORDPROBLEMS = Task(
     max_completion_length=160,
     probe="as-mean",
     learning_rate=3e-4,
-    learning_rate_note="GRPO pilots on the validation split (benchmarks/rl_pilot.py, README 'Why RL barely "
-    "moved the first warm start'): 16x8 x 30 steps gave 70.9% at 1e-4, 84.3% at 3e-4, 76.7% at 1e-3",
+    learning_rate_note="GRPO pilots on the validation split (benchmarks/rl_pilot.py; docs/history.md, "
+    "'Why RL barely moved the first warm start'): 16x8 x 30 steps gave 70.9% at 1e-4, 84.3% at 3e-4, 76.7% "
+    "at 1e-3",
     load_split=_split_of("wordproblems"),
     split_names=("train", "validation", "eval"),
 )

@@ -1,0 +1,166 @@
+"""The committed result tables regenerate, to their printed digits, from the committed run files with
+today's statistics code (`scipy.stats`: t-intervals, paired tests): the screen's and the confirmation's
+Markdown tables text for text, and the v2 study's aggregates number for number."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+SCREEN = ROOT / "results" / "credit-screen"
+V2 = ROOT / "results" / "study-wordproblems-v2"
+
+
+@pytest.mark.parametrize("kind", ["screen", "confirm"])
+def test_credit_screen_tables_regenerate_from_the_run_files(tmp_path, kind):
+    from oar_rl.study.screen import write_report
+
+    for part in ("screen", "confirm"):
+        shutil.copytree(SCREEN / part / "runs", tmp_path / part / "runs")
+    shutil.copy(SCREEN / "screen" / "study.json", tmp_path / "screen" / "study.json")  # the winners
+    write_report(tmp_path, kind)
+    assert (tmp_path / f"{kind}.md").read_text() == (SCREEN / f"{kind}.md").read_text()
+
+
+def _close(new, old, path: str = "") -> None:
+    """`new` equals the committed `old` to float rounding (keys the new code adds are allowed)."""
+    if isinstance(old, dict):
+        missing = set(old) - set(new)
+        assert not missing, f"{path}: lost {sorted(missing)}"
+        for k, v in old.items():
+            _close(new[k], v, f"{path}.{k}")
+    elif isinstance(old, list):
+        assert len(new) == len(old), path
+        for i, (a, b) in enumerate(zip(new, old, strict=True)):
+            _close(a, b, f"{path}[{i}]")
+    elif isinstance(old, float):
+        assert new == pytest.approx(old, rel=1e-12, abs=1e-15), path
+    else:
+        assert new == old, path
+
+
+def test_v2_study_aggregates_regenerate_from_the_run_files():
+    """Means, t-intervals, paired differences (and their MDE) of every variant of the v2 study, from
+    its runs/, equal its committed study.json; the tables page is generated from that file."""
+    from oar_rl.study.report import aggregate
+
+    study = json.loads((V2 / "study.json").read_text())
+    runs = {}
+    for path in sorted((V2 / "runs").glob("*.json")):
+        rec = json.loads(path.read_text())
+        runs[rec["key"]] = rec
+    groups = {g: list(res) for g, res in study["groups"].items()}
+    in_scope = {k: r for k, r in runs.items() if k in study["runs"]}
+    assert len(in_scope) == len(study["runs"]) == 60
+    _close(aggregate(groups, in_scope), study["groups"], "groups")
+
+
+def test_run_files_record_their_machine_outside_the_protocol_and_old_ones_still_verify():
+    """Issue 34: a run's machine is descriptive. The v2 study's run files (made before it was recorded)
+    verify under their pinned protocol hash and the report says their machine was not recorded; a record
+    with a machine verifies under the same hash."""
+    import torch
+
+    from oar_rl.machine import REPRODUCIBILITY, machine_info
+    from oar_rl.study.config import protocol_hash
+    from oar_rl.study.report import _machines
+    from oar_rl.study.runner import RunStore, _check_same
+
+    study = json.loads((V2 / "study.json").read_text())
+    assert protocol_hash(study["protocol"]) == study["protocol_hash"] == "a57749050a59f8c8"
+    runs = RunStore(V2 / "runs", study["protocol"]).check_all()
+    assert len(runs) == 60 and not any("machine" in r for r in runs.values())
+    note = _machines({"runs": runs})
+    assert "not recorded (made before run files recorded their machine) (60 runs)" in note
+    info = machine_info()
+    assert info["cpu_capability"] == torch.backends.cpu.get_cpu_capability()
+    assert info["torch_threads"] == torch.get_num_threads() and info["versions"]["trl"]
+    rec = {**runs["oar-g/seed3"], "machine": info}
+    _check_same(V2 / "runs" / "oar-g.seed3.json", rec, study["protocol"])  # no error: not protocol
+    note = _machines({"runs": {"a": rec, "b": rec}})
+    assert f"({info['cpu_capability']})" in note and "(2 runs)" in note
+    assert "86.9%" in REPRODUCIBILITY and "grpo.seed3 and random.seed3 exactly" in REPRODUCIBILITY
+
+
+def test_the_lr_note_points_at_a_page_that_has_the_section():
+    """The untuned study's learning-rate source (shown in its report) points at docs/history.md's section,
+    not at a README section that moved."""
+    from oar_rl.tasks import get_task
+
+    note = get_task("wordproblems").learning_rate_note
+    assert "README" not in note and "docs/history.md, 'Why RL barely moved the first warm start'" in note
+    assert "## Why RL barely moved the first warm start" in (ROOT / "docs" / "history.md").read_text()
+
+
+# --------------------------------------------------------------------------------------------------
+# the leaderboard (issue 34)
+# --------------------------------------------------------------------------------------------------
+
+
+def test_the_committed_leaderboard_is_the_regenerated_one():
+    from oar_rl.study import leaderboard
+
+    assert (ROOT / leaderboard.PAGE).read_text() == leaderboard.page(ROOT), (
+        "docs/results/leaderboard.md is out of date: run `python -m oar_rl.study.leaderboard`"
+    )
+    assert leaderboard.main(["--root", str(ROOT), "--check"]) == 0
+
+
+def test_leaderboard_figures_are_the_confirmed_and_recorded_ones():
+    """Spot checks against the committed tables: the confirmation's first-error and OAR-G, the v2 study's
+    entropy, the blame page's OAR-G weights, the testbed's recall and the bench's step ratio."""
+    from oar_rl.study.leaderboard import REGIMES, accuracy_cells, blame_cells, cost_cell, recall_cells
+
+    short = REGIMES[0]
+    assert accuracy_cells(ROOT, short, "first-error")[:3] == [
+        "+0.3 (-0.9, +1.6)",
+        "10",
+        "confirmation, test split",
+    ]
+    assert accuracy_cells(ROOT, short, "oar-g")[0] == "-3.5 (-4.8, -2.1)"  # confirm.md
+    assert accuracy_cells(ROOT, short, "entropy")[:2] == ["+1.0 (+0.2, +1.8)", "10"]  # tables.md, v2 study
+    assert blame_cells(ROOT, short, "oar-g") == ["0.96 vs 2.85", "-1.89 (-1.98, -1.80)"]  # blame.md
+    assert recall_cells(ROOT, short, "oar-g")[0] == "0.30 (0.28, 0.31)"
+    assert recall_cells(ROOT, short, "random")[1] == "n/a"  # a control has no difference to a control
+    assert recall_cells(ROOT, short, "first-error") == ["n/a", "n/a"]
+    assert cost_cell(ROOT, short, "oar-p") == "5.16× [4.44–5.87]" and cost_cell(ROOT, short, "grail") == "n/a"
+
+
+def _run(folder: Path, variant: str, seed: int, acc: float, secs: float = 10.0, protocol: str = "p1") -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    rec = {"variant": variant, "method": variant, "seed": seed, "overrides": {}, "protocol_hash": protocol,
+           "final": {"sampled": acc}, "train_seconds": secs}  # fmt: skip
+    (folder / f"{variant}.seed{seed}.json").write_text(json.dumps(rec))
+
+
+def test_leaderboard_shows_screen_only_rules_and_adds_a_regime_when_its_runs_land(tmp_path):
+    """A rule found only in a screen says so with its seed count; a regime without run files is named
+    below the table, and gets its own column group once its run files exist."""
+    from oar_rl.study import leaderboard as lb
+
+    short = lb.Regime("short", "test", confirmed=(lb.Source("c", "confirmation", "x.md"),),
+                      screens=(lb.Source("s", "screen", "x.md"),))  # fmt: skip
+    long = lb.Regime("long", "test", confirmed=(lb.Source("long/c", "confirmation", "x.md"),))
+    for seed, (g, r) in enumerate([(0.80, 0.82), (0.70, 0.71)]):
+        _run(tmp_path / "c", "grpo", seed, g)
+        _run(tmp_path / "c", "oar-g", seed, r, secs=20.0)
+    for seed in range(5):
+        _run(tmp_path / "s", "grpo", seed, 0.5)
+        _run(tmp_path / "s", "my-rule", seed, 0.5 + 0.01 * (seed + 1))
+    text = lb.page(tmp_path, (short, long))
+    assert text.count("<th colspan='9'>") == 1 and "Regime **long** (test): no run files yet" in text
+    row = next(line for line in text.splitlines() if "<code>my-rule</code>" in line)
+    assert "<td>+3.0 (+1.0, +5.0)</td><td>screen only, 5 seeds</td><td>screen</td>" in row  # t(4) = 2.776
+    assert "<td>+1.5 (-4.9, +7.9)</td><td>2</td><td>confirmation</td>" in text  # oar-g: 2, 1 pp; t(1) = 12.71
+    assert "<td>2.00×</td></tr>" in text  # oar-g's train time against GRPO's
+    _run(tmp_path / "long" / "c", "grpo", 0, 0.4)
+    _run(tmp_path / "long" / "c", "oar-g", 0, 0.5)
+    text = lb.page(tmp_path, (short, long))
+    assert text.count("<th colspan='9'>") == 2 and "no run files yet" not in text
+    _run(tmp_path / "c", "random", 0, 0.5, protocol="p2")
+    with pytest.raises(ValueError, match="mixes run files of 2 protocols"):
+        lb.page(tmp_path, (short, long))
