@@ -15,8 +15,8 @@ from typing import Any, Literal
 
 from trl import GRPOConfig
 
-from oar_rl.answer_span import compile_answer_pattern
 from oar_rl import credits
+from oar_rl.answer_span import compile_answer_pattern
 from oar_rl.credit_modules import load_credit_modules
 from oar_rl.credits import credit_help
 from oar_rl.probes import PROBES, Probe
@@ -237,7 +237,11 @@ class OARConfig(GRPOConfig):
             self.credit_module = [self.credit_module]
         load_credit_modules(self.credit_module)  # before `credit` is checked: their rules are valid
         if self.credit not in credits.CREDIT_MODES:
-            hint = "" if self.credit_module else " (a rule from your own file needs credit_module / --credit-module)"
+            hint = (
+                ""
+                if self.credit_module
+                else " (a rule from your own file needs credit_module / --credit-module)"
+            )
             raise ValueError(
                 f"credit={self.credit!r} is not valid; choose one of {', '.join(credits.CREDITS)}{hint}"
             )
@@ -284,7 +288,6 @@ class OARConfig(GRPOConfig):
             )
         super().__post_init__()
 
-
     def _apply_rule_config(self) -> None:
         """Set the fields the credit rule's `config` names where they are at their default; a value the
         user set to something else is an error (never silently replaced)."""
@@ -300,6 +303,12 @@ class OARConfig(GRPOConfig):
                     f"credit={self.credit!r} sets {key}={value!r}, but {key}={current!r} was given; leave "
                     f"{key} at its default or use another credit mode"
                 )
+
+
+def oar_defaults() -> dict[str, Any]:
+    """`OARConfig`'s plain defaults (every field with a `default`), the settings the analyses score with
+    (a rule's `options` read τ, the scorers' options, ... from them as the trainer does from its config)."""
+    return {f.name: f.default for f in fields(OARConfig) if f.default is not MISSING}
 
 
 def _check_choice(name: str, value: Any, valid: tuple[str, ...]) -> None:

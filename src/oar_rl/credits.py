@@ -356,8 +356,9 @@ register_credit(
     "entropy-80-20", reasoning_entropy_scores, reshape="none", needs_model=True, options=_forward_options,
     config={"top_entropy_quantile": 0.2},
     help="high-entropy-token training ('Beyond the 80/20 rule', arXiv 2506.01939): TRL's own "
-    "top_entropy_quantile=0.2 (gradient only on the top 20 percent of tokens by entropy), GRPO's advantages; "
-    "blame and recall score it as the entropy of the reasoning tokens (weights: the binary top-20-percent mask)",
+    "top_entropy_quantile=0.2 (gradient only on the top 20 percent of tokens by entropy), GRPO's "
+    "advantages; blame and recall score it as the entropy of the reasoning tokens (weights: the binary "
+    "top-20-percent mask)",
 )  # fmt: skip
 
 
@@ -409,7 +410,9 @@ def compute_importance(
 
     def checked(m: nn.Module, b: ScoringBatch, **kw: Any) -> Tensor:
         raw = mode.scorer(m if mode.needs_model else None, b, **kw)
-        return check_scores(mode, raw, b, b.scored(kw.get("probe", "lt-logits") if mode.probe else "lt-logits"))
+        return check_scores(
+            mode, raw, b, b.scored(kw.get("probe", "lt-logits") if mode.probe else "lt-logits")
+        )
 
     if rows is not None:
         return score_rows(checked, model, batch, rows, **kwargs)

@@ -356,7 +356,12 @@ def prepare_batch(
         answer = None if answer_mask is None else answer_mask.bool().to(device)
         reasoning = None if reasoning_mask is None else reasoning_mask.bool().to(device)
         return ScoringBatch(
-            input_ids, attention_mask, prompt_ids.shape[1], completion_mask.bool().to(device), answer, reasoning
+            input_ids,
+            attention_mask,
+            prompt_ids.shape[1],
+            completion_mask.bool().to(device),
+            answer,
+            reasoning,
         )
     emb = base_model(model).get_input_embeddings()
     n_emb = getattr(emb, "num_embeddings", None)

@@ -168,11 +168,18 @@ def span_perturbation_scores(
                 start = P + int(firsts[lo : lo + batch_size].min())  # [0, start) from the cache
                 stop = sub.max_index() + 1
                 hidden = suffix_hidden(
-                    model, caches, slot[r], start, batch.attention_mask[r, :stop], input_ids=ids[:, start:stop]
+                    model,
+                    caches,
+                    slot[r],
+                    start,
+                    batch.attention_mask[r, :stop],
+                    input_ids=ids[:, start:stop],
                 )
-                pert = probe_outcome(model, hidden, ProbeSpec(sub.kind, sub.row_ptr, sub.index - start, sub.target))
+                pert = probe_outcome(
+                    model, hidden, ProbeSpec(sub.kind, sub.row_ptr, sub.index - start, sub.target)
+                )
             div = outcome_divergence(clean.take(slot[r]), pert, spec.kind[r], mode="perturbation")  # (n,)
-            out[r] += m.float() * div.float()[:, None]  # groups of one row are disjoint
+            out.index_add_(0, r, m.float() * div.float()[:, None])  # a row's groups are disjoint
     return out
 
 
