@@ -24,6 +24,17 @@ from test_trainer import capture, params
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "credit_rules" / "last_tokens.py"
 
 
+@pytest.fixture(autouse=True, scope="module")
+def _unload_example():
+    """Leave the registry as the other test files expect it (a loaded module's rules stay registered)."""
+    yield
+    for key, mod in list(LOADED.items()):
+        for name in mod.rules:
+            if name in credits.CREDIT_MODES:
+                unregister_credit(name)
+        del LOADED[key]
+
+
 @pytest.fixture
 def rule():
     names: list[str] = []
@@ -106,7 +117,7 @@ def test_entropy_80_20_is_trls_top_entropy_quantile(tmp_path, tokenizer, dataset
     for rec in records:
         assert torch.equal(rec["out"]["advantages"], rec["seq_adv"])  # exactly TRL's (B,) tensor
     assert calls and all(t == pytest.approx(0.8) for t in calls)
-    with pytest.raises(ValueError, match="credit='entropy-80-20' sets top_entropy_quantile=0.2, but "):
+    with pytest.raises(ValueError, match=r"credit=.entropy-80-20. sets top_entropy_quantile=0\.2, but "):
         make_args(tmp_path, credit="entropy-80-20", top_entropy_quantile=0.5)
 
 
@@ -133,7 +144,7 @@ def test_a_weights_rule_needs_no_trainer_edit(tmp_path, tokenizer, dataset, rule
 def test_bad_scores_stop_training_naming_the_rule(tmp_path, tokenizer, dataset, rule):
     rule("t-nan", lambda m, b, **kw: torch.full(b.completion_mask.shape, float("nan")), reshape="bilevel")
     trainer = make_trainer(make_args(tmp_path, credit="t-nan"), tokenizer, dataset)
-    with pytest.raises(ValueError, match="credit rule 't-nan'.*must be finite on valid tokens; found nan"):
+    with pytest.raises(ValueError, match=r"credit rule .t-nan.*must be finite on valid tokens; found nan"):
         trainer.train()
 
 
@@ -143,7 +154,7 @@ def test_bad_scores_stop_training_naming_the_rule(tmp_path, tokenizer, dataset, 
 
 def test_credit_module_loads_once_and_config_validates_after_it(tmp_path):
     spec = str(EXAMPLE)
-    with pytest.raises(ValueError, match="credit='no-such-rule' is not valid; choose one of .*credit_module"):
+    with pytest.raises(ValueError, match=r"credit=.no-such-rule. is not valid; .*credit_module"):
         make_args(tmp_path, credit="no-such-rule")
     args = make_args(tmp_path, credit="last-tokens", credit_module=[spec])
     assert args.credit == "last-tokens" and "last-tokens" in credits.CREDITS
@@ -155,10 +166,12 @@ def test_credit_module_loads_once_and_config_validates_after_it(tmp_path):
     assert specs_in_argv(["--credit-module", "a.py", "--x", "--credit_module=b"]) == ["a.py", "b"]
     bad = tmp_path / "nothing.py"
     bad.write_text("x = 1\n")
-    with pytest.raises(ValueError, match="registered no credit rule; call oar_rl.register_credit"):
+    with pytest.raises(ValueError, match=r"registered no credit rule; call oar_rl\.register_credit"):
         load_credit_module(str(bad))
     with pytest.raises(ValueError, match="no such file"):
-        OARConfig(output_dir=str(tmp_path), use_cpu=True, report_to=[], credit_module=[str(tmp_path / "x.py")])
+        OARConfig(
+            output_dir=str(tmp_path), use_cpu=True, report_to=[], credit_module=[str(tmp_path / "x.py")]
+        )
     with pytest.raises(ValueError, match="cannot import it"):
         load_credit_module("no_such_package.rules")
 
