@@ -107,9 +107,9 @@ class CreditMode:
     """Reads the outcome probe: the scorer gets ``probe``, the batch the answer span an answer-span probe
     needs, and the scored tokens are those the probe allows (`ScoringBatch.scored`)."""
     options: Callable[[ScoringContext], dict[str, Any]] | None = None
-    """ScoringContext -> the scorer's keyword arguments (``probe``/``generator`` are added by the flags
-    above). None: ``settings``, ``batch_size``, ``temperature`` and ``tokenizer`` (so such a scorer
-    takes ``**kw``)."""
+    """ScoringContext -> the scorer's keyword arguments (``probe`` is added when `probe`). None:
+    ``settings``, ``batch_size``, ``temperature``, ``tokenizer`` and, when `noisy`, ``generator`` (so
+    such a scorer takes ``**kw``)."""
     config: Mapping[str, Any] = field(default_factory=dict)
     """`OARConfig` fields this rule sets (applied in `OARConfig.__post_init__` where the field is at its
     default; a conflicting value given by the user is an error)."""
@@ -123,10 +123,10 @@ class CreditMode:
         else:
             kw = {"settings": ctx.settings, "batch_size": ctx.batch_size, "temperature": ctx.temperature,
                   "tokenizer": ctx.tokenizer}  # fmt: skip
+            if self.noisy:
+                kw["generator"] = ctx.generator
         if self.probe:
             kw["probe"] = ctx.probe
-        if self.noisy:
-            kw["generator"] = ctx.generator
         return kw
 
 
@@ -272,7 +272,7 @@ def _gradient_options(c: ScoringContext) -> dict[str, Any]:
     s = c.settings
     return dict(
         noise_std=s.get("noise_std", 1e-3), noise_scale=s.get("oar_noise_scale", "absolute"),
-        num_draws=int(s.get("oar_noise_draws", 1)), batch_size=c.batch_size,
+        num_draws=int(s.get("oar_noise_draws", 1)), batch_size=c.batch_size, generator=c.generator,
     )  # fmt: skip
 
 
@@ -287,7 +287,7 @@ def _perturbation_options(c: ScoringContext) -> dict[str, Any]:
 def _hybrid_options(c: ScoringContext) -> dict[str, Any]:
     return dict(
         fraction=float(c.settings.get("oar_gp_fraction", 0.25)),
-        gradient_kwargs={**_gradient_options(c), "generator": c.generator},
+        gradient_kwargs=_gradient_options(c),
         perturbation_kwargs=_perturbation_options(c),
     )
 
@@ -306,7 +306,7 @@ def _first_error_options(c: ScoringContext) -> dict[str, Any]:
 
 register_credit("none", reshape="none", help="plain GRPO (sequence advantage on every token)")
 register_credit(
-    "random", random_scores, reshape="uniform", noisy=True, options=lambda c: {},
+    "random", random_scores, reshape="uniform", noisy=True, options=lambda c: {"generator": c.generator},
     help="U(0,1) weights rescaled to sum to T (paper §4.2 baseline)",
 )  # fmt: skip
 register_credit(
