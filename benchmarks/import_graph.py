@@ -49,6 +49,7 @@ TIERS: dict[str, int] = {
     "oar_rl.sampling": 2,
     "oar_rl.roles": 2,
     "oar_rl.credits": 2,
+    "oar_rl.credit_modules": 2,  # --credit-module: rules from the user's own file
     # 3 the TRL seam
     "oar_rl.config": 3,
     "oar_rl.credit_logging": 3,

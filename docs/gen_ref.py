@@ -220,9 +220,12 @@ def config_page() -> str:
         "",
         "## Credit modes",
         "",
-        "The values of `credit` (registered in `oar_rl.credits`). *Reshaping*: how scores become token "
-        "advantages: `bilevel` is Eq. 14-17, `uniform` Eq. 17 on the raw scores, `entropy` Eq. 6, `grail` "
-        "GRAIL's clamped z-scores.",
+        "The values of `credit` (registered in `oar_rl.credits` with `oar_rl.register_credit`; a rule "
+        "from your own file: `credit_module`, see the guide 'Add your own credit rule'). *Reshaping*: how "
+        "scores become token advantages: `bilevel` is Eq. 14-17, `uniform` Eq. 17 on the raw scores, "
+        "`entropy` Eq. 6, `grail` GRAIL's clamped z-scores, `weights` the scores as weights, `none` GRPO's "
+        "advantages (a rule's `config` may set OARConfig fields, e.g. entropy-80-20's "
+        "`top_entropy_quantile`).",
         "",
         "| credit | what it does | reshaping | runs the policy | draws noise |",
         "|---|---|---|---|---|",

@@ -78,7 +78,8 @@ def test_bench_smoke_random_shape(tmp_path, capsys):
     assert "Generation parity" in md
     sc = report["scorers"]
     assert sc["oar_p_token_forwards"]["floor"] < sc["oar_p_token_forwards"]["full"]
-    assert set(sc["recall_top20_of_oar_p"]) == {"oar-g", "oar-gp"}
+    assert set(sc["recall_top20_of_oar_p"]) == {"oar-g", "oar-gp", "oar-p-span"}
+    assert sc["oar_p_span_over_oar_p"] > 0 and sc["span_tokens"] == 16
     assert sc["oar_p_full_stride"] == 2
     for m in methods:
         assert f"| {m} |" in md

@@ -115,7 +115,22 @@ def documented_commands() -> list[tuple[str, list[str]]]:
 
 
 def parse_documented(cmd: list[str]) -> None:
-    """Parse one documented command line with its real parser; AssertionError says what is wrong."""
+    """Parse one documented command line with its real parser, after loading its --credit-module files
+    as the commands do (unloaded after); AssertionError says what is wrong."""
+    from oar_rl import credits
+    from oar_rl.credit_modules import LOADED, load_credit_modules, specs_in_argv
+
+    before = set(LOADED)
+    try:
+        load_credit_modules(specs_in_argv(cmd))
+        _parse_documented(cmd)
+    finally:
+        for key in set(LOADED) - before:
+            for name in LOADED.pop(key).rules:
+                credits.unregister_credit(name)
+
+
+def _parse_documented(cmd: list[str]) -> None:
     from oar_rl.cli import COMMANDS
 
     if Path(cmd[0]).name == "oar-rl":

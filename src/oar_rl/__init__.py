@@ -40,6 +40,10 @@ _EXPORTS: dict[str, str] = {
     # evaluation
     "pass_at_k": "oar_rl.eval.evaluation",
     "mean_at_n": "oar_rl.eval.evaluation",
+    # credit rules: register your own (docs/guides/own-credit-rule.md)
+    "register_credit": "oar_rl.credits",
+    "ScoringContext": "oar_rl.credits",
+    "ScoringBatch": "oar_rl.probes",
     # the TRL seam
     "OARConfig": "oar_rl.config",
     "OARTrainer": "oar_rl.trainer",

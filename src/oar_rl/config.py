@@ -1,23 +1,27 @@
 """`OARConfig(GRPOConfig)`: oar-rl's credit-assignment fields, their validation, and the mode names.
 
-The credit modes are registered in :mod:`oar_rl.credits` (the choices and help of `credit` come from
-there) and the outcome probes in :mod:`oar_rl.probes`; how the trainer uses them, and where it departs
-from the paper, is described in :mod:`oar_rl.trainer`.
+The credit modes are registered in :mod:`oar_rl.credits` (the help of `credit` comes from there) and
+the outcome probes in :mod:`oar_rl.probes`; how the trainer uses them, and where it departs from the
+paper, is described in :mod:`oar_rl.trainer`. `credit` is validated in `__post_init__` against the live
+registry, after the modules of `credit_module` are loaded (:mod:`oar_rl.credit_modules`), so a rule from
+the user's own file is a valid `credit` (its type is `str`, not a `Literal` fixed at import); a rule's
+`config` (e.g. entropy-80-20's `top_entropy_quantile=0.2`) is applied there too.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import MISSING, dataclass, field, fields
 from typing import Any, Literal
 
 from trl import GRPOConfig
 
+from oar_rl import credits
 from oar_rl.answer_span import compile_answer_pattern
-from oar_rl.credits import CREDITS, credit_help
+from oar_rl.credit_modules import load_credit_modules
+from oar_rl.credits import credit_help
 from oar_rl.probes import PROBES, Probe
 from oar_rl.reshape import check_grail_options
 
-Credit = Literal[CREDITS]  # the registered modes (oar_rl.credits), in registration order
 Threshold = Literal["quantile", "value"]
 GrailRollouts = Literal["wrong", "correct", "all"]  # credit="grail"
 ScoredTokens = Literal["reasoning", "before-answer"]
@@ -38,9 +42,17 @@ class OARConfig(GRPOConfig):
     `beta` is already TRL's KL coefficient.
     """
 
-    credit: Credit = field(
+    credit: str = field(
         default="oar-g",
         metadata={"help": credit_help()},
+    )
+    credit_module: list[str] | None = field(
+        default=None,
+        metadata={
+            "help": "Credit modules to load before `credit` is checked: .py files or dotted module names "
+            "that register rules with oar_rl.register_credit (oar_rl.credit_modules; docs: Add your own "
+            "credit rule). Their rules become valid values of `credit`."
+        },
     )
     probe: Probe = field(
         default="as-mean",
@@ -221,7 +233,19 @@ class OARConfig(GRPOConfig):
     )
 
     def __post_init__(self) -> None:
-        _check_choice("credit", self.credit, CREDITS)
+        if isinstance(self.credit_module, str):
+            self.credit_module = [self.credit_module]
+        load_credit_modules(self.credit_module)  # before `credit` is checked: their rules are valid
+        if self.credit not in credits.CREDIT_MODES:
+            hint = (
+                ""
+                if self.credit_module
+                else " (a rule from your own file needs credit_module / --credit-module)"
+            )
+            raise ValueError(
+                f"credit={self.credit!r} is not valid; choose one of {', '.join(credits.CREDITS)}{hint}"
+            )
+        self._apply_rule_config()
         _check_choice("probe", self.probe, PROBES)
         _check_choice("threshold", self.threshold, THRESHOLDS)
         _check_choice("scored_tokens", self.scored_tokens, SCORED_TOKENS)
@@ -263,6 +287,28 @@ class OARConfig(GRPOConfig):
                 f"mask_token_id must be a token id >= 0 or None (the pad id), got {self.mask_token_id}"
             )
         super().__post_init__()
+
+    def _apply_rule_config(self) -> None:
+        """Set the fields the credit rule's `config` names where they are at their default; a value the
+        user set to something else is an error (never silently replaced)."""
+        defaults = {f.name: f.default for f in fields(self) if f.default is not MISSING}
+        for key, value in credits.CREDIT_MODES[self.credit].config.items():
+            if key not in defaults:
+                raise ValueError(f"credit rule {self.credit!r} sets {key!r}, which is not an OARConfig field")
+            current = getattr(self, key)
+            if current == defaults[key]:
+                setattr(self, key, value)
+            elif current != value:
+                raise ValueError(
+                    f"credit={self.credit!r} sets {key}={value!r}, but {key}={current!r} was given; leave "
+                    f"{key} at its default or use another credit mode"
+                )
+
+
+def oar_defaults() -> dict[str, Any]:
+    """`OARConfig`'s plain defaults (every field with a `default`), the settings the analyses score with
+    (a rule's `options` read τ, the scorers' options, ... from them as the trainer does from its config)."""
+    return {f.name: f.default for f in fields(OARConfig) if f.default is not MISSING}
 
 
 def _check_choice(name: str, value: Any, valid: tuple[str, ...]) -> None:

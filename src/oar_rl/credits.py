@@ -1,143 +1,371 @@
-"""The credit modes, in one registry: name -> scorer, reshaping, needs a model, draws noise, help text.
+"""The credit rules, in one registry: name -> scorer, reshaping, needs a model, draws noise, help text.
 
 Modelled on verl's `register_adv_est`: every place that lists or dispatches credit modes reads
 :data:`CREDIT_MODES` -- `OARConfig.credit`'s choices and help, `OARTrainer`'s dispatch, `oar-rl
-attribute`/`oracle` (through :func:`compute_importance`), `oar-rl bench`'s methods and the study's
-method list. A new mode is one :func:`register_credit` call here plus its branch in the trainer's
-reshaping (`reshape` below names which one it takes).
+attribute`/`oracle` (through :func:`compute_importance`), `oar-rl blame`, `oar-rl bench`'s methods and
+the study's method list. A rule is a scorer ``(model, batch: ScoringBatch, **kw) -> (B, C)`` scores plus
+the existing reshaping it takes (:data:`RESHAPES`); :func:`register_credit` adds one, and is the public
+call (``oar_rl.register_credit``) that the built-in rules below use too. A rule that takes an existing
+reshaping needs no edit of the trainer; a rule in the user's own file is loaded with
+``--credit-module PATH_OR_MODULE`` (:mod:`oar_rl.credit_modules`; docs/guides/own-credit-rule.md).
 
 Every scorer takes one :class:`oar_rl.probes.ScoringBatch` (ids, masks and answer span, laid out and
-validated once by `prepare_batch`); :func:`compute_importance` and the trainer build it, and OAR-GP's
-two passes share it. :func:`grail_credit` is GRAIL's scoring and reshaping of a standalone batch.
+validated once by `prepare_batch`); its keyword arguments come from the rule's `options` (built from a
+:class:`ScoringContext`: the `OARConfig` settings, the probe, the noise generators, the tokenizer), and
+its output is checked on every call (:func:`check_scores`: shape, finite, non-negative where the
+reshaping needs it), the error naming the rule. :func:`grail_credit` is GRAIL's scoring and reshaping
+of a standalone batch.
 
 The registration order is the order of :data:`CREDITS` (the study's method order; do not reorder).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
+import torch
 from torch import Tensor, nn
 
-from oar_rl.importance.baselines import entropy_scores, random_scores
+from oar_rl.importance.baselines import (
+    entropy_scores,
+    position_scores,
+    random_scores,
+    reasoning_entropy_scores,
+)
 from oar_rl.importance.first_error import first_error_scores
 from oar_rl.importance.gradient import gradient_scores
 from oar_rl.importance.grail import batch_reasoning, grail_scores
 from oar_rl.importance.hybrid import hybrid_scores
 from oar_rl.importance.perturbation import perturbation_scores
 from oar_rl.importance.rows import score_rows
+from oar_rl.importance.span import span_perturbation_scores
 from oar_rl.probes import ScoringBatch, prepare_batch
 from oar_rl.reshape import check_grail_options, grail_rollout_rows, grail_token_advantages
 
-Reshape = Literal["none", "uniform", "entropy", "bilevel", "grail"]
+Reshape = Literal["none", "uniform", "entropy", "bilevel", "grail", "weights"]
+RESHAPES: tuple[str, ...] = ("none", "uniform", "entropy", "bilevel", "grail", "weights")
+"""How the trainer turns a rule's scores into token advantages:
+
+- 'none': plain GRPO advantages (the scorer, if any, serves the analyses only; e.g. ``entropy-80-20``,
+  whose training effect is TRL's `top_entropy_quantile`, set through the rule's `config`);
+- 'uniform': Eq. 17 on the raw scores over the scored tokens (the others keep weight 1);
+- 'entropy': Eq. 6, A_t = A_i + min(α·H_t, |A_i|/κ), over every token;
+- 'bilevel': OAR's Eq. 14-17 (τ, β, threshold, floor of `OARConfig`) over the scored tokens;
+- 'grail': GRAIL's weights;
+- 'weights': the scores *are* the final weights w_t on the scored tokens, A_t = A_i·w_t (the others
+  keep 1; no renormalisation)."""
+NON_NEGATIVE: tuple[str, ...] = ("uniform", "bilevel", "weights")
+"""Reshapings that need scores >= 0 on the scored tokens (:func:`check_scores`; values above
+−:data:`NEGATIVE_TOLERANCE` × max(1, the batch's largest |score|) pass as float rounding, which Eq. 14
+clamps)."""
+NEGATIVE_TOLERANCE = 1e-6
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+
+
+@dataclass(frozen=True)
+class ScoringContext:
+    """What a caller knows when it scores a batch; a rule's `options` turns it into scorer kwargs."""
+
+    settings: Mapping[str, Any] = field(default_factory=dict)
+    """`OARConfig`'s field values (the trainer's config; the analyses pass its defaults)."""
+    probe: str = "lt-logits"
+    """The outcome probe in effect (given to rules with `probe=True`)."""
+    generator: Any = None
+    """One CPU `torch.Generator`, or one per row (the trainer's row-keyed draws); rules with `noisy=True`."""
+    batch_size: int | None = None
+    """Rows per forward pass (the trainer: TRL's micro-batch size)."""
+    temperature: float = 1.0
+    """The sampling temperature."""
+    tokenizer: Any = None
+    """The policy's tokenizer (to decode completions), when the caller has one."""
+    extras: Mapping[str, Any] = field(default_factory=dict)
+    """Anything else a built-in rule reads (first-error: gold, check, direction, max_new_tokens)."""
 
 
 @dataclass(frozen=True)
 class CreditMode:
-    """One credit mode (`OARConfig.credit`)."""
+    """One credit rule (a value of `OARConfig.credit`); made by :func:`register_credit`."""
 
     name: str
     help: str
     """One clause for `OARConfig.credit`'s help."""
     reshape: Reshape
-    """How the trainer turns scores into token advantages: 'none' (plain GRPO), 'uniform' (Eq. 17 on
-    the raw scores), 'entropy' (Eq. 6), 'bilevel' (Eq. 14-17) or 'grail' (GRAIL's weights)."""
+    """How the trainer turns scores into token advantages (:data:`RESHAPES`)."""
     scorer: Callable[..., Tensor] | None = None
     """(model, batch: `oar_rl.probes.ScoringBatch`, **kwargs) -> raw (B, C) scores; None for 'none'. The
-    batch is built and validated once (`prepare_batch`, with the answer span where the mode needs one)
-    and every scorer takes it as is."""
+    batch is built and validated once (`prepare_batch`, with the answer span where the rule reads a
+    probe) and every scorer takes it as is."""
     needs_model: bool = False
-    """Runs policy forwards (rejected under ZeRO-3 without gathered parameters)."""
+    """Runs policy forwards (rejected under ZeRO-3 without gathered parameters). False: the scorer gets
+    ``model=None`` and the trainer neither unwraps nor gathers the policy for it."""
     noisy: bool = False
-    """Draws OAR-G embedding noise from the trainer's row-keyed generators."""
+    """Draws random numbers: the scorer gets ``generator`` (the trainer's row-keyed CPU generators)."""
+    probe: bool = False
+    """Reads the outcome probe: the scorer gets ``probe``, the batch the answer span an answer-span probe
+    needs, and the scored tokens are those the probe allows (`ScoringBatch.scored`)."""
+    options: Callable[[ScoringContext], dict[str, Any]] | None = None
+    """ScoringContext -> the scorer's keyword arguments (``probe`` is added when `probe`). None:
+    ``settings``, ``batch_size``, ``temperature``, ``tokenizer`` and, when `noisy`, ``generator`` (so
+    such a scorer takes ``**kw``)."""
+    config: Mapping[str, Any] = field(default_factory=dict)
+    """`OARConfig` fields this rule sets (applied in `OARConfig.__post_init__` where the field is at its
+    default; a conflicting value given by the user is an error)."""
+    standalone: bool = True
+    """Scorable outside training by :func:`compute_importance` (attribute, oracle/recall, blame)."""
+
+    def kwargs(self, ctx: ScoringContext) -> dict[str, Any]:
+        """The scorer's keyword arguments for `ctx` (see `options`)."""
+        if self.options is not None:
+            kw = dict(self.options(ctx))
+        else:
+            kw = {"settings": ctx.settings, "batch_size": ctx.batch_size, "temperature": ctx.temperature,
+                  "tokenizer": ctx.tokenizer}  # fmt: skip
+            if self.noisy:
+                kw["generator"] = ctx.generator
+        if self.probe:
+            kw["probe"] = ctx.probe
+        return kw
 
 
 CREDIT_MODES: dict[str, CreditMode] = {}
+CREDITS: tuple[str, ...] = ()
+"""The registered rule names, in registration order (refreshed by every registration)."""
+MODEL_CREDITS: tuple[str, ...] = ()
+NOISY_CREDITS: tuple[str, ...] = ()
+SCORED_CREDITS: tuple[str, ...] = ()
+"""The rules :func:`compute_importance` scores standalone (a scorer and `standalone`)."""
 
 
-def register_credit(mode: CreditMode) -> CreditMode:
-    """Add a credit mode (a name may be registered once)."""
-    if mode.name in CREDIT_MODES:
-        raise ValueError(f"credit mode {mode.name!r} is already registered")
-    CREDIT_MODES[mode.name] = mode
+def _refresh() -> None:
+    global CREDITS, MODEL_CREDITS, NOISY_CREDITS, SCORED_CREDITS
+    CREDITS = tuple(CREDIT_MODES)
+    MODEL_CREDITS = tuple(n for n, m in CREDIT_MODES.items() if m.needs_model)
+    NOISY_CREDITS = tuple(n for n, m in CREDIT_MODES.items() if m.noisy)
+    SCORED_CREDITS = tuple(n for n, m in CREDIT_MODES.items() if m.scorer is not None and m.standalone)
+
+
+def register_credit(
+    name: str,
+    scorer: Callable[..., Tensor] | None = None,
+    *,
+    reshape: Reshape,
+    help: str = "",
+    needs_model: bool = False,
+    noisy: bool = False,
+    probe: bool = False,
+    options: Callable[[ScoringContext], dict[str, Any]] | None = None,
+    config: Mapping[str, Any] | None = None,
+    standalone: bool = True,
+) -> CreditMode:
+    """Register a credit rule: `OARConfig(credit=name)`, `oar-rl train/study/blame/attribute/oracle/bench`.
+
+    Args:
+        name: the rule's name (letters, digits, '.', '_', '-'; not 'grpo', the study's name for 'none').
+        scorer: ``(model, batch: oar_rl.probes.ScoringBatch, **kw) -> (B, C)`` float scores over the
+            batch's completion positions; only the scored tokens (``batch.scored(probe)``: the reasoning
+            tokens by default) are read. None only with ``reshape='none'``.
+        reshape: one of :data:`RESHAPES` ('bilevel' is OAR's; 'weights' takes the scores as weights).
+        help: one clause for `--credit`'s help.
+        needs_model: the scorer runs the policy (else it gets ``model=None``).
+        noisy: the scorer gets ``generator`` (one CPU generator per row in training).
+        probe: the scorer reads the outcome probe (gets ``probe``; answer span in the batch).
+        options: ScoringContext -> scorer kwargs (default: settings, batch_size, temperature, tokenizer).
+        config: `OARConfig` fields the rule sets (e.g. ``{"top_entropy_quantile": 0.2}``).
+        standalone: scorable outside training (the analyses); False for rules that need the trainer.
+
+    Returns:
+        The registered :class:`CreditMode`. ValueError on a bad field or a name registered already.
+    """
+    if not isinstance(name, str) or not _NAME.match(name) or name == "grpo":
+        raise ValueError(
+            f"credit rule name {name!r} is not valid: letters, digits, '.', '_' and '-' (not 'grpo', "
+            "the study's name for 'none'; no '/', which the analyses use for <rule>/<probe>)"
+        )
+    if name in CREDIT_MODES:
+        raise ValueError(f"credit rule {name!r} is already registered (by {_origin(CREDIT_MODES[name])})")
+    if reshape not in RESHAPES:
+        raise ValueError(f"credit rule {name!r}: reshape={reshape!r} is not valid; choose one of {RESHAPES}")
+    if scorer is None and reshape != "none":
+        raise ValueError(f"credit rule {name!r}: reshape={reshape!r} needs a scorer")
+    if scorer is not None and not callable(scorer):
+        raise ValueError(f"credit rule {name!r}: scorer must be callable, got {type(scorer).__name__}")
+    if options is not None and not callable(options):
+        raise ValueError(f"credit rule {name!r}: options must be callable (ScoringContext -> dict)")
+    mode = CreditMode(
+        name, help or f"credit rule registered by {getattr(scorer, '__module__', '?')}", reshape, scorer,
+        bool(needs_model), bool(noisy), bool(probe), options, dict(config or {}), bool(standalone),
+    )  # fmt: skip
+    CREDIT_MODES[name] = mode
+    _refresh()
     return mode
 
 
-register_credit(CreditMode("none", "plain GRPO (sequence advantage on every token)", "none"))
-register_credit(
-    CreditMode(
-        "random", "U(0,1) weights rescaled to sum to T (paper §4.2 baseline)", "uniform", random_scores
-    )
-)
-register_credit(
-    CreditMode(
-        "entropy",
-        "Eq. 6 entropy shaping (Cheng et al. 2025)",
-        "entropy",
-        entropy_scores,
-        needs_model=True,
-    )
-)
-register_credit(
-    CreditMode(
-        "oar-g",
-        "gradient importance (Eq. 9-13)",
-        "bilevel",
-        gradient_scores,
-        needs_model=True,
-        noisy=True,
-    )
-)
-register_credit(
-    CreditMode("oar-p", "perturbation importance (Eq. 7-8)", "bilevel", perturbation_scores, needs_model=True)
-)
-register_credit(
-    CreditMode(
-        "grail",
-        "GRAIL, gradient-activation saliency of the answer span (Pala, Toh & Poria 2026; needs answer "
-        "spans, see answer_pattern and the grail_* fields)",
-        "grail",
-        grail_scores,
-        needs_model=True,
-    )
-)
-register_credit(
-    CreditMode(
-        "oar-gp",
-        "OAR-G ranks every token, OAR-P rescores each row's top oar_gp_fraction (not in the paper; "
-        "oar_rl.importance.hybrid)",
-        "bilevel",
-        hybrid_scores,
-        needs_model=True,
-        noisy=True,
-    )
-)
+def unregister_credit(name: str) -> None:
+    """Remove a registered rule (e.g. to reload a changed file in a notebook)."""
+    if name not in CREDIT_MODES:
+        raise ValueError(f"credit rule {name!r} is not registered; registered: {', '.join(CREDIT_MODES)}")
+    del CREDIT_MODES[name]
+    _refresh()
 
-register_credit(
-    CreditMode(
-        "first-error",
-        "blame a wrong rollout's first token after which the policy's own greedy continuation misses the "
-        "gold answer (binary search; not in the paper, oar_rl.importance.first_error); correct rollouts "
-        "keep GRPO's uniform advantage",
-        "bilevel",
-        first_error_scores,
-        needs_model=True,
-    )
-)
 
-CREDITS: tuple[str, ...] = tuple(CREDIT_MODES)
-MODEL_CREDITS: tuple[str, ...] = tuple(n for n, m in CREDIT_MODES.items() if m.needs_model)
-NOISY_CREDITS: tuple[str, ...] = tuple(n for n, m in CREDIT_MODES.items() if m.noisy)
-SCORED_CREDITS: tuple[str, ...] = ("random", "entropy", "oar-g", "oar-p", "grail")
-"""The modes :func:`compute_importance` scores standalone (`oar-gp` needs its two scorers' options)."""
+def _origin(mode: CreditMode) -> str:
+    return getattr(mode.scorer, "__module__", None) or "oar_rl.credits"
+
+
+def check_scores(mode: CreditMode, scores: Any, batch: ScoringBatch, scored: Tensor | None = None) -> Tensor:
+    """`scores` as float32 (B, C), 0 on padding, after checking what the rule returned: a floating
+    tensor of the batch's shape, finite on valid tokens, and non-negative on the scored tokens (`scored`;
+    None: every valid token) where the rule's reshaping needs it. ValueError naming the rule otherwise."""
+    valid = batch.completion_mask
+    what = f"credit rule {mode.name!r} (scorer {getattr(mode.scorer, '__qualname__', mode.scorer)!s})"
+    if not isinstance(scores, Tensor):
+        raise ValueError(f"{what} returned {type(scores).__name__}, expected a (B, C) float torch.Tensor")
+    if tuple(scores.shape) != tuple(valid.shape):
+        raise ValueError(
+            f"{what}: scores have shape {tuple(scores.shape)}, expected (B, C) = {tuple(valid.shape)} "
+            "(one score per completion position)"
+        )
+    if not scores.is_floating_point():
+        raise ValueError(f"{what}: scores have dtype {scores.dtype}, expected a floating-point dtype")
+    scores = scores.float().to(valid.device)
+    bad = ~torch.isfinite(scores) & valid
+    if bool(bad.any()):
+        r, c = (int(i) for i in bad.nonzero()[0])
+        raise ValueError(
+            f"{what}: scores must be finite on valid tokens; found {scores[r, c].item()} at row {r}, "
+            f"position {c} ({int(bad.sum())} such tokens)"
+        )
+    if mode.reshape in NON_NEGATIVE:
+        where = valid if scored is None else scored.to(valid.device) & valid
+        tol = NEGATIVE_TOLERANCE * max(1.0, float(scores[valid].abs().max()) if bool(valid.any()) else 1.0)
+        neg = (scores < -tol) & where
+        if bool(neg.any()):
+            r, c = (int(i) for i in neg.nonzero()[0])
+            raise ValueError(
+                f"{what}: reshape={mode.reshape!r} needs non-negative scores on the scored tokens; found "
+                f"{scores[r, c].item()} at row {r}, position {c} ({int(neg.sum())} such tokens)"
+            )
+    return torch.where(valid, scores, torch.zeros((), device=scores.device))
+
+
+def run_scorer(
+    mode: CreditMode, model: nn.Module | None, batch: ScoringBatch, ctx: ScoringContext, **extra: Any
+) -> Tensor:
+    """The rule's checked (B, C) scores of `batch` (:func:`check_scores`), with the kwargs of `ctx`
+    (`CreditMode.kwargs`) updated by `extra`; ``model`` is None for rules that do not need it."""
+    if mode.scorer is None:
+        raise ValueError(f"credit rule {mode.name!r} has no scorer (reshape='none')")
+    kw = {**mode.kwargs(ctx), **extra}
+    raw = mode.scorer(model if mode.needs_model else None, batch, **kw)
+    scored = batch.scored(ctx.probe if mode.probe else "lt-logits")
+    return check_scores(mode, raw, batch, scored)
+
+
+# ----------------------------------------------------------------------------------------------------
+# the built-in rules, registered through the public call (registration order = CREDITS' order)
+
+
+def _gradient_options(c: ScoringContext) -> dict[str, Any]:
+    s = c.settings
+    return dict(
+        noise_std=s.get("noise_std", 1e-3), noise_scale=s.get("oar_noise_scale", "absolute"),
+        num_draws=int(s.get("oar_noise_draws", 1)), batch_size=c.batch_size, generator=c.generator,
+    )  # fmt: skip
+
+
+def _perturbation_options(c: ScoringContext) -> dict[str, Any]:
+    s = c.settings
+    return dict(
+        mask_token_id=s.get("mask_token_id"), batch_size=int(s.get("perturbation_batch_size", 64)),
+        prefix_reuse=bool(s.get("perturbation_prefix_reuse", True)),
+    )  # fmt: skip
+
+
+def _hybrid_options(c: ScoringContext) -> dict[str, Any]:
+    return dict(
+        fraction=float(c.settings.get("oar_gp_fraction", 0.25)),
+        gradient_kwargs=_gradient_options(c),
+        perturbation_kwargs=_perturbation_options(c),
+    )
+
+
+def _forward_options(c: ScoringContext) -> dict[str, Any]:
+    return {"batch_size": c.batch_size, "temperature": c.temperature}
+
+
+def _first_error_options(c: ScoringContext) -> dict[str, Any]:
+    e = c.extras
+    return dict(
+        tokenizer=c.tokenizer, gold=e["gold"], check=e["check"], direction=e["direction"],
+        max_new_tokens=int(e["max_new_tokens"]), batch_size=c.batch_size or 64,
+    )  # fmt: skip
+
+
+register_credit("none", reshape="none", help="plain GRPO (sequence advantage on every token)")
+register_credit(
+    "random", random_scores, reshape="uniform", noisy=True, options=lambda c: {"generator": c.generator},
+    help="U(0,1) weights rescaled to sum to T (paper §4.2 baseline)",
+)  # fmt: skip
+register_credit(
+    "entropy", entropy_scores, reshape="entropy", needs_model=True, options=_forward_options,
+    help="Eq. 6 entropy shaping (Cheng et al. 2025)",
+)  # fmt: skip
+register_credit(
+    "oar-g", gradient_scores, reshape="bilevel", needs_model=True, noisy=True, probe=True,
+    options=_gradient_options, help="gradient importance (Eq. 9-13)",
+)  # fmt: skip
+register_credit(
+    "oar-p", perturbation_scores, reshape="bilevel", needs_model=True, probe=True,
+    options=_perturbation_options, help="perturbation importance (Eq. 7-8)",
+)  # fmt: skip
+register_credit(
+    "grail", grail_scores, reshape="grail", needs_model=True, options=_forward_options,
+    help="GRAIL, gradient-activation saliency of the answer span (Pala, Toh & Poria 2026; needs answer "
+    "spans, see answer_pattern and the grail_* fields)",
+)  # fmt: skip
+register_credit(
+    "oar-gp", hybrid_scores, reshape="bilevel", needs_model=True, noisy=True, probe=True,
+    options=_hybrid_options, standalone=False,
+    help="OAR-G ranks every token, OAR-P rescores each row's top oar_gp_fraction (not in the paper; "
+    "oar_rl.importance.hybrid)",
+)  # fmt: skip
+register_credit(
+    "first-error", first_error_scores, reshape="bilevel", needs_model=True, options=_first_error_options,
+    standalone=False,
+    help="blame a wrong rollout's first token after which the policy's own greedy continuation misses the "
+    "gold answer (binary search; not in the paper, oar_rl.importance.first_error); correct rollouts "
+    "keep GRPO's uniform advantage",
+)  # fmt: skip
+register_credit(
+    "position", position_scores, reshape="bilevel", options=lambda c: {},
+    help="importance = the token's index in the reasoning (later tokens more; no model, no probe), through "
+    "OAR's bi-level reshaping: the control for 'OAR only weights late tokens' (oar_rl.importance."
+    "baselines.position_scores, the recall and blame position control)",
+)  # fmt: skip
+register_credit(
+    "oar-p-span", span_perturbation_scores, reshape="bilevel", needs_model=True, probe=True,
+    options=lambda c: {**_perturbation_options(c), "tokenizer": c.tokenizer},
+    help="span-level OAR-P: each reasoning step (sentence or line) masked as one unit, one forward per "
+    "step, its tokens share its score (after 'Beyond Uniform Credit', arXiv 2602.09331; oar_rl."
+    "importance.span)",
+)  # fmt: skip
+register_credit(
+    "entropy-80-20", reasoning_entropy_scores, reshape="none", needs_model=True, options=_forward_options,
+    config={"top_entropy_quantile": 0.2},
+    help="high-entropy-token training ('Beyond the 80/20 rule', arXiv 2506.01939): TRL's own "
+    "top_entropy_quantile=0.2 (gradient only on the top 20 percent of tokens by entropy), GRPO's "
+    "advantages; blame and recall score it as the entropy of the reasoning tokens (weights: the binary "
+    "top-20-percent mask)",
+)  # fmt: skip
 
 
 def credit_help() -> str:
     """`OARConfig.credit`'s help: every registered mode with its clause."""
     clauses = "; ".join(f"'{m.name}': {m.help}" for m in CREDIT_MODES.values())
-    return f"Token-level credit assignment. {clauses}."
+    return f"Token-level credit assignment (a rule from your own file: --credit-module). {clauses}."
 
 
 def compute_importance(
@@ -156,13 +384,14 @@ def compute_importance(
     """Raw (B, C) importance of one of :data:`SCORED_CREDITS`; extra keyword arguments go to the scorer.
 
     The standalone scoring call of `oar-rl attribute`/`oracle` and the study's recall analysis; the
-    trainer calls each mode's `scorer` itself with the options of its `OARConfig`.
+    trainer calls each mode's `scorer` itself with the options of its `OARConfig`. The scores are checked
+    as in training (:func:`check_scores`: shape, finite, non-negative where the rule's reshaping needs it).
 
     Args:
-        kind: ``"random"`` (:func:`~oar_rl.importance.random_importance`, takes ``generator``),
-            ``"entropy"``, ``"oar-g"``, ``"oar-p"`` or ``"grail"`` (needs ``answer_mask``): the scorers
-            of :func:`~oar_rl.importance.entropy_importance`, ``gradient_importance``,
-            ``perturbation_importance`` and ``grail_importance``.
+        kind: a registered rule with a standalone scorer, e.g. ``"random"`` (takes ``generator``),
+            ``"entropy"``, ``"oar-g"``, ``"oar-p"``, ``"grail"`` (needs ``answer_mask``), ``"position"``,
+            ``"oar-p-span"`` (takes ``tokenizer``) or ``"entropy-80-20"``; a rule's kwargs for a
+            :class:`ScoringContext` are ``CREDIT_MODES[kind].kwargs(ctx)``.
         rows: optional (B,) bool; only these rows are scored, the others get 0 (e.g. skip rows whose
             sequence advantage is exactly 0, DESIGN §3). None scores every row.
         answer_mask: optional (B, C) answer span (the AS probes and GRAIL need one); validated with the
@@ -174,13 +403,20 @@ def compute_importance(
     """
     if kind not in SCORED_CREDITS:
         raise ValueError(f"kind={kind!r} is not a known importance kind; valid: {list(SCORED_CREDITS)}")
-    scorer = CREDIT_MODES[kind].scorer
+    mode = CREDIT_MODES[kind]
     batch = prepare_batch(
         model, prompt_ids, prompt_mask, completion_ids, completion_mask, answer_mask, reasoning_mask
     )
+
+    def checked(m: nn.Module, b: ScoringBatch, **kw: Any) -> Tensor:
+        raw = mode.scorer(m if mode.needs_model else None, b, **kw)
+        return check_scores(
+            mode, raw, b, b.scored(kw.get("probe", "lt-logits") if mode.probe else "lt-logits")
+        )
+
     if rows is not None:
-        return score_rows(scorer, model, batch, rows, **kwargs)
-    return scorer(model, batch, **kwargs)
+        return score_rows(checked, model, batch, rows, **kwargs)
+    return checked(model, batch, **kwargs)
 
 
 def grail_rows(batch: ScoringBatch, advantages: Tensor, rollouts: str) -> tuple[Tensor, Tensor]:

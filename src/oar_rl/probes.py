@@ -327,7 +327,7 @@ def check_rows_per_pass(value: int | None, name: str = "batch_size", *, optional
 
 
 def prepare_batch(
-    model: nn.Module,
+    model: nn.Module | None,
     prompt_ids: Tensor,
     prompt_mask: Tensor,
     completion_ids: Tensor,
@@ -336,7 +336,10 @@ def prepare_batch(
     reasoning_mask: Tensor | None = None,
 ) -> ScoringBatch:
     """Validate the batch (shapes, dtypes, 0/1 masks, ids inside the vocabulary, the answer span and the
-    reasoning tokens inside the completion) and concatenate it: the one validation every scorer relies on."""
+    reasoning tokens inside the completion) and concatenate it: the one validation every scorer relies on.
+
+    `model` None (a credit rule that runs no model, `CreditMode.needs_model=False`): the batch stays on
+    the completion mask's device and the ids are not checked against an embedding table."""
     check_batch(prompt_ids, prompt_mask, completion_ids, completion_mask)
     if prompt_ids.shape[1] == 0:
         raise ValueError(
@@ -346,6 +349,20 @@ def prepare_batch(
         check_answer_mask(answer_mask, completion_mask)
     if reasoning_mask is not None:
         check_answer_mask(reasoning_mask, completion_mask, name="reasoning_mask")
+    if model is None:
+        device = completion_mask.device
+        input_ids = torch.cat([prompt_ids, completion_ids], dim=1).to(device=device, dtype=torch.long)
+        attention_mask = torch.cat([prompt_mask.bool(), completion_mask.bool()], dim=1).to(device).long()
+        answer = None if answer_mask is None else answer_mask.bool().to(device)
+        reasoning = None if reasoning_mask is None else reasoning_mask.bool().to(device)
+        return ScoringBatch(
+            input_ids,
+            attention_mask,
+            prompt_ids.shape[1],
+            completion_mask.bool().to(device),
+            answer,
+            reasoning,
+        )
     emb = base_model(model).get_input_embeddings()
     n_emb = getattr(emb, "num_embeddings", None)
     device = model_device(model)

@@ -430,3 +430,17 @@ def grail_token_advantages(
         scores, mask, scored_mask, rows=rows, mu=mu, sigma=sigma, w_min=w_min, w_max=w_max
     )  # (B, C)
     return advantages.float().to(weights.device)[:, None] * weights, weights
+
+
+def top_quantile_mask(values: torch.Tensor, mask: torch.Tensor, fraction: float) -> torch.Tensor:
+    """(B, C) bool: the valid tokens whose value is at least the batch's (1 − `fraction`) linear quantile
+    of the valid values (`torch.quantile`), as TRL's `GRPOTrainer.get_high_entropy_mask` selects the
+    tokens of `top_entropy_quantile` = `fraction` (one process; TRL gathers the values of every process).
+    For the analyses of the rule ``entropy-80-20``; training uses TRL's own."""
+    _check_scores(values, "values")
+    mask = _check_mask(mask, values.shape)
+    _check_unit(fraction, "fraction")
+    if not bool(mask.any()):
+        return torch.zeros_like(mask)
+    cut = torch.quantile(values[mask].float(), 1.0 - float(fraction))
+    return (values.float() * mask >= cut) & mask

@@ -144,6 +144,10 @@ def build_parser():
                 action.option_strings.append(flag)
         if action.dest == "model_name_or_path":
             action.help = MODEL_HELP + " (--model in every oar-rl command; TRL's name also works)"
+        elif action.dest == "credit":  # the live registry: rules of --credit-module loaded before the parser
+            from oar_rl import credits
+
+            action.choices = credits.CREDITS
         elif action.dest == "seed":
             action.help = (
                 f"{action.help} TRL's default 42, kept here; the other oar-rl commands' --seed is 0."
@@ -333,9 +337,29 @@ def run_settings(given: str, model_args, data_args: DataArguments, args) -> dict
     }
 
 
+def _load_credit_modules(argv: list[str]) -> None:
+    """Load the `--credit-module` files named on the command line or in the `--config` recipe."""
+    from oar_rl.credit_modules import load_credit_modules, specs_in_argv
+
+    specs = specs_in_argv(argv)
+    if "--config" in argv and argv.index("--config") + 1 < len(argv):
+        import yaml
+
+        recipe = Path(argv[argv.index("--config") + 1])
+        if recipe.is_file():
+            value = (yaml.safe_load(recipe.read_text()) or {}).get("credit_module") or []
+            specs += [value] if isinstance(value, str) else list(value)
+    load_credit_modules(specs)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Parse, load, train, save. Returns 0 on success, 2 on a configuration error."""
     argv = list(sys.argv[1:] if argv is None else argv)
+    try:
+        _load_credit_modules(argv)  # before the parser: their rules are choices of --credit
+    except (ValueError, OSError) as err:
+        print(f"oar-rl train: error: {err}", file=sys.stderr)
+        return 2
     parser = build_parser()
     try:
         data_args, training_args, model_args, unknown = parser.parse_args_and_config(

@@ -26,6 +26,16 @@ Credit modes (`OARConfig.credit`):
   log-saliency of the answer span's NLL, on the rollouts `grail_rollouts` selects (default: A_i < 0); no
   renormalisation. Rows without an answer span keep weight 1 and are logged as oar/probe_fallback_frac.
   See `oar_rl.importance.grail` for how it departs from OAR.
+- ``position`` (issue 33): the token's index in the reasoning, no model, then Eq. 14-17: the control for
+  "OAR only weights late tokens".
+- ``oar-p-span`` (issue 33): OAR-P with each reasoning step (sentence or line) masked as one unit
+  (`oar_rl.importance.span`), then Eq. 14-17.
+- ``entropy-80-20`` (issue 33): TRL's own `top_entropy_quantile` = 0.2 (set by the rule's `config`), with
+  GRPO's advantages left as they are.
+- any rule registered with `oar_rl.register_credit` (from the user's file: `credit_module`): its scorer
+  through the reshaping it names; the generic path below (`_score`) serves every rule except the
+  built-in entropy, GRAIL and first-error paths, and its scores are checked on every call
+  (`oar_rl.credits.check_scores`).
 
 Where this departs from the paper or from TRL, and why:
 
@@ -76,9 +86,8 @@ from trl.models import unwrap_model_for_generation
 from oar_rl.answer_span import answer_masks
 from oar_rl.config import OARConfig
 from oar_rl.credit_logging import BOOST_EPS, CreditLogging
-from oar_rl.credits import CREDIT_MODES, grail_rows
+from oar_rl.credits import CREDIT_MODES, ScoringContext, check_scores, grail_rows, run_scorer
 from oar_rl.distributed import ScoringSync, row_generators, scoring_params
-from oar_rl.importance.baselines import random_importance  # credit="random"
 from oar_rl.importance.rows import score_rows
 from oar_rl.probes import ANSWER_SPAN_PROBES, prepare_batch
 from oar_rl.reshape import entropy_shaped_advantages, grail_token_advantages, rescale_sum, token_advantages
@@ -146,7 +155,8 @@ class OARTrainer(CreditLogging, GRPOTrainer):
         if not isinstance(self.args, OARConfig):
             raise ValueError(f"OARTrainer needs an OARConfig as `args`, got {type(self.args).__name__}")
         zero3_sharded = self._dist.is_zero3 and not self.args.ds3_gather_for_generation
-        if CREDIT_MODES[self.args.credit].needs_model and zero3_sharded:
+        mode = CREDIT_MODES[self.args.credit]
+        if mode.needs_model and mode.reshape != "none" and zero3_sharded:
             raise ValueError(
                 f"credit={self.args.credit!r} under DeepSpeed ZeRO-3 needs "
                 "ds3_gather_for_generation=True (the importance passes run on gathered parameters; "
@@ -162,7 +172,8 @@ class OARTrainer(CreditLogging, GRPOTrainer):
         self._oar_inputs = inputs  # this process's rows, one per completion (first-error reads the gold)
         output = super()._generate_and_score_completions(inputs)
         mode = "train" if self.model.training else "eval"
-        if self.args.credit != "none" and "pixel_values" in output:
+        reshaped = CREDIT_MODES[self.args.credit].reshape != "none"
+        if reshaped and "pixel_values" in output:
             raise ValueError(f"credit={self.args.credit!r} does not support vision inputs; use credit='none'")
         mask = output["completion_mask"].bool()  # (B, C)
         if "tool_mask" in output:
@@ -173,7 +184,7 @@ class OARTrainer(CreditLogging, GRPOTrainer):
         self._log_credit(mode, credit, mask, seconds)
         if self._oar_token_roles is not None:  # token_roles (oar-rl): ground-truth credit metrics
             self._log_roles(mode, credit, mask, output)
-        if self.args.credit != "none":
+        if reshaped:
             output["advantages"] = credit.advantages  # (B, C); TRL splits/shuffles it along dim 0
         return output
 
@@ -183,13 +194,14 @@ class OARTrainer(CreditLogging, GRPOTrainer):
     def _assign_credit(self, output: dict[str, Any], mask: torch.Tensor) -> TokenCredit:
         """(B,) sequence advantages -> (B, C) token advantages for `self.args.credit`."""
         args = self.args
-        reshape = CREDIT_MODES[args.credit].reshape  # how this mode's scores become token advantages
+        spec = CREDIT_MODES[args.credit]
+        reshape = spec.reshape  # how this mode's scores become token advantages
         seq_adv = output["advantages"].float()  # (B,)
         token_adv = seq_adv[:, None] * mask  # (B, C): plain GRPO broadcast
         weights = mask.float()  # (B, C)
         fallback = torch.zeros_like(seq_adv, dtype=torch.bool)  # (B,)
         active = (seq_adv != 0) & mask.any(dim=1)  # (B,): rows whose credit matters
-        if reshape == "none":
+        if reshape == "none":  # plain GRPO advantages (entropy-80-20's effect is TRL's entropy mask)
             return TokenCredit(token_adv, weights, fallback, active)
         reshaped = active  # (B,): rows this mode reshapes
         if args.reshape_rows == "positive":
@@ -200,25 +212,18 @@ class OARTrainer(CreditLogging, GRPOTrainer):
         signal = torch.zeros_like(weights)  # (B, C): the raw importance, for TokenCredit.importance
         sub_mask = mask[rows]  # (R, C)
         importance, scored_mask = None, None  # (R, C) raw scores; (R, C) the tokens they reweight
-        if reshape == "uniform":  # random credit: row-keyed draws (oar_rl.distributed), no model pass
-            if rows.numel():
-                importance = random_importance(
-                    sub_mask, generator=self._credit_generators(rows, len(seq_adv))
-                )
-                ids = output["completion_ids"][rows]
-                scored_mask = self._token_masks(ids, output["completion_mask"][rows], span=False)[1]
-                if scored_mask is not None:
-                    scored_mask = scored_mask & sub_mask
-                    importance = importance * scored_mask
+        keys = ("prompt_ids", "prompt_mask", "completion_ids", "completion_mask")
+        sub = {k: output[k][rows] for k in keys}
+        if not spec.needs_model:  # e.g. random, position: no policy pass, nothing to gather or sync
+            if rows.numel():  # row-keyed draws (oar_rl.distributed), drawn only when a row is scored
+                generators = self._credit_generators(rows, len(seq_adv)) if spec.noisy else []
+                importance, scored_mask = self._score(None, sub, rows, seq_adv[rows], generators, fallback)
         else:
-            keys = ("prompt_ids", "prompt_mask", "completion_ids", "completion_mask")
-            sub = {k: output[k][rows] for k in keys}
             # Every rank enters the unwrap context (ZeRO-3 gathers collectively), even with no row to
             # score, and keeps its scoring passes in lockstep with the others (FSDP forwards are collective).
             sync = self._scoring_sync()
             # drawn on every rank for every batch (also with no row): the batch counter keys the noise
-            noisy = CREDIT_MODES[args.credit].noisy
-            generators = self._credit_generators(rows, seq_adv.shape[0]) if noisy else []
+            generators = self._credit_generators(rows, seq_adv.shape[0]) if spec.noisy else []
             with self._policy_for_scoring() as model, sync.joined(model):
                 if rows.numel():
                     importance, scored_mask = self._score(
@@ -228,9 +233,11 @@ class OARTrainer(CreditLogging, GRPOTrainer):
             return TokenCredit(token_adv, weights, fallback, active, None if reshape == "grail" else signal)
         # --- the one place where scores become token advantages, for every credit mode ---
         importance = importance.float().to(mask.device)  # (R, C)
-        if reshape == "uniform":  # Eq. 17 on the raw draws (over the scored tokens; the others keep 1)
-            scored = sub_mask if scored_mask is None else scored_mask.to(mask.device)  # (R, C)
-            w_rows = torch.where(scored, rescale_sum(importance, scored), sub_mask.float())  # (R, C)
+        if reshape in ("uniform", "weights"):  # over the scored tokens; the others keep weight 1
+            scored = sub_mask if scored_mask is None else scored_mask.to(mask.device) & sub_mask  # (R, C)
+            # uniform: Eq. 17 on the raw scores; weights: the scores are the weights
+            w = rescale_sum(importance, scored) if reshape == "uniform" else importance
+            w_rows = torch.where(scored, w, sub_mask.float())  # (R, C)
             adv_rows = seq_adv[rows, None] * w_rows
         elif reshape == "grail":  # GRAIL's weights on the rollouts it selects, no Eq. 14-17
             adv_rows, w_rows = grail_token_advantages(
@@ -290,9 +297,14 @@ class OARTrainer(CreditLogging, GRPOTrainer):
         batch_size = (  # rows per forward pass: the micro-batch size TRL itself uses for its no-grad passes
             args.per_device_train_batch_size if self.model.training else args.per_device_eval_batch_size
         )
-        if mode.reshape == "entropy":  # H of the sampling distribution, as TRL computes its entropies
+        probe = self._probe() if mode.probe else "lt-logits"
+        ctx = ScoringContext(
+            settings=vars(args), probe=probe, generator=generators, batch_size=batch_size,
+            temperature=args.temperature, tokenizer=self.processing_class,
+        )  # fmt: skip
+        if mode.reshape == "entropy":  # H of the sampling distribution over every token (Eq. 6's paper)
             batch = prepare_batch(model, *sub.values())
-            return mode.scorer(model, batch, batch_size=batch_size, temperature=args.temperature), None
+            return run_scorer(mode, model, batch, ctx), None
         if mode.reshape == "grail":  # GRAIL always reads the answer span, whatever `probe` says
             answer_mask, reasoning = self._token_masks(
                 sub["completion_ids"], sub["completion_mask"], span=True
@@ -300,56 +312,26 @@ class OARTrainer(CreditLogging, GRPOTrainer):
             fallback[rows] = ~answer_mask.any(dim=1)  # no span: weight 1
             batch = prepare_batch(model, *sub.values(), answer_mask, reasoning)
             selected, reasoning = grail_rows(batch, seq_adv, args.grail_rollouts)  # (R,), (R, C)
-            scores = score_rows(
-                mode.scorer, model, batch, selected, temperature=args.temperature, batch_size=batch_size
-            )
-            return scores, reasoning
-        probe = self._probe()
-        span = probe in ANSWER_SPAN_PROBES and args.credit != "first-error"  # first-error reads no probe
+            scores = score_rows(mode.scorer, model, batch, selected, **mode.kwargs(ctx))
+            return check_scores(mode, scores, batch), reasoning
+        span = probe in ANSWER_SPAN_PROBES  # a rule without a probe reads none (lt-logits)
         answer_mask, reasoning = self._token_masks(sub["completion_ids"], sub["completion_mask"], span=span)
         if span:
             fallback[rows] = ~answer_mask.any(dim=1)
-        gradient_kwargs = dict(
-            noise_std=args.noise_std,
-            noise_scale=args.oar_noise_scale,
-            num_draws=int(args.oar_noise_draws),
-            generator=generators,
-            batch_size=batch_size,
-        )
-        perturbation_kwargs = dict(
-            mask_token_id=args.mask_token_id,
-            batch_size=args.perturbation_batch_size,
-            prefix_reuse=args.perturbation_prefix_reuse,
-        )
         if args.credit == "first-error":
             return self._first_error(model, sub, rows, seq_adv, batch_size, reasoning)
-        options = {  # each bi-level mode's scorer options from OARConfig
-            "oar-g": gradient_kwargs,
-            "oar-p": perturbation_kwargs,
-            "oar-gp": dict(  # hybrid: OAR-G screens, OAR-P rescores the top fraction
-                fraction=args.oar_gp_fraction,
-                gradient_kwargs=gradient_kwargs,
-                perturbation_kwargs=perturbation_kwargs,
-            ),
-        }
+        # every other rule, built-in or registered from the user's file: its scorer, its options, checked
         batch = prepare_batch(model, *sub.values(), answer_mask if span else None, reasoning)
-        return mode.scorer(model, batch, probe=probe, **options[args.credit]), batch.scored(probe)
+        return run_scorer(mode, model, batch, ctx), batch.scored(probe)
 
     def _first_error(self, model, sub, rows, seq_adv, batch_size, reasoning):
         """credit="first-error": (R, C) scores of the rows `rows` and the tokens they reweight."""
         gold = [self._gold(int(r)) for r in rows.tolist()]
         batch = prepare_batch(model, *sub.values(), None, reasoning)
-        scores = CREDIT_MODES["first-error"].scorer(
-            model,
-            batch,
-            tokenizer=self.processing_class,
-            gold=gold,
-            check=self._answer_check(),
-            direction=torch.sign(seq_adv),
-            max_new_tokens=int(self.args.max_completion_length),
-            batch_size=batch_size,
-        )
-        return scores, batch.scored("lt-logits")
+        extras = dict(gold=gold, check=self._answer_check(), direction=torch.sign(seq_adv),
+                      max_new_tokens=int(self.args.max_completion_length))  # fmt: skip
+        ctx = ScoringContext(batch_size=batch_size, tokenizer=self.processing_class, extras=extras)
+        return run_scorer(CREDIT_MODES["first-error"], model, batch, ctx), batch.scored("lt-logits")
 
     def _gold(self, row: int) -> str:
         """The gold answer of local row `row` (the `gold_column` of its dataset row)."""

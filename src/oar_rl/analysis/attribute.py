@@ -21,13 +21,13 @@ from pathlib import Path
 
 import torch
 
-from oar_rl.credits import SCORED_CREDITS
 from oar_rl.fetch import resolve_model
 from oar_rl.io import ensure_writable_dir, write_text_atomic
 from oar_rl.tasks import Task, get_task
 
-METHODS = ("oar-p", "oar-g", "entropy", "random", "grail")  # the display order of SCORED_CREDITS
-assert sorted(METHODS) == sorted(SCORED_CREDITS), "every standalone-scorable credit mode is a method"
+METHODS = ("oar-p", "oar-g", "entropy", "random", "grail")
+"""The built-in scorers the study's recall analysis scores, in display order; `scorable_methods` adds
+every other standalone rule (oar-p-span, entropy-80-20, rules of --credit-module)."""
 DEFAULT_METHODS = ("oar-p", "oar-g", "entropy", "random")  # "grail" on request (--methods ...,grail)
 MAX_NEW_TOKENS = 96
 """The analysis commands' sampling budget when not given (at least the task's completion length when
@@ -108,6 +108,22 @@ def given_trajectory(tokenizer, prompt: str, completion: str, *, chat: bool, ans
     p_ids = tokenizer(format_prompt(tokenizer, prompt, chat), add_special_tokens=False)["input_ids"]
     c_ids = tokenizer(completion, add_special_tokens=False)["input_ids"]
     return Trajectory(prompt, completion, answer, torch.tensor(p_ids), torch.tensor(c_ids))
+
+
+def scorable_methods() -> tuple[str, ...]:
+    """:data:`METHODS` and every other rule `compute_importance` scores standalone (read live: rules of a
+    --credit-module count), except `position`, the control every recall table carries already."""
+    from oar_rl.credits import SCORED_CREDITS
+
+    return (*METHODS, *(m for m in SCORED_CREDITS if m not in METHODS and m != "position"))
+
+
+def parse_methods(a: argparse.Namespace) -> list[str]:
+    """`--methods` of an analysis command, after loading its `--credit-module` files."""
+    from oar_rl.credit_modules import load_credit_modules
+
+    load_credit_modules(getattr(a, "credit_module", None))
+    return parse_list(a.methods, scorable_methods(), "--methods")
 
 
 def parse_list(value: str, valid: tuple[str, ...], flag: str) -> list[str]:
@@ -207,8 +223,8 @@ def method_scores(
     "before-answer"`` gives the earlier set (every token before the answer span, the tag included).
     """
     from oar_rl.answer_span import answer_masks, scored_positions
-    from oar_rl.config import SCORED_TOKENS
-    from oar_rl.credits import compute_importance
+    from oar_rl.config import SCORED_TOKENS, oar_defaults
+    from oar_rl.credits import CREDIT_MODES, ScoringContext, compute_importance
     from oar_rl.reshape import normalize_importance
 
     if scored_tokens not in SCORED_TOKENS:
@@ -224,13 +240,15 @@ def method_scores(
         reasoning = scored_positions(batch[3], answer_mask) & batch[3].bool()  # (B, C)
     given = reasoning if scored_tokens == "reasoning" else None
     out = {}
+    settings = oar_defaults()
     for method in methods:
-        kwargs: dict = {"reasoning_mask": given}
-        if method in ("oar-g", "oar-p"):
-            kwargs.update(probe=probe, answer_mask=answer_mask if probe != "lt-logits" else None)
-        if method in ("oar-g", "random"):
-            kwargs["generator"] = torch.Generator().manual_seed(seed)
-        if method == "grail":  # saliency of the answer span's NLL; rows without a span score 0
+        mode = CREDIT_MODES[method]
+        ctx = ScoringContext(settings=settings, probe=probe, generator=torch.Generator().manual_seed(seed),
+                             tokenizer=tokenizer)  # fmt: skip
+        kwargs: dict = {"reasoning_mask": given, **mode.kwargs(ctx)}  # the rule's options, as in training
+        if mode.probe:
+            kwargs["answer_mask"] = answer_mask if probe != "lt-logits" else None
+        if mode.reshape == "grail":  # saliency of the answer span's NLL; rows without a span score 0
             kwargs["answer_mask"] = answer_mask
         raw = compute_importance(method, model, *batch, **kwargs)
         out[method] = normalize_importance(raw.float(), reasoning)
@@ -296,6 +314,7 @@ def scoring_parser() -> argparse.ArgumentParser:
     """The options every analysis command shares: the shared task, model, seed, threads, cache, probe and
     answer span (`oar_rl.options`), plus methods, sampling length and the chat template."""
     from oar_rl.argparsing import add
+    from oar_rl.credit_modules import add_flag
     from oar_rl.options import MODEL_HELP, shared_parser
 
     p = shared_parser(
@@ -304,8 +323,12 @@ def scoring_parser() -> argparse.ArgumentParser:
     )  # fmt: skip
     group = p.add_argument_group("scoring options")
     add(
-        group, "--methods", default=",".join(DEFAULT_METHODS), help=f"comma-separated of {', '.join(METHODS)}"
+        group,
+        "--methods",
+        default=",".join(DEFAULT_METHODS),
+        help=f"comma-separated of {', '.join(scorable_methods())}, and the rules of --credit-module",
     )
+    add_flag(group)
     add(
         group,
         "--max-new-tokens",
@@ -391,7 +414,7 @@ def main(argv: list[str] | None = None) -> int:
 
     a = build_parser().parse_args(list(sys.argv[1:] if argv is None else argv))
     try:
-        methods = parse_list(a.methods, METHODS, "--methods")
+        methods = parse_methods(a)
         if a.completion is not None and a.prompt is None:
             raise ValueError("--completion needs --prompt")
         if a.traces < 1:

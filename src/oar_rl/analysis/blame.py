@@ -20,9 +20,14 @@ each with a 95% percentile bootstrap over rollouts, and each signal's paired dif
 controls, `random` and `position` (later reasoning tokens first). Written to OUT/blame.json, blame.md
 and blame.png.
 
-Signals (`--signals`): the controls, `entropy`, `grail`, and `<mode>/<probe>` for every bi-level credit
-mode of `oar_rl.credits.CREDIT_MODES` under every probe (default: oar-g and oar-p). Any mode registered
-there with a scorer can be named, so a new rule is measured by adding its name (`signal_scores`).
+Signals (`--signals`): the controls, `entropy`, `grail`, and `<mode>/<probe>` for every credit mode of
+`oar_rl.credits.CREDIT_MODES` that reads the outcome probe (default: oar-g and oar-p), under every probe.
+Any rule registered there with a scorer can be named, also one from the user's own file
+(`--credit-module PATH_OR_MODULE`), so a new rule is measured by adding its name (`signal_scores`: the
+rule's own options, from `OARConfig`'s defaults). `position` is the registered rule of that name (the
+token's index, `oar_rl.importance.baselines.position_scores`). The own-reshaping table also covers rules
+whose reshaping is 'weights' (their scores are the weights) and `entropy-80-20` (TRL's binary mask of the
+top 20% entropies, taken over the reasoning tokens of the rollouts measured).
 
 Departures from the trainer, and why:
 - Every signal goes through the same bi-level reshaping over the same tokens, the reasoning tokens (those
@@ -42,7 +47,6 @@ from __future__ import annotations
 import sys
 import time
 from collections import Counter
-from dataclasses import fields
 from typing import Any
 
 import torch
@@ -54,42 +58,34 @@ DEFAULT_SIGNALS = (
     "oar-p/lt-logits", "oar-p/as-mean", "oar-p/as-joint",
     "grail", "first-error",
 )  # fmt: skip
-PROBED = ("oar-g", "oar-p", "oar-gp")
-"""Modes whose scores depend on the outcome probe: named with one (`oar-g/as-mean`)."""
 
 
 def trainer_defaults() -> dict[str, Any]:
-    """`OARConfig`'s own defaults (τ, oar_beta, threshold, floor, the scorers' options), read off the
-    dataclass, so this analysis follows the trainer when they change."""
-    from oar_rl.config import OARConfig
+    """`OARConfig`'s own defaults (τ, oar_beta, threshold, floor, the scorers' options, every other field
+    with a plain default), read off the dataclass, so this analysis follows the trainer when they change."""
+    from oar_rl.config import oar_defaults
 
-    return {f.name: f.default for f in fields(OARConfig) if f.name in _TRAINER_FIELDS}
-
-
-_TRAINER_FIELDS = (
-    "tau", "oar_beta", "threshold", "floor", "noise_std", "oar_noise_draws", "oar_noise_scale",
-    "mask_token_id", "perturbation_batch_size", "perturbation_prefix_reuse", "oar_gp_fraction",
-    "grail_mu", "grail_sigma", "grail_min", "grail_max", "entropy_alpha", "entropy_kappa", "scored_tokens",
-)  # fmt: skip
+    return oar_defaults()
 
 
 def check_signal(name: str) -> None:
-    """ValueError unless `name` is `position`, a registered credit mode with a scorer, or `<mode>/<probe>`
-    of a bi-level mode (required for the probe-dependent `PROBED` modes)."""
+    """ValueError unless `name` is a registered credit mode with a scorer, or `<mode>/<probe>` of a mode
+    that reads the probe (required for those)."""
     from oar_rl.credits import CREDIT_MODES
     from oar_rl.probes import PROBES
 
-    if name == "position":
-        return
     mode, _, probe = name.partition("/")
     valid = [m for m, c in CREDIT_MODES.items() if c.scorer is not None]
     if mode not in valid:
-        raise ValueError(f"unknown signal {name!r}; valid: position, {', '.join(valid)} (with /<probe>)")
-    if mode in PROBED and probe not in PROBES:
+        raise ValueError(
+            f"unknown signal {name!r}; valid: {', '.join(valid)} (with /<probe> where the rule reads one; "
+            "a rule from your own file needs --credit-module)"
+        )
+    if CREDIT_MODES[mode].probe and probe not in PROBES:
         raise ValueError(
             f"signal {name!r} needs a probe: {mode}/<probe> with probe one of {', '.join(PROBES)}"
         )
-    if probe and (CREDIT_MODES[mode].reshape != "bilevel" or probe not in PROBES):
+    if probe and (not CREDIT_MODES[mode].probe or probe not in PROBES):
         raise ValueError(f"signal {name!r}: {mode} does not take the probe {probe!r}; name it {mode!r}")
 
 
@@ -106,53 +102,27 @@ def signal_scores(
     batch_size: int = 64,
 ) -> torch.Tensor:
     """Raw (B, C) scores of one signal on a TRL-layout batch, with the options the trainer passes
-    (`OARTrainer._score`, from `OARConfig`'s defaults). `reasoning`: the tokens scored (None: as the
-    probe allows); `context`: tokenizer, gold (per row), check and max_new_tokens, for `first-error`.
-    A mode registered after this module was written gets `probe` if named with one and, if it draws
-    noise, a seeded `generator`."""
-    from oar_rl.credits import CREDIT_MODES
-    from oar_rl.importance import position_importance
+    (`OARTrainer._score`: the rule's `options` over `OARConfig`'s defaults), checked as in training.
+    `reasoning`: the tokens scored (None: as the probe allows); `context`: tokenizer, gold (per row),
+    check and max_new_tokens (`first-error` reads them, every rule gets the tokenizer). Rules that draw
+    noise get one generator seeded with `seed`."""
+    from oar_rl.credits import CREDIT_MODES, ScoringContext, run_scorer
     from oar_rl.probes import prepare_batch
 
     check_signal(name)
-    if name == "position":
-        return position_importance(batch[3])
     mode, _, probe = name.partition("/")
     spec = CREDIT_MODES[mode]
-    span = answer_mask if (probe and probe != "lt-logits") or mode == "grail" else None
-    prepared = prepare_batch(model, *batch, span, None if mode == "entropy" else reasoning)
-    gen = torch.Generator().manual_seed(seed)
-    d = defaults
-    gradient = dict(
-        noise_std=d["noise_std"], noise_scale=d["oar_noise_scale"], num_draws=int(d["oar_noise_draws"]),
-        generator=gen, batch_size=batch_size,
-    )  # fmt: skip
-    perturbation = dict(
-        mask_token_id=d["mask_token_id"], batch_size=d["perturbation_batch_size"],
-        prefix_reuse=d["perturbation_prefix_reuse"],
-    )  # fmt: skip
-    options: dict[str, dict[str, Any]] = {
-        "random": {"generator": gen},
-        "entropy": {"batch_size": batch_size, "temperature": 1.0},
-        "grail": {"batch_size": batch_size, "temperature": 1.0},
-        "oar-g": {"probe": probe, **gradient},
-        "oar-p": {"probe": probe, **perturbation},
-        "oar-gp": {
-            "probe": probe, "fraction": d["oar_gp_fraction"], "gradient_kwargs": gradient,
-            "perturbation_kwargs": perturbation,
-        },
-        "first-error": {  # the rows are wrong rollouts: direction −1 (the trainer's sign of A_i)
-            "tokenizer": context["tokenizer"], "gold": context["gold"], "check": context["check"],
-            "direction": -torch.ones(batch[0].shape[0]), "max_new_tokens": context["max_new_tokens"],
-            "batch_size": batch_size,
-        },
+    span = answer_mask if (probe and probe != "lt-logits") or spec.reshape == "grail" else None
+    prepared = prepare_batch(model, *batch, span, None if spec.reshape == "entropy" else reasoning)
+    extras = {  # the rows are wrong rollouts: direction −1 (the trainer's sign of A_i)
+        "gold": context["gold"], "check": context["check"], "direction": -torch.ones(batch[0].shape[0]),
+        "max_new_tokens": context["max_new_tokens"],
     }  # fmt: skip
-    kwargs = options.get(mode)
-    if kwargs is None:  # a mode registered after this module was written: its probe, and noise if drawn
-        kwargs = {"probe": probe} if probe else {}
-        if spec.noisy:
-            kwargs["generator"] = gen
-    return spec.scorer(model, prepared, **kwargs).float().cpu()
+    ctx = ScoringContext(
+        settings=defaults, probe=probe or "lt-logits", generator=torch.Generator().manual_seed(seed),
+        batch_size=batch_size, temperature=1.0, tokenizer=context["tokenizer"], extras=extras,
+    )  # fmt: skip
+    return run_scorer(spec, model, prepared, ctx).float().cpu()
 
 
 def bilevel(
@@ -172,11 +142,25 @@ def own_weights(
     name: str, raw: torch.Tensor, mask: torch.Tensor, scored: torch.Tensor, defaults: dict[str, Any]
 ) -> torch.Tensor | None:
     """(B, C) weights A_t / A_i of a mode's *own* trainer reshaping with A_i = −1 (a wrong rollout), for
-    random (Eq. 17 on the raw draws over the scored tokens, the others 1), entropy (Eq. 6, every token)
-    and GRAIL; None otherwise."""
-    from oar_rl.reshape import entropy_shaped_advantages, grail_token_advantages, rescale_sum
+    random (Eq. 17 on the raw draws over the scored tokens, the others 1), entropy (Eq. 6, every token),
+    GRAIL, a 'weights' rule (its scores over the scored tokens, the others 1) and a rule that sets TRL's
+    `top_entropy_quantile` (entropy-80-20: 1 on the top tokens by score over the scored tokens of the
+    batch, 0 elsewhere); None otherwise."""
+    from oar_rl.credits import CREDIT_MODES
+    from oar_rl.reshape import (
+        entropy_shaped_advantages,
+        grail_token_advantages,
+        rescale_sum,
+        top_quantile_mask,
+    )
 
     adv = -torch.ones(raw.shape[0])
+    spec = CREDIT_MODES.get(name.partition("/")[0])
+    if spec is not None and spec.reshape == "weights":  # the scores are the weights (others keep 1)
+        return torch.where(scored, raw, mask.float())
+    if spec is not None and "top_entropy_quantile" in spec.config:  # TRL's binary entropy mask
+        keep = top_quantile_mask(raw, scored, float(spec.config["top_entropy_quantile"]))
+        return keep.float()
     if name == "random":
         return torch.where(scored, rescale_sum(raw * scored, scored), mask.float())
     if name == "entropy":
@@ -295,11 +279,13 @@ def measure(model, tok, trajs, rows, signals, *, seed: int, task) -> dict[str, A
 def build_parser():
     """The `oar-rl blame` parser (the shared vocabulary of `oar_rl.options`)."""
     from oar_rl.argparsing import add, new_parser
+    from oar_rl.credit_modules import add_flag
     from oar_rl.options import shared_parser
 
     out = {"default": "blame_out", "help": "directory for blame.json, blame.md, blame.png"}
     parents = [shared_parser("seed", "threads", "out", out=out)]
     p = new_parser("oar-rl blame", __doc__.split("\n\n")[0], parents=parents)
+    add_flag(p)
     add(p, "--prompts", type=int, default=64, help="word problems sampled (the first of the split)")
     add(p, "--samples", type=int, default=8, help="completions per problem, at T = 1")
     add(p, "--split", default="train", choices=("train", "validation", "eval"), help="problems' split")
@@ -311,6 +297,7 @@ def main(argv: list[str] | None = None) -> int:
     import json
 
     from oar_rl.analysis.blame_report import bar_chart, markdown
+    from oar_rl.credit_modules import load_credit_modules
     from oar_rl.data.wordproblems import split_problems
     from oar_rl.io import ensure_writable_dir, write_text_atomic
     from oar_rl.machine import machine_info, machine_line
@@ -320,6 +307,7 @@ def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     a = build_parser().parse_args(argv)
     try:
+        modules = load_credit_modules(a.credit_module)  # before the signals are checked
         signals = [s.strip() for s in a.signals.split(",") if s.strip()]
         for s in signals:
             check_signal(s)
@@ -346,6 +334,7 @@ def main(argv: list[str] | None = None) -> int:
     result: dict[str, Any] = {
         "command": "oar-rl blame " + " ".join(argv),
         "settings": {**vars(a), "signals": signals},
+        "credit_modules": [m.record() for m in modules],
         "recipe": ws.recipe_hash,
         "rollouts": len(trajs),
         "counts": dict(counts),

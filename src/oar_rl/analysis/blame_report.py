@@ -135,7 +135,8 @@ def markdown(result: Mapping[str, Any]) -> str:
         lines += [
             "",
             "Each mode's own trainer reshaping (A_i = −1; random: Eq. 17 on the raw draws over the scored "
-            "tokens; entropy: Eq. 6 weight A_t/A_i; grail: GRAIL's weights on wrong rollouts):",
+            "tokens; entropy: Eq. 6 weight A_t/A_i; grail: GRAIL's weights on wrong rollouts; a 'weights' "
+            "rule: its scores; entropy-80-20: TRL's binary mask of the top 20% entropies):",
             "",
         ]
         own = result["own_reshaping"]

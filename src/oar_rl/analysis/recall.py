@@ -34,13 +34,12 @@ import torch
 from tqdm.auto import tqdm
 
 from oar_rl.analysis.attribute import (
-    METHODS,
     answer_spans,
     chat_message,
     heatmap_page,
     load_model,
     method_scores,
-    parse_list,
+    parse_methods,
     resolve_chat,
     sample_trajectories,
     sampling_budget,
@@ -270,7 +269,7 @@ def main(argv: list[str] | None = None) -> int:
 
     a = build_parser().parse_args(list(sys.argv[1:] if argv is None else argv))
     try:
-        methods = parse_list(a.methods, METHODS, "--methods")
+        methods = parse_methods(a)  # --credit-module loaded first
         if a.trajectories < 1 or a.max_prompts < 1:
             raise ValueError(
                 f"--trajectories and --max-prompts must be >= 1, got {a.trajectories} and {a.max_prompts}"

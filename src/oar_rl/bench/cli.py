@@ -49,16 +49,22 @@ from typing import Any
 from oar_rl.argparsing import add, new_parser
 from oar_rl.bench.shapes import SHAPE_NAMES
 from oar_rl.bench.steps import METHOD_CONFIG, BenchWorkerError, run_interleaved
-from oar_rl.credits import CREDITS
 from oar_rl.io import ensure_writable_dir, write_text_atomic
 
-METHODS = (*CREDITS, *METHOD_CONFIG)  # every registered credit mode, and the variants above
 DEFAULT_METHODS = "none,oar-g,oar-p,oar-gp"
+
+
+def methods() -> tuple[str, ...]:
+    """Every registered credit mode (read live: --credit-module rules count) and the variants above."""
+    from oar_rl.credits import CREDITS
+
+    return (*CREDITS, *METHOD_CONFIG)
 
 
 def build_parser() -> argparse.ArgumentParser:
     """The `oar-rl bench` parser (the values are checked in `_parse`)."""
     from oar_rl.argparsing import add_renamed
+    from oar_rl.credit_modules import add_flag
     from oar_rl.options import shared_parser
 
     out = {"default": "bench_out", "help": "directory for bench.json and bench.md"}
@@ -72,7 +78,13 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="--shape embedded only: a saved arithmetic model directory instead of the arithmetic warm start",
     )
-    add(p, "--methods", default=DEFAULT_METHODS, help=f"comma-separated, from: {', '.join(METHODS)}")
+    add(
+        p,
+        "--methods",
+        default=DEFAULT_METHODS,
+        help=f"comma-separated, from: {', '.join(methods())}, and the rules of --credit-module",
+    )
+    add_flag(p)
     add(p, "--repeats", type=int, default=3, help="measured steps per method (interleaved)")
     add_renamed(
         p, "--steps", "--repeats", "measured steps per method; `oar-rl study --steps` is optimizer steps"
@@ -110,6 +122,14 @@ def build_parser() -> argparse.ArgumentParser:
     )
     add(
         p,
+        "--span-tokens",
+        type=int,
+        default=16,
+        help="scorer part: tokens per step of oar-p-span (the bench's batches are random tokens, with no "
+        "sentences or lines to split at: fixed runs of this many tokens)",
+    )
+    add(
+        p,
         "--scorer-repeats",
         type=int,
         default=1,
@@ -121,13 +141,20 @@ def build_parser() -> argparse.ArgumentParser:
 def _parse(argv: list[str]) -> argparse.Namespace:
     p = build_parser()
     a = p.parse_args(argv)
-    methods = [m.strip() for m in a.methods.split(",") if m.strip()]
-    unknown = [m for m in methods if m not in METHODS]
-    if unknown or not methods:
-        p.error(f"unknown method(s) {unknown or a.methods!r}; valid: {', '.join(METHODS)}")
-    if "none" not in methods:
+    from oar_rl.credit_modules import load_credit_modules
+
+    try:
+        load_credit_modules(a.credit_module)  # before the methods are checked: their rules are methods
+    except ValueError as exc:
+        p.error(str(exc))
+    chosen = [m.strip() for m in a.methods.split(",") if m.strip()]
+    valid = methods()
+    unknown = [m for m in chosen if m not in valid]
+    if unknown or not chosen:
+        p.error(f"unknown method(s) {unknown or a.methods!r}; valid: {', '.join(valid)}")
+    if "none" not in chosen:
         p.error("--methods must include 'none' (the GRPO reference the ratios divide by)")
-    if len(set(methods)) != len(methods):
+    if len(set(chosen)) != len(chosen):
         p.error(f"--methods lists a method twice: {a.methods!r}")
     if a.completion_len is None:
         a.completion_len = 96 if a.shape == "embedded" else 256
@@ -139,6 +166,7 @@ def _parse(argv: list[str]) -> argparse.Namespace:
         "copies",
         "scorer_repeats",
         "full_stride",
+        "span_tokens",
     ):
         if getattr(a, name) < 1:
             p.error(f"--{name.replace('_', '-')} must be >= 1, got {getattr(a, name)}")
@@ -150,7 +178,7 @@ def _parse(argv: list[str]) -> argparse.Namespace:
         p.error(f"--oar-gp-fraction must be in (0, 1], got {a.oar_gp_fraction}")
     if a.model is not None and a.shape != "embedded":
         p.error("--model goes with --shape embedded (the other shapes are random-initialised)")
-    a.methods = methods
+    a.methods = chosen
     return a
 
 
@@ -304,6 +332,7 @@ def _run_scorers(shape, args: argparse.Namespace) -> dict[str, Any]:
             fraction=args.oar_gp_fraction,
             copies=args.copies,
             full_stride=args.full_stride,
+            span_tokens=args.span_tokens,
             progress=progress,
         )
 

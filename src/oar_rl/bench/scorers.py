@@ -10,6 +10,9 @@ OAR-P call at L = 256 is hundreds of forward passes, and the cheap cases have wa
   completion tokens, parameter gradients) -- what one GRPO loss pass costs.
 - ``forward``: one no-grad body forward of the batch; its tokens/s is the model's forward throughput.
 - ``oar-g``, ``oar-p`` (prefix reuse), ``oar-p-full`` (whole copies recomputed), ``oar-gp``.
+- ``oar-p-span``: span-level OAR-P (:mod:`oar_rl.importance.span`), one masked copy per step, with
+  prefix reuse. The batch is random tokens (no sentences or lines), so a step is a fixed run of
+  ``span_tokens`` tokens (:func:`oar_rl.importance.span.fixed_length_steps`).
 - ``oar-g floor: clean`` and ``oar-g floor: noisy``: OAR-G's compute floor in its two parts
   (:func:`oar_g_floor`): the clean probe pass (one no-grad forward of prompt + completion keeping the
   prompt's keys/values, the probe at the last position), and one noisy forward over the completion on
@@ -24,9 +27,10 @@ row's last probe position + 1) plus, per scored token t, the suffix it recompute
 divided by the measured forward throughput. measured/floor says how close the implementation is to
 that floor; ``oar-p-full`` is set against the same floor (it does Σ L_b per token instead).
 
-Recall: share of exact OAR-P's per-row top-20% tokens found in the top-20% of OAR-G and of OAR-GP
-(:func:`oar_rl.importance.hybrid.topk_recall`). On a random-initialised model this describes that
-random network only; the embedded model gives the figure for a trained one.
+Recall: share of exact OAR-P's per-row top-20% tokens found in the top-20% of OAR-G, of OAR-GP and of
+span-level OAR-P (:func:`oar_rl.importance.hybrid.topk_recall`; a span's tokens tie, broken by position).
+On a random-initialised model this describes that random network only; the embedded model gives the
+figure for a trained one.
 """
 
 from __future__ import annotations
@@ -42,6 +46,7 @@ from oar_rl.importance import gradient_importance, hybrid_importance, perturbati
 from oar_rl.importance.gradient import row_noise, row_seeds
 from oar_rl.importance.hybrid import topk_recall
 from oar_rl.importance.prefix import clean_pass, suffix_hidden
+from oar_rl.importance.span import fixed_length_steps, span_perturbation_scores
 from oar_rl.model_parts import base_model, body_hidden, decoder_body
 from oar_rl.probes import ProbeSpec, build_probe_spec, outcome_divergence, prepare_batch, probe_outcome
 
@@ -54,6 +59,7 @@ CASES = (
     "oar-p",
     "oar-p-full",
     "oar-gp",
+    "oar-p-span",
 )
 WARMED = ("train fwd+bwd", "forward", "oar-g", "oar-g floor: clean", "oar-g floor: noisy")
 
@@ -156,6 +162,7 @@ def run_scorers(
     fraction: float,
     copies: int,
     full_stride: int = 1,
+    span_tokens: int = 16,
     progress: Callable[[str], None] | None = None,
 ) -> dict[str, Any]:
     """Interleaved timings of :data:`CASES` on `batch`, the OAR-G and OAR-P floors and the recall figures."""
@@ -199,6 +206,12 @@ def run_scorers(
             perturbation_kwargs=dict(batch_size=copies),
         )
 
+    span_batch = prepare_batch(model, *batch)
+    span_steps = fixed_length_steps(span_batch.completion_mask, span_tokens)
+
+    def oar_p_span():
+        return span_perturbation_scores(model, span_batch, steps=span_steps, batch_size=copies)
+
     floor_clean, floor_noisy = oar_g_floor(model, batch, noise_std)
     cases: dict[str, Callable[[], Any]] = {
         "train fwd+bwd": fwd_bwd,
@@ -209,6 +222,7 @@ def run_scorers(
         "oar-p": oar_p,
         "oar-p-full": oar_p_full,
         "oar-gp": oar_gp,
+        "oar-p-span": oar_p_span,
     }
     times: dict[str, list[float]] = {k: [] for k in cases}
     outputs: dict[str, Any] = {}
@@ -230,7 +244,7 @@ def run_scorers(
                     times[name].append((time.perf_counter() - t0) * scale)
                 if (
                     isinstance(out, torch.Tensor)
-                    and name in ("oar-g", "oar-p", "oar-gp")
+                    and name in ("oar-g", "oar-p", "oar-gp", "oar-p-span")
                     and name not in outputs
                 ):
                     outputs[name] = out.float().cpu()
@@ -260,9 +274,12 @@ def run_scorers(
         "oar_g_floor_over_train_fwd_bwd": g_floor / med["train fwd+bwd"],
         "oar_gp_fraction": fraction,
         "oar_p_full_stride": full_stride,
+        "span_tokens": span_tokens,
+        "oar_p_span_over_oar_p": med["oar-p-span"] / med["oar-p"],
         "recall_top20_of_oar_p": {
             "oar-g": topk_recall(outputs["oar-g"], outputs["oar-p"], mask, 0.2),
             "oar-gp": topk_recall(outputs["oar-gp"], outputs["oar-p"], mask, 0.2),
+            "oar-p-span": topk_recall(outputs["oar-p-span"], outputs["oar-p"], mask, 0.2),
         },
     }
 
@@ -303,6 +320,12 @@ def scorer_lines(s: dict[str, Any]) -> list[str]:
         f"{sec['oar-g floor: noisy']['median']:.3f} s) = {s['oar_g_floor_over_train_fwd_bwd']:.2f}× train "
         f"fwd+bwd; OAR-G / floor {s['oar_g_over_floor']:.2f}",
         f"- recall of exact OAR-P's top-20% tokens: OAR-G {rec['oar-g']:.2f}, "
-        f"OAR-GP (fraction {s['oar_gp_fraction']:g}) {rec['oar-gp']:.2f}",
+        f"OAR-GP (fraction {s['oar_gp_fraction']:g}) {rec['oar-gp']:.2f}"
+        + (
+            f", span-level OAR-P (steps of {s['span_tokens']} tokens) {rec['oar-p-span']:.2f}; span-level "
+            f"OAR-P / exact OAR-P time {s['oar_p_span_over_oar_p']:.3f}"
+            if "oar-p-span" in rec
+            else ""
+        ),
     ]
     return lines

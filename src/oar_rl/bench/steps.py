@@ -147,6 +147,7 @@ def _make_trainer(method: str, shape, args: argparse.Namespace, workdir: str):
         bf16=cuda and shape.dtype == "bfloat16",
         activation_checkpointing=False,  # the new name: `gradient_checkpointing` warns it is deprecated
         disable_tqdm=True,
+        credit_module=getattr(args, "credit_module", None),  # loaded again in this worker process
         **cfg,
     )
     return OARTrainer(

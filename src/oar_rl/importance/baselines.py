@@ -12,6 +12,11 @@
   analysis counts as pivots cluster near the answer, "later matters more" finds them without reading the
   model; every recall or attribution table reports it beside random (DESIGN §4, "Controls before
   claims"). Eq. 14's log1p and min-max keep its order, so its ranking is the position order.
+  :func:`position_scores` is the same definition as the credit rule ``position`` (over the scored
+  reasoning tokens, through OAR's bi-level reshaping): the training control for "OAR only weights late
+  tokens". After Eq. 14 a row's token t gets log((t+2)/2) / log((T+1)/2), T its scored tokens.
+- :func:`reasoning_entropy_scores`: the entropy H_t over the scored reasoning tokens, the importance the
+  analyses read for the rule ``entropy-80-20`` (whose training is TRL's ``top_entropy_quantile``).
 """
 
 from __future__ import annotations
@@ -167,3 +172,16 @@ def position_importance(completion_mask: Tensor) -> Tensor:
         raise ValueError(f"completion_mask must be 2-D (B, C), got shape {tuple(completion_mask.shape)}")
     idx = torch.arange(1, completion_mask.shape[1] + 1, dtype=torch.float32, device=completion_mask.device)
     return idx[None, :] * completion_mask.bool()  # (B, C)
+
+
+def position_scores(model: nn.Module | None, batch: ScoringBatch, **_: Any) -> Tensor:
+    """:func:`position_importance` on the batch's scored tokens (the reasoning tokens when the batch has
+    them), 0 elsewhere: the registry's scorer for ``position`` (no model, no probe, no noise)."""
+    return position_importance(batch.completion_mask) * batch.scored("lt-logits")
+
+
+def reasoning_entropy_scores(model: nn.Module, batch: ScoringBatch, **options: Any) -> Tensor:
+    """:func:`entropy_scores` (options as there) on the batch's scored tokens, 0 elsewhere: the importance
+    the analyses read for ``entropy-80-20`` (its training uses TRL's ``top_entropy_quantile``, which ranks
+    every completion token of the micro-batch; the analyses rank the reasoning tokens like every rule)."""
+    return entropy_scores(model, batch, **options) * batch.scored("lt-logits")

@@ -27,6 +27,7 @@ def _seeds(s: StudySettings) -> str:
 def build_parser() -> argparse.ArgumentParser:
     """The `oar-rl study` parser."""
     from oar_rl.argparsing import add, new_parser
+    from oar_rl.credit_modules import add_flag
     from oar_rl.options import shared_parser
     from oar_rl.study.plan import duration, estimate_seconds
 
@@ -82,7 +83,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     add(p, "--tiny", action="store_true", help=argparse.SUPPRESS)  # tests
     add(p, "--methods", help=f"comma-separated (default: all; --quick {','.join(QUICK.methods)}); valid: "
-        f"{','.join(all_methods())}")  # fmt: skip
+        f"{','.join(all_methods())}, and the rules of --credit-module")  # fmt: skip
     add(
         p,
         "--seeds",
@@ -132,6 +133,7 @@ def build_parser() -> argparse.ArgumentParser:
         "the scored set of studies made before issue 26, e.g. results/study-wordproblems-v2",
     )
     add(p, "--fresh", action="store_true", help="discard the results in --out first")
+    add_flag(p)
     return p
 
 
@@ -172,6 +174,11 @@ def settings_from_args(a: argparse.Namespace) -> StudySettings:
         raise ValueError("--tune-lr and --lr are exclusive: the learning rate is either swept or given")
     s = PRESETS[preset_name(a)]
     changes: dict[str, Any] = {"ablations": _csv(a.ablations) or ()}
+    if getattr(a, "credit_module", None):  # before the methods are checked: their rules are methods
+        from oar_rl.credit_modules import load_credit_modules
+
+        loaded = load_credit_modules(a.credit_module)
+        changes["credit_modules"] = tuple((m.spec, m.sha256) for m in loaded)
     if a.task is not None:
         changes["task"] = a.task
     if a.probe is not None:

@@ -9,7 +9,8 @@ Two parts, kept apart on purpose:
   finished runs are reused.
 
 Methods are read from the credit registry (`oar_rl.credits.CREDITS`), so a credit mode added to
-the library joins the study without an edit here; credit "none" is called "grpo".
+the library, or registered by a `--credit-module` file (recorded in the protocol as `credit_modules`),
+joins the study without an edit here; credit "none" is called "grpo".
 """
 
 from __future__ import annotations
@@ -100,6 +101,10 @@ class StudySettings:
     """Size of the RL prompt pool; None: 2 × steps × prompts_per_step."""
     recall_trajectories: int = 40
     """Correct warm-start trajectories for recall@K% (0: skip the recall analysis)."""
+    credit_modules: tuple[tuple[str, str], ...] = ()
+    """(module as given, sha256 of its source) of each `--credit-module` loaded (`oar_rl.credit_modules`):
+    part of the protocol, so a run records the rule's code and the hash changes when it does; absent from
+    the protocol when empty (earlier studies' protocols hold)."""
     # --- scope ---
     methods: tuple[str, ...] = ()
     """Empty: every method (`all_methods()`)."""
@@ -119,7 +124,8 @@ class StudySettings:
         valid = all_methods()
         bad = [m for m in self.methods if m not in valid]
         if bad:
-            raise ValueError(f"unknown methods {bad}; valid methods: {', '.join(valid)}")
+            hint = "" if self.credit_modules else " (a rule from your own file needs --credit-module)"
+            raise ValueError(f"unknown methods {bad}; valid methods: {', '.join(valid)}{hint}")
         if len(set(self.methods)) != len(self.methods):
             raise ValueError(f"methods {list(self.methods)} contain duplicates")
         if self.methods and "grpo" not in self.methods:
@@ -213,6 +219,8 @@ class StudySettings:
         for key in ("curve_problems", "curve_samples"):  # absent when unset: earlier studies' protocols hold
             if d[key] is None:
                 del d[key]
+        if not d["credit_modules"]:
+            del d["credit_modules"]
         if d["scored_tokens"] == "before-answer":  # the scored set of every study before issue 26
             del d["scored_tokens"]
         d["study_format"] = STUDY_FORMAT

@@ -1,0 +1,140 @@
+"""`--credit-module PATH_OR_MODULE`: load credit rules from the user's own file or module.
+
+A credit module is a Python file (``my_rules.py``) or an importable module (``my_pkg.rules``) that calls
+``oar_rl.register_credit(...)`` when imported (docs/guides/own-credit-rule.md). Every command that takes a
+credit mode loads it before the mode is validated: `OARConfig(credit_module=[...])` (so `oar-rl train`,
+its YAML recipes and the Python API), `oar-rl study`, `blame`, `attribute`, `oracle` and `bench` (whose
+worker processes load it again). :func:`load_credit_module` imports each module once per process and
+returns what was loaded: the spec as given, the file's path and the sha256 of its source, and the rules it
+registered -- the study records them in its protocol, so a run says which code made it and the protocol
+hash changes when the rule's code does.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+import importlib.util
+import sys
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+FLAG = "--credit-module"
+
+
+@dataclass(frozen=True)
+class CreditModule:
+    """One loaded credit module."""
+
+    spec: str
+    """As given: a .py path or a dotted module name."""
+    path: str
+    """The source file, resolved."""
+    sha256: str
+    """sha256 of the source file's bytes."""
+    rules: tuple[str, ...]
+    """The credit rules it registered."""
+
+    def record(self) -> dict[str, str]:
+        """What a run file records: the spec as given and the source's sha256."""
+        return {"module": self.spec, "sha256": self.sha256}
+
+
+LOADED: dict[str, CreditModule] = {}
+"""Loaded modules by resolved source path (each is imported once per process)."""
+
+
+def _is_path(spec: str) -> bool:
+    return spec.endswith(".py") or "/" in spec or "\\" in spec or Path(spec).is_file()
+
+
+def _sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def load_credit_module(spec: str) -> CreditModule:
+    """Import the credit module `spec` (a .py path or a dotted module name) once; ValueError naming it
+    when it cannot be found or imported, or registers no rule."""
+    from oar_rl import credits
+
+    if not isinstance(spec, str) or not spec.strip():
+        raise ValueError(f"{FLAG} needs a .py file or a dotted module name, got {spec!r}")
+    spec = spec.strip()
+    before = set(credits.CREDIT_MODES)
+    if _is_path(spec):
+        path = Path(spec).expanduser().resolve()
+        if not path.is_file():
+            raise ValueError(f"{FLAG} {spec}: no such file ({path})")
+        if str(path) in LOADED:
+            return LOADED[str(path)]
+        name = f"oar_rl_credit_module_{path.stem}_{hashlib.sha1(str(path).encode()).hexdigest()[:8]}"
+        loader = importlib.util.spec_from_file_location(name, path)
+        if loader is None or loader.loader is None:
+            raise ValueError(f"{FLAG} {spec}: not a Python source file")
+        module = importlib.util.module_from_spec(loader)
+        sys.modules[name] = module
+        try:
+            loader.loader.exec_module(module)
+        except Exception as err:
+            sys.modules.pop(name, None)
+            raise ValueError(f"{FLAG} {spec}: importing it failed: {type(err).__name__}: {err}") from err
+    else:
+        try:
+            module = importlib.import_module(spec)
+        except Exception as err:
+            raise ValueError(
+                f"{FLAG} {spec}: cannot import it ({type(err).__name__}: {err}); give a .py file or an "
+                "importable dotted module name"
+            ) from err
+        path = Path(getattr(module, "__file__", "") or "").resolve()
+        if not path.is_file():
+            raise ValueError(f"{FLAG} {spec}: the module has no source file to record")
+        if str(path) in LOADED:
+            return LOADED[str(path)]
+    rules = tuple(n for n in credits.CREDIT_MODES if n not in before)
+    if not rules:
+        raise ValueError(
+            f"{FLAG} {spec}: the module registered no credit rule; call oar_rl.register_credit(...) in it "
+            "(docs/guides/own-credit-rule.md)"
+        )
+    loaded = CreditModule(spec, str(path), _sha256(path), rules)
+    LOADED[str(path)] = loaded
+    return loaded
+
+
+def load_credit_modules(specs: Iterable[str] | None) -> list[CreditModule]:
+    """:func:`load_credit_module` of each spec, in order (None: none)."""
+    return [load_credit_module(s) for s in specs or ()]
+
+
+def specs_in_argv(argv: Sequence[str]) -> list[str]:
+    """The values of every ``--credit-module X`` / ``--credit-module=X`` (and ``--credit_module``) in
+    `argv`: loaded before a parser whose choices list the credit rules is built."""
+    out: list[str] = []
+    names = (FLAG, "--credit_module")
+    it = iter(range(len(argv)))
+    for i in it:
+        arg = argv[i]
+        for n in names:
+            if arg == n and i + 1 < len(argv):
+                out.append(argv[i + 1])
+                next(it, None)
+            elif arg.startswith(n + "="):
+                out.append(arg.split("=", 1)[1])
+    return out
+
+
+def add_flag(parser) -> None:
+    """`--credit-module` (both spellings, repeatable) on an argparse parser or group."""
+    from oar_rl.argparsing import add
+
+    add(
+        parser,
+        FLAG,
+        action="append",
+        default=None,
+        metavar="PATH_OR_MODULE",
+        help="a .py file or dotted module that registers credit rules with oar_rl.register_credit "
+        "(repeatable; docs/guides/own-credit-rule.md); its rules become valid credit modes",
+    )

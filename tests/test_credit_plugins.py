@@ -1,0 +1,202 @@
+"""Credit rules in training and from the user's own file: the issue-33 rules two steps through
+`OARTrainer`, a rule from examples/credit_rules/ through `OARConfig`, `oar-rl study` and `oar-rl blame`
+(`--credit-module`), and the errors a bad rule gets."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+import torch
+
+from conftest import make_args, make_trainer
+from oar_rl import credits
+from oar_rl.config import OARConfig
+from oar_rl.credit_modules import LOADED, load_credit_module, specs_in_argv
+from oar_rl.credits import register_credit, unregister_credit
+from oar_rl.reshape import token_advantages
+from oar_rl.tiny import tiny_qwen2
+from test_credit_rules import serial_span_oar_p
+from test_trainer import capture, params
+
+EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "credit_rules" / "last_tokens.py"
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _unload_example():
+    """Leave the registry as the other test files expect it (a loaded module's rules stay registered)."""
+    yield
+    for key, mod in list(LOADED.items()):
+        for name in mod.rules:
+            if name in credits.CREDIT_MODES:
+                unregister_credit(name)
+        del LOADED[key]
+
+
+@pytest.fixture
+def rule():
+    names: list[str] = []
+
+    def make(name, scorer, **kw):
+        names.append(name)
+        return register_credit(name, scorer, **kw)
+
+    yield make
+    for n in names:
+        if n in credits.CREDIT_MODES:
+            unregister_credit(n)
+
+
+def _moved(trainer, before) -> None:
+    losses = [h["loss"] for h in trainer.state.log_history if "loss" in h]
+    assert len(losses) == 2 and all(math.isfinite(x) for x in losses)
+    after = params(trainer.model)
+    assert all(not torch.equal(v, after[k]) for k, v in before.items()), "a parameter did not change"
+
+
+KEYS = ("prompt_ids", "prompt_mask", "completion_ids", "completion_mask")
+
+
+@pytest.mark.parametrize("credit", ["position", "oar-p-span"])
+def test_two_steps_reshape_like_the_reference(tmp_path, tokenizer, dataset, credit):
+    """position and oar-p-span train two steps; each batch's token advantages are Eq. 14-17 of a slow
+    per-row reference of the scores (the reasoning tokens are every token here: no answer format)."""
+    from oar_rl.importance.span import reasoning_steps
+
+    trainer = make_trainer(make_args(tmp_path, credit=credit, probe="lt-logits"), tokenizer, dataset)
+    before, records = params(trainer.model), capture(trainer)
+    trainer.train()
+    _moved(trainer, before)
+    checked = 0
+    for rec in records:
+        out, seq_adv = rec["out"], rec["seq_adv"]
+        p_ids, p_mask, c_ids, c_mask = (out[k] for k in KEYS)
+        rows = (seq_adv != 0) & c_mask.bool().any(1)
+        if credit == "position":  # the token's 1-based index
+            ref = torch.arange(1, c_ids.shape[1] + 1).float().expand_as(c_ids) * c_mask
+        else:
+            steps = reasoning_steps(tokenizer, c_ids, c_mask.bool())
+            pad = trainer.model.config.pad_token_id
+            # a plain model with the old policy's weights (a deep copy's forward can be accelerate's
+            # wrapper of the live model)
+            policy = tiny_qwen2(len(tokenizer), seed=0)
+            policy.load_state_dict(rec["policy"].state_dict())
+            ref = serial_span_oar_p(
+                policy.eval(), p_ids, p_mask, c_ids, c_mask, "lt-logits", c_mask.bool(), steps, mask_id=pad
+            ).float()
+        expected = torch.zeros_like(out["advantages"])
+        expected[rows], _ = token_advantages(seq_adv[rows], ref[rows], c_mask[rows])
+        torch.testing.assert_close(out["advantages"], expected, rtol=1e-4, atol=1e-5)
+        active = rows & (c_mask.sum(1) > 1)
+        if active.any():  # the credit is really redistributed
+            checked += 1
+            assert not torch.allclose(out["advantages"][active], (seq_adv[:, None] * c_mask)[active])
+    assert checked
+
+
+def test_entropy_80_20_is_trls_top_entropy_quantile(tmp_path, tokenizer, dataset, monkeypatch):
+    """GRPO's (B,) advantages untouched; TRL's own entropy mask at 0.2 does the work."""
+    from trl import GRPOTrainer
+
+    calls = []
+    real = GRPOTrainer.get_high_entropy_mask
+
+    def spy(self, entropies, mask, threshold):
+        calls.append(threshold)
+        return real(self, entropies, mask, threshold)
+
+    monkeypatch.setattr(GRPOTrainer, "get_high_entropy_mask", spy)
+    args = make_args(tmp_path, credit="entropy-80-20")
+    assert args.top_entropy_quantile == 0.2
+    trainer = make_trainer(args, tokenizer, dataset)
+    before, records = params(trainer.model), capture(trainer)
+    trainer.train()
+    _moved(trainer, before)
+    for rec in records:
+        assert torch.equal(rec["out"]["advantages"], rec["seq_adv"])  # exactly TRL's (B,) tensor
+    assert calls and all(t == pytest.approx(0.8) for t in calls)
+    with pytest.raises(ValueError, match=r"credit=.entropy-80-20. sets top_entropy_quantile=0\.2, but "):
+        make_args(tmp_path, credit="entropy-80-20", top_entropy_quantile=0.5)
+
+
+def test_a_weights_rule_needs_no_trainer_edit(tmp_path, tokenizer, dataset, rule):
+    """reshape='weights': the scores are the weights, A_t = A_i · w_t, on a rule registered in the test."""
+
+    def halves(model, batch, **kw):
+        assert model is None and {"settings", "batch_size", "temperature", "tokenizer"} <= set(kw)
+        t = torch.arange(batch.completion_mask.shape[1], device=batch.completion_mask.device)
+        return torch.where(t % 2 == 0, 2.0, 0.5).expand(batch.completion_mask.shape).float()
+
+    rule("t-halves", halves, reshape="weights")
+    trainer = make_trainer(make_args(tmp_path, credit="t-halves"), tokenizer, dataset)
+    before, records = params(trainer.model), capture(trainer)
+    trainer.train()
+    _moved(trainer, before)
+    for rec in records:
+        out, seq_adv = rec["out"], rec["seq_adv"]
+        mask = out["completion_mask"].bool()
+        w = torch.where(torch.arange(mask.shape[1]) % 2 == 0, 2.0, 0.5) * mask
+        torch.testing.assert_close(out["advantages"], seq_adv[:, None] * w)
+
+
+def test_bad_scores_stop_training_naming_the_rule(tmp_path, tokenizer, dataset, rule):
+    rule("t-nan", lambda m, b, **kw: torch.full(b.completion_mask.shape, float("nan")), reshape="bilevel")
+    trainer = make_trainer(make_args(tmp_path, credit="t-nan"), tokenizer, dataset)
+    with pytest.raises(ValueError, match=r"credit rule .t-nan.*must be finite on valid tokens; found nan"):
+        trainer.train()
+
+
+# ---------------------------------------------------------------------------------------------------
+# --credit-module
+
+
+def test_credit_module_loads_once_and_config_validates_after_it(tmp_path):
+    spec = str(EXAMPLE)
+    with pytest.raises(ValueError, match=r"credit=.no-such-rule. is not valid; .*credit_module"):
+        make_args(tmp_path, credit="no-such-rule")
+    args = make_args(tmp_path, credit="last-tokens", credit_module=[spec])
+    assert args.credit == "last-tokens" and "last-tokens" in credits.CREDITS
+    loaded = load_credit_module(spec)
+    assert loaded is LOADED[str(EXAMPLE)] and loaded.rules == ("last-tokens",)
+    import hashlib
+
+    assert loaded.sha256 == hashlib.sha256(EXAMPLE.read_bytes()).hexdigest()
+    assert specs_in_argv(["--credit-module", "a.py", "--x", "--credit_module=b"]) == ["a.py", "b"]
+    bad = tmp_path / "nothing.py"
+    bad.write_text("x = 1\n")
+    with pytest.raises(ValueError, match=r"registered no credit rule; call oar_rl\.register_credit"):
+        load_credit_module(str(bad))
+    with pytest.raises(ValueError, match="no such file"):
+        OARConfig(
+            output_dir=str(tmp_path), use_cpu=True, report_to=[], credit_module=[str(tmp_path / "x.py")]
+        )
+    with pytest.raises(ValueError, match="cannot import it"):
+        load_credit_module("no_such_package.rules")
+
+
+def test_example_rule_runs_in_study_and_blame(tmp_path, capsys):
+    """The guide's example file through `oar-rl study` (tiny: 1 seed, 2 steps) and `oar-rl blame`."""
+    from oar_rl.analysis import blame
+    from oar_rl.study import cli as study_cli
+
+    out = tmp_path / "study"
+    args = ["--tiny", "--methods", "grpo,last-tokens", "--seeds", "1", "--recall", "0", "--out", str(out),
+            "--cache-dir", str(tmp_path / "cache"), "--credit-module", str(EXAMPLE)]  # fmt: skip
+    assert study_cli.main(args) == 0
+    run = json.loads((out / "runs" / "last-tokens.seed0.json").read_text())
+    digest = load_credit_module(str(EXAMPLE)).sha256
+    assert run["credit"] == "last-tokens" and run["protocol"]["credit_modules"] == [[str(EXAMPLE), digest]]
+    assert run["final"]["sampled"] is not None
+    grpo = json.loads((out / "runs" / "grpo.seed0.json").read_text())
+    assert grpo["protocol_hash"] == run["protocol_hash"]
+
+    out = tmp_path / "blame"
+    argv = ["--prompts", "4", "--samples", "4", "--signals", "position,random,last-tokens", "--out", str(out),
+            "--credit-module", str(EXAMPLE)]  # fmt: skip
+    assert blame.main(argv) == 0
+    result = json.loads((out / "blame.json").read_text())
+    assert set(result["signals"]) == {"position", "random", "last-tokens"} and result["rows"] >= 1
+    assert result["credit_modules"] == [{"module": str(EXAMPLE), "sha256": digest}]
+    assert "last-tokens − position" in result["paired"]
