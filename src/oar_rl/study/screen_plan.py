@@ -52,6 +52,10 @@ ARMS: tuple[Arm, ...] = (
     Arm("grpo[tr]", "grpo", _TR, baseline=None, stage=2),
     Arm("oar-g[tr]", "oar-g", _TR, "grpo[tr]", 2, 1.1),
     Arm("oar-g[draws=4]", "oar-g", (("oar_noise_draws", 4),), stage=2, cost=1.5),
+    # stage 3 (issue 33's addendum, outside the decided winners' rule): the long regime's new rules
+    Arm("position", "position", stage=3, cost=1.0),
+    Arm("oar-p-span", "oar-p-span", stage=3, cost=1.3),
+    Arm("entropy-80-20", "entropy-80-20", stage=3, cost=1.0),
 )
 ARM_BY_NAME = {a.name: a for a in ARMS}
 
