@@ -348,6 +348,7 @@ class OARTrainer(CreditLogging, GRPOTrainer):
             direction=torch.sign(seq_adv),
             max_new_tokens=int(self.args.max_completion_length),
             batch_size=batch_size,
+            branching=self.args.first_error_branching,
         )
         return scores, batch.scored("lt-logits")
 
