@@ -28,8 +28,13 @@ therefore the binary search's own, always, not only where the outcome is monoton
 the search's ends (right before the first candidate, wrong after the last) share the first round.
 Rounds per step: ⌈⌈log₂ T⌉ / d⌉ (at least 1); continuations per row ≤ 2 + (k − 1)·rounds, against
 2 + ⌈log₂ T⌉ for k = 2 (and 1 + ⌈log₂ T⌉ rounds before issue 35, which checked the ends in a round of
-their own). The default k = 4 halves the rounds for about 1.5× the continuations; see the config field's
-help and `oar-rl bench` for the measured trade on a CPU.
+their own). The default k = 4 is a compromise between a CPU, where every continuation costs compute
+and k = 2 is the cheapest, and a GPU, where the rounds are the cost and 8 or 16 suit better. Measured on
+this project's shared 2-core CPU (`oar-rl bench --shape wordproblems --methods none,first-error-k2,
+first-error,first-error-k8,first-error-k16 --prompts 4 --num-generations 8 --repeats 3 --threads 1`,
+medians of 3 interleaved steps, load ~8): rounds per step 7 / 4 / 3 / 2 for k = 2 / 4 / 8 / 16,
+generated tokens 9.8k / 13.3k / 18.5k / 25.2k, importance 39 / 45 / 64 / 23 s per step (noisy: the
+machine was shared), the whole step 9.0× / 13.1× / 13.7× / 13.1× GRPO's.
 
 Finished prefixes. A completion prefix that ends in an end-of-sequence token is a finished rollout: its
 continuation is empty (:func:`finished`), so the check reads the rollout as the reward did. Continuations
