@@ -99,7 +99,7 @@ def test_bench_scorers_only(tmp_path):
 
 def test_bench_smoke_embedded_model_dir(tiny_model_dir, tmp_path):
     """The embedded shape (a model dir) end to end through the worker processes: every mode's records."""
-    methods = ["none", "oar-g", "random"]
+    methods = ["none", "oar-g", "random", "first-error-k2"]
     report, md = _run(
         tmp_path,
         [
@@ -119,7 +119,31 @@ def test_bench_smoke_embedded_model_dir(tiny_model_dir, tmp_path):
         assert r["peak_mib"] is None or r["peak_mib"] >= 0  # the worker's own process
     by = {m: [r for r in report["records"] if r["method"] == m] for m in methods}
     assert all(r["importance"] > 0 for r in by["oar-g"])
-    assert len({w["pid"] for w in report["workers"].values()}) == 3
+    assert len({w["pid"] for w in report["workers"].values()}) == 4
+    # first-error's search per step is recorded (the random model never answers right: its wrong rows
+    # stop at the ends, one round when any was searched), and only for first-error
+    assert all(r["search_rounds"] in (0, 1) for r in by["first-error-k2"])
+    assert all("search_rounds" not in r for m in methods[:3] for r in by[m])
+    assert "first-error's search per step" in md and "| first-error-k2 |" in md
+
+
+def test_search_figures_per_step_by_hand():
+    recs = []
+    for g, (rounds, tokens) in zip([1.0, 2.0, 4.0], [(3, 300), (4, 500), (2, 100)], strict=True):
+        recs.append({"method": "none", "step_seconds": g, "tokens": 10.0, "peak_mib": None})
+        recs.append({"method": "first-error", "step_seconds": 2 * g, "tokens": 10.0, "peak_mib": None,
+                     "search_rounds": rounds, "search_continuations": 9 * rounds,
+                     "search_generated_tokens": tokens})  # fmt: skip
+    s = bench.summarize(recs, ["none", "first-error"], warmup=0)
+    assert s["first-error"]["search_rounds"] == {"median": 3, "min": 2, "max": 4}
+    assert s["first-error"]["search_generated_tokens"] == {"median": 300, "min": 100, "max": 500}
+    assert "search_rounds" not in s["none"]
+    lines = bench.search_lines(s)
+    assert (
+        lines[-1]
+        == "| first-error | 3 [2–4] | 27 [18–36] | 300 [100–500] | 0.00 [0.00–0.00] | 2.00 [2.00–2.00] |"
+    )
+    assert bench.search_lines({"none": s["none"]}) == []
 
 
 def _fake_args(methods, crash_method=None, crash_step=None, crash=None):

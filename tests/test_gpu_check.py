@@ -105,3 +105,20 @@ def test_relative_error_and_spearman_by_hand():
     assert spearman(got, ref, mask) == pytest.approx(1.0)
     swapped = torch.tensor([[4.0, 3.0, 0.0, 0.0]], dtype=torch.float64)
     assert spearman(swapped, ref, mask) == pytest.approx(0.5)
+
+
+def test_all_zero_scores_fail_every_precision_limit():
+    """Issue 36: the bf16 OAR-G limits once let all-zero scores pass (relative error exactly 1.0)."""
+    import torch
+
+    from oar_rl.gpu_check.scorers import PRECISION_LIMITS, _judge
+
+    g = torch.Generator().manual_seed(0)
+    ref = torch.rand(3, 12, generator=g, dtype=torch.float64)
+    mask = torch.ones(3, 12, dtype=torch.long)
+    noisy = ref + 0.05 * torch.rand(3, 12, generator=g, dtype=torch.float64)  # a coarse but real ranking
+    for key, limits in PRECISION_LIMITS.items():
+        zero = _judge(torch.zeros_like(ref), ref, mask, limits)
+        assert not zero["passed"] and "constant scores" in zero["why"], key
+        assert not _judge(torch.full_like(ref, 0.5), ref, mask, limits)["passed"], key
+    assert _judge(noisy, ref, mask, PRECISION_LIMITS[("oar-g", "bfloat16")])["passed"]

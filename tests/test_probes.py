@@ -88,7 +88,11 @@ def test_answer_span_matches_offset_reference(which, tokenizer, bpe_tok):
     ids, mask = pad_texts(tok, COMPLETIONS, "right")
     got = answer_span_mask(ids, mask, tok, pattern=ANSWER_TAG_PATTERN)
     ref = _reference_mask(tok, COMPLETIONS, _last_regex_span(ANSWER_TAG_PATTERN))
-    assert torch.equal(got, ref)
+    # a special token holds none of the reward's text (TRL decodes with skip_special_tokens=True): the
+    # char tokenizer writes ½ as <unk>, which is no part of the span
+    special = torch.isin(ids, torch.tensor(tok.all_special_ids)) & mask.bool()
+    assert bool(special[4].any()) == (which == "char") and bool(ref[special].any()) == (which == "char")
+    assert torch.equal(got, ref & ~special)
     assert got[0].any() and got[1].any() and got[4].any()
     assert not got[2].any() and not got[3].any()
     if which == "bpe":  # the ½ really is split over several tokens, and they all count

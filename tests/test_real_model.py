@@ -87,6 +87,23 @@ def test_default_span_is_the_rewarded_answer_in_each_format(fmt, real):
     assert bool(tags.any()) == (fmt == "answer-tag")  # the old default missed the other two
 
 
+@pytest.mark.parametrize("answer", ["The final answer is 12", "\\boxed 12"])
+def test_the_eos_after_a_trailing_answer_is_not_in_the_span(answer, real):
+    """Issue 36, item 3: a trailing answer with no closing format, then TRL's EOS (<|im_end|>): the span
+    holds the answer the reward extracts, never the EOS."""
+    from oar_rl.answer_span import answer_masks
+    from oar_rl.rewards.extract import extract_prediction
+
+    _, tok = real
+    text = f"So 5+7=12. {answer}"
+    ids = torch.tensor([tok(text, add_special_tokens=False)["input_ids"] + [tok.eos_token_id]])
+    assert tok.convert_ids_to_tokens(ids[0, -1:].tolist()) == ["<|im_end|>"]
+    span, reasoning = answer_masks(ids, torch.ones_like(ids), tok)
+    assert extract_prediction(tok.decode(ids[0], skip_special_tokens=True))[0] == "12"
+    assert tok.convert_ids_to_tokens(ids[0][span[0]].tolist()) == ["1", "2"]
+    assert tok.decode(ids[0][reasoning[0]]) == "So 5+7=12." and not reasoning[0, -1]
+
+
 @pytest.mark.parametrize("fmt", sorted(FORMATS))
 def test_reasoning_mask_stops_before_the_answer_format(fmt, real):
     """Reasoning-only scoring on the real tokenizer: the reasoning tokens decode to the reasoning, in
@@ -309,7 +326,9 @@ LONG = os.environ.get("OAR_RL_TEST_REAL_MODEL_LONG") == "1"
 
 
 @pytest.mark.skipif(not LONG, reason="slow; set OAR_RL_TEST_REAL_MODEL_LONG=1 to run")
-@pytest.mark.parametrize("credit", ["none", "random", "entropy", "oar-g", "oar-p", "grail", "oar-gp"])
+@pytest.mark.parametrize(
+    "credit", ["none", "random", "entropy", "oar-g", "oar-p", "grail", "oar-gp", "first-error"]
+)
 def test_two_steps_of_every_credit_mode(credit, model_dir, tmp_path):
     from oar_rl.rewards import accuracy_reward
     from oar_rl.trainer import OARTrainer

@@ -22,6 +22,16 @@ CASES = [
     ("<answer>4</answer>", ""),
     ("a \\boxed{3} then <answer>\\boxed{4}</answer>", "a \\boxed{3} then"),  # the rewarded (last) marker
     ("$x=\\boxed{5}$", "$x="),
+    # issue 36: a $ / $$ that closes the reasoning's own math stays reasoning
+    ("we have $x=2$ \\boxed{2}", "we have $x=2$"),
+    ("so $$x=2$$ <answer>2</answer>", "so $$x=2$$"),
+    ("cost \\$5 and $y$ is $\\boxed{3}$", "cost \\$5 and $y$ is"),  # \$ is no delimiter; this $ opens
+    ("we get $x = 2$. The final answer is $\\boxed{2}$", "we get $x = 2$."),
+    # markdown headings and labels are format; "answer" as the reasoning's own word is not
+    ("x=4.\n\n**Final Answer**\n\\boxed{4}", "x=4."),
+    ("x=4.\n### Final Answer:\n\\[\n\\boxed{4}\n\\]", "x=4."),
+    ("x is 4.\nAnswer <answer>4</answer>", "x is 4."),
+    ("I answer <answer>4</answer>", "I answer"),
 ]
 
 
@@ -68,6 +78,23 @@ def test_reasoning_mask_on_the_testbed_tokenizer():
         assert "<" not in tok.decode(ids[b][reasoning[b]][-2:])  # no piece of the tag
 
 
+@pytest.mark.parametrize("answer", ["The final answer is 12", "\\boxed 12"])
+def test_the_eos_after_a_trailing_answer_is_not_in_the_span(answer):
+    """Issue 36, item 3, on the testbed's tokenizer: the reward reads the text without special tokens, so
+    the span of a trailing answer (no closing format) holds "12", not the EOS after it, and the EOS is no
+    reasoning either."""
+    from oar_rl.data.wordproblems import build_tokenizer
+    from oar_rl.rewards.extract import extract_prediction
+
+    tok = build_tokenizer()
+    text = f"So 5+7=12. {answer}"
+    ids = torch.tensor([tok(text, add_special_tokens=False)["input_ids"] + [tok.eos_token_id]])
+    span, reasoning = answer_masks(ids, torch.ones_like(ids), tok)
+    assert extract_prediction(tok.decode(ids[0], skip_special_tokens=True))[0] == "12"
+    assert tok.decode(ids[0][span[0]]).strip() == "12" and not span[0, -1]
+    assert tok.decode(ids[0][reasoning[0]]) == "So 5+7=12." and not reasoning[0, -1]
+
+
 def test_trainer_scores_only_the_reasoning_and_format_keeps_weight_one(tmp_path, tokenizer, dataset):
     """One credit assignment on a hand-made batch: scores are 0 off the reasoning, format and answer
     tokens get weight exactly 1, each row's weights still sum to its token count; `before-answer` scores
@@ -99,8 +126,9 @@ def test_trainer_scores_only_the_reasoning_and_format_keeps_weight_one(tmp_path,
         args.scored_tokens = "before-answer"
         before = trainer._assign_credit(output, mask).importance
         tag = mask & ~reasoning & ~answer_masks(c_ids, c_mask, tokenizer, pattern=ANSWER_TAG_PATTERN)[0]
-        if credit == "oar-p":
-            assert (before[tag & (torch.arange(c_ids.shape[1]) < ends[:, None] + 9)] != 0).any()
+        opening = tag & (torch.arange(c_ids.shape[1]) < ends[:, None] + 9)  # " <answer>" of each row
+        scored = adv != 0
+        assert opening[scored].any() and (before[opening & scored[:, None]] != 0).all()
         args.scored_tokens = "reasoning"
         for rows, keep in (("positive", adv <= 0), ("negative", adv >= 0)):
             args.reshape_rows = rows

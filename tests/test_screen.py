@@ -3,6 +3,8 @@ baseline exists and is GRPO at the same step size, and the rule picks what it sa
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from conftest import make_args
@@ -58,20 +60,46 @@ def _runs(accs: dict[str, list[float]]) -> dict[str, dict[int, dict]]:
     }
 
 
-def test_decision_rule_on_fake_results():
-    base = [80.0, 81.0, 82.0, 83.0, 84.0]
-    accs = {a.name: list(base) for a in ARMS}
-    accs["oar-g[negative]"] = [b + 2 for b in base]  # +2 every seed
-    accs["first-error"] = [b + 1 for b in base]
-    accs["oar-g[floor=0.1]"] = [b + 1 for b in base]  # ties first-error, cheaper: wins the tie
-    accs["grpo[tr]"] = [b - 5 for b in base]
-    accs["oar-g[tr]"] = [b - 4 for b in base]  # +1 against its own baseline, but costlier than floor
-    rows = summarize(_runs(accs), list(ARMS))
+BASE = [80.0, 81.0, 82.0, 83.0, 84.0]
+
+
+def test_decision_rule_breaks_ties_by_cost_not_by_order():
+    accs = {a.name: list(BASE) for a in ARMS}
+    accs["oar-g[negative]"] = [b + 2 for b in BASE]  # +2 every seed
+    accs["first-error"] = [b + 1 for b in BASE]  # cost 2.5, listed before ...
+    accs["oar-g[draws=4]"] = [b + 1 for b in BASE]  # ... this tie at cost 1.5: the cheaper wins
+    arms = list(ARMS)
+    assert arms.index(ARM_BY_NAME["first-error"]) < arms.index(ARM_BY_NAME["oar-g[draws=4]"])
+    assert ARM_BY_NAME["oar-g[draws=4]"].cost < ARM_BY_NAME["first-error"].cost
+    rows = summarize(_runs(accs), arms)
     by = {r["arm"]: r for r in rows}
     assert by["oar-g[negative]"]["paired"]["mean"] == pytest.approx(2.0)
     assert by["oar-g[negative]"]["paired"]["wins"] == 5
-    assert winners(rows) == ["oar-g[negative]", "oar-g[floor=0.1]"]
+    assert by["first-error"]["paired"]["mean"] == pytest.approx(by["oar-g[draws=4]"]["paired"]["mean"])
+    assert winners(rows) == ["oar-g[negative]", "oar-g[draws=4]"]  # by order it would be first-error
     assert "| oar-g[negative] | 1 | 5 |" in markdown(rows, "t", "n")
+
+
+def test_decision_rule_pairs_each_arm_with_its_own_baseline():
+    """oar-g[tr] is +2.5 above its own baseline (grpo[tr]) but 2.5 below GRPO; oar-g[lr=2e-4] is 1.5
+    above GRPO but 1.5 below its own baseline: paired with GRPO instead, the winners would differ."""
+    accs = {a.name: list(BASE) for a in ARMS}
+    accs["oar-g[negative]"] = [b + 2 for b in BASE]
+    accs["grpo[tr]"] = [b - 5 for b in BASE]
+    accs["oar-g[tr]"] = [b - 2.5 for b in BASE]
+    accs["grpo[lr=2e-4]"] = [b + 3 for b in BASE]
+    accs["oar-g[lr=2e-4]"] = [b + 1.5 for b in BASE]
+    rows = summarize(_runs(accs), list(ARMS))
+    by = {r["arm"]: r for r in rows}
+    assert by["oar-g[tr]"]["paired"]["mean"] == pytest.approx(2.5)
+    assert by["oar-g[lr=2e-4]"]["paired"]["mean"] == pytest.approx(-1.5)
+    assert winners(rows) == ["oar-g[tr]", "oar-g[negative]"]
+    with_grpo = [replace(a, baseline="grpo") if a.baseline else a for a in ARMS]  # the wrong pairing
+    assert winners(summarize(_runs(accs), with_grpo)) == ["oar-g[negative]", "oar-g[lr=2e-4]"]
+
+
+def test_decision_rule_refuses_an_incomplete_screen():
+    accs = {a.name: list(BASE) for a in ARMS}
     del accs["oar-p"][-1]
     with pytest.raises(ValueError, match="not complete: oar-p"):
         winners(summarize(_runs(accs), list(ARMS)))
@@ -142,3 +170,23 @@ def test_confirmation_arms_come_from_the_screens_recorded_winners(tmp_path):
     )
     names = [a.name for a in _confirm_arms(tmp_path)]
     assert names == ["grpo[lr=2e-4]", "oar-g[lr=2e-4]", "grpo", "first-error"]  # each with its own baseline
+
+
+def test_report_regenerates_the_committed_tables_from_their_run_files(tmp_path):
+    """`report` on a copy of the committed run files (load_runs, summarize, the decision rule, contrasts,
+    diagnostics, write_report, main) writes exactly the committed screen.md and confirm.md."""
+    import shutil
+    from pathlib import Path
+
+    from oar_rl.study.screen import main
+
+    committed = Path(__file__).parents[1] / "results" / "credit-screen"
+    for kind in ("screen", "confirm"):
+        shutil.copytree(committed / kind / "runs", tmp_path / kind / "runs")
+    assert main(["report", "--out", str(tmp_path)]) == 0
+    for kind in ("screen", "confirm"):
+        assert (tmp_path / f"{kind}.md").read_text() == (committed / f"{kind}.md").read_text(), kind
+    import json
+
+    screen = json.loads((tmp_path / "screen" / "study.json").read_text())
+    assert screen["winners"] == json.loads((committed / "screen" / "study.json").read_text())["winners"]

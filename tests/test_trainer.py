@@ -130,9 +130,37 @@ def test_trainer_requires_oar_config(tmp_path, tokenizer, dataset):
 # ----------------------------------------------------------------------------------------------------
 # two steps per credit mode
 # ----------------------------------------------------------------------------------------------------
+class GreedyPathCheck:
+    """first-error's checker for the random test model: a text is right when it is the policy's own greedy
+    completion of its prompt (the gold column holds the prompt). Monotone along a rollout: right until the
+    rollout leaves the greedy path, wrong from there, so the search finds that token in every wrong
+    rollout that leaves it."""
+
+    def __init__(self, tokenizer) -> None:
+        self.tokenizer, self.trainer, self.cache = tokenizer, None, {}
+
+    def __call__(self, text: str, prompt: str) -> bool:
+        key = (prompt, self.trainer.state.global_step)  # the policy that generated this step's batch
+        if key not in self.cache:
+            ids = torch.tensor([self.tokenizer(prompt)["input_ids"]])
+            out = self.trainer.model.generate(
+                input_ids=ids, attention_mask=torch.ones_like(ids), do_sample=False,
+                max_new_tokens=self.trainer.args.max_completion_length,
+                eos_token_id=self.trainer.eos_token_ids, pad_token_id=self.tokenizer.pad_token_id,
+            )  # fmt: skip
+            self.cache[key] = self.tokenizer.decode(out[0, ids.shape[1] :], skip_special_tokens=True)
+        return text == self.cache[key]
+
+
 @pytest.mark.parametrize("credit", ["none", "random", "entropy", "oar-g", "oar-p", "first-error"])
 def test_two_steps_per_credit_mode(tmp_path, tokenizer, dataset, credit):
-    trainer = make_trainer(make_args(tmp_path, credit=credit), tokenizer, dataset)
+    kwargs = {}
+    if credit == "first-error":  # golds and a checker under which the search finds flips
+        dataset = Dataset.from_dict({"prompt": PROMPTS, "answer": PROMPTS})
+        kwargs["answer_check"] = GreedyPathCheck(tokenizer)
+    trainer = make_trainer(make_args(tmp_path, credit=credit), tokenizer, dataset, **kwargs)
+    if credit == "first-error":
+        kwargs["answer_check"].trainer = trainer
     before = params(trainer.model)
     records = capture(trainer)
     trainer.train()
@@ -154,16 +182,19 @@ def test_two_steps_per_credit_mode(tmp_path, tokenizer, dataset, credit):
         assert torch.all(adv[~mask] == 0)
         rows_nonzero = seq_adv != 0
         assert torch.all(adv[~rows_nonzero] == 0)
-        if credit in ("random", "oar-g", "oar-p"):
+        if credit in ("random", "oar-g", "oar-p", "first-error"):
             # sum-preserving (Eq. 17): Σ_t A_t = A_i · T_i on every row
             expected = seq_adv * mask.sum(1)
             torch.testing.assert_close(adv.sum(1), expected, rtol=1e-5, atol=1e-5)
             # and the credit is really redistributed: not the plain broadcast
             active = rows_nonzero & (mask.sum(1) > 1)
-            if active.any():
-                assert not torch.allclose(adv[active], (seq_adv[:, None] * mask)[active])
+            assert active.any()
+            assert not torch.allclose(adv[active], (seq_adv[:, None] * mask)[active])
             # same sign as A_i everywhere (weights are non-negative)
             assert torch.all(adv * seq_adv[:, None] >= 0)
+        if credit == "first-error":  # only wrong rows (A_i < 0) are reshaped
+            right = seq_adv >= 0
+            torch.testing.assert_close(adv[right], (seq_adv[:, None] * mask)[right])
 
     if credit == "entropy":
         # each batch was scored by its old policy: compare with the slow reference of Eq. 6
@@ -203,7 +234,7 @@ def test_two_steps_per_credit_mode(tmp_path, tokenizer, dataset, credit):
             assert h["oar/ess_ratio"] == pytest.approx(1.0, abs=1e-6)
             assert h["oar/boosted_frac"] == 0.0
             assert h["oar/top10_mass"] == pytest.approx(0.125, abs=1e-6)  # K/T = 1/8 with 8-token rows
-        elif credit in ("oar-g", "oar-p", "random"):
+        elif credit in ("oar-g", "oar-p", "random", "first-error"):
             assert h["oar/ess_ratio"] < 0.999 and h["oar/boosted_frac"] > 0.0
 
 

@@ -172,8 +172,8 @@ def _token_spans(tokenizer, rows: list[list[int]]) -> list[tuple[str, list[tuple
     character, like the tokenizer's ``offset_mapping``). Pending tokens that never complete a
     character (invalid bytes, or a character cut by the length limit) keep their raw pieces, so the
     text stays the row's own decode, and each maps to the replacement text they make together.
-    Special tokens keep their text (an
-    ``<unk>`` inside the answer is part of the answer). All decodes go through one ``batch_decode``.
+    Special tokens keep their text here; :func:`answer_masks` passes only the tokens of the reward's
+    text (:func:`text_tokens`). All decodes go through one ``batch_decode``.
     """
     queries: list[list[int]] = []
     for ids in rows:
@@ -244,6 +244,29 @@ def _reasoning_end(text: str, compiled: re.Pattern[str] | str | None) -> int | N
     return None if last is None else lead_in_start(text, last.start())
 
 
+def text_tokens(completion_ids: Tensor, completion_mask: Tensor, tokenizer) -> Tensor:
+    """(B, C) bool: the valid tokens whose text the reward reads: every valid token but the tokenizer's
+    special ones (EOS, pad, ``<unk>``, ...), which TRL drops from the text it gives the reward
+    (``skip_special_tokens=True``). The one place that decides which tokens an answer span (or a role,
+    `oar_rl.roles`) may hold; the others take no characters."""
+    special = torch.tensor(sorted(set(tokenizer.all_special_ids)), dtype=torch.long)
+    ids = completion_ids.detach().cpu().long()
+    return completion_mask.bool().cpu() & ~torch.isin(ids, special)
+
+
+def _with_empty_spans(keep: list[bool], spans: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """Per valid token, its character range: `spans` for the tokens of the text (`keep`), in order, and an
+    empty range where the text stands for the others (special tokens hold no characters)."""
+    out: list[tuple[int, int]] = []
+    it = iter(spans)
+    pos = 0
+    for k in keep:
+        lo, hi = next(it) if k else (pos, pos)
+        out.append((lo, hi))
+        pos = hi
+    return out
+
+
 def answer_masks(
     completion_ids: Tensor,
     completion_mask: Tensor,
@@ -255,18 +278,22 @@ def answer_masks(
 
     The answer span is :func:`answer_span_mask`'s. The reasoning tokens are the valid tokens whose
     characters end at or before the start of the format that introduces the answer (module docstring);
-    every valid token of a row without an answer marker.
+    every valid token of a row without an answer marker. Both read the text the reward reads
+    (:func:`text_tokens`): a special token (the EOS after a trailing answer) is never in the span, and is
+    reasoning only where it stands before the reasoning's end.
     """
     compiled = _compile_pattern(pattern)
     _check_ids_and_mask(completion_ids, completion_mask, "completion")
     valid = completion_mask.bool()
     ids_cpu = completion_ids.detach().cpu()
     valid_cpu = valid.cpu()
-    rows = [ids_cpu[b][valid_cpu[b]].tolist() for b in range(ids_cpu.shape[0])]
+    text_cpu = text_tokens(ids_cpu, valid_cpu, tokenizer)  # (B, C): what the reward's text is made of
+    rows = [ids_cpu[b][text_cpu[b]].tolist() for b in range(ids_cpu.shape[0])]
     answer = torch.zeros(completion_ids.shape, dtype=torch.bool)
     reasoning = valid_cpu.clone()
-    for b, (text, spans) in enumerate(_token_spans(tokenizer, rows)):
+    for b, (text, text_spans) in enumerate(_token_spans(tokenizer, rows)):
         cols = valid_cpu[b].nonzero().flatten().tolist()
+        spans = _with_empty_spans(text_cpu[b][valid_cpu[b]].tolist(), text_spans)
         end = _reasoning_end(text, compiled)
         if end is not None:
             for col, (lo, hi) in zip(cols, spans, strict=True):

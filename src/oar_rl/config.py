@@ -19,6 +19,7 @@ from oar_rl import credits
 from oar_rl.answer_span import compile_answer_pattern
 from oar_rl.credit_modules import load_credit_modules
 from oar_rl.credits import credit_help
+from oar_rl.importance.first_error import DEFAULT_BRANCHING, check_branching
 from oar_rl.probes import PROBES, Probe
 from oar_rl.reshape import check_grail_options
 
@@ -194,6 +195,17 @@ class OARConfig(GRPOConfig):
             "greedy continuations are checked against)."
         },
     )
+    first_error_branching: int = field(
+        default=DEFAULT_BRANCHING,
+        metadata={
+            "help": "credit='first-error': k, a power of two >= 2. Each round of the search's greedy "
+            "continuations tries k - 1 cut points per wrong row (log2 k levels of the binary search), so "
+            "the sequential rounds drop from ceil(log2 T) (k = 2, binary) to ceil(log2 T / log2 k) for "
+            "about (k - 1) / log2 k times the continuations. The located token is the binary search's for "
+            "every k. Default 4: half the rounds for about 1.5x the continuations (the trade and its "
+            "measurement: oar_rl.importance.first_error)."
+        },
+    )
     # --- GRAIL (credit="grail"; oar_rl.importance.grail) ---
     grail_mu: float = field(
         default=1.0,
@@ -275,6 +287,7 @@ class OARConfig(GRPOConfig):
             self.grail_rollouts,
             names=("grail_mu", "grail_sigma", "grail_min", "grail_max", "grail_rollouts"),
         )
+        check_branching(self.first_error_branching, "first_error_branching")
         if int(self.probe_warmup_steps) < 0:
             raise ValueError(f"probe_warmup_steps must be >= 0, got {self.probe_warmup_steps}")
         if self.answer_pattern is not None:

@@ -60,12 +60,11 @@ def role_masks(
     """
     import torch
 
-    from oar_rl.answer_span import _token_spans
+    from oar_rl.answer_span import _token_spans, text_tokens
 
     ids = completion_ids.cpu()
-    special = torch.tensor(sorted(set(tokenizer.all_special_ids)), dtype=ids.dtype)
     # Special tokens (TRL's completion mask includes the EOS) are skipped, as in the text the reward sees.
-    mask = completion_mask.bool().cpu() & ~torch.isin(ids, special)  # (B, C)
+    mask = text_tokens(ids, completion_mask, tokenizer)  # (B, C)
     rows = [ids[i][mask[i]].tolist() for i in range(ids.shape[0])]
     decoded = _token_spans(tokenizer, rows)  # per row: (text, per-token [lo, hi) character ranges)
     pivot = torch.zeros(ids.shape, dtype=torch.bool)  # (B, C)

@@ -331,7 +331,10 @@ class OARTrainer(CreditLogging, GRPOTrainer):
         extras = dict(gold=gold, check=self._answer_check(), direction=torch.sign(seq_adv),
                       max_new_tokens=int(self.args.max_completion_length))  # fmt: skip
         ctx = ScoringContext(batch_size=batch_size, tokenizer=self.processing_class, extras=extras)
-        return run_scorer(CREDIT_MODES["first-error"], model, batch, ctx), batch.scored("lt-logits")
+        scores = run_scorer(
+            CREDIT_MODES["first-error"], model, batch, ctx, branching=self.args.first_error_branching
+        )
+        return scores, batch.scored("lt-logits")
 
     def _gold(self, row: int) -> str:
         """The gold answer of local row `row` (the `gold_column` of its dataset row)."""

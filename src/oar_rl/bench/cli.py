@@ -47,8 +47,8 @@ from pathlib import Path
 from typing import Any
 
 from oar_rl.argparsing import add, new_parser
-from oar_rl.bench.shapes import SHAPE_NAMES
-from oar_rl.bench.steps import METHOD_CONFIG, BenchWorkerError, run_interleaved
+from oar_rl.bench.shapes import SHAPE_NAMES, WARM_STARTS
+from oar_rl.bench.steps import METHOD_CONFIG, SEARCH_KEYS, BenchWorkerError, run_interleaved
 from oar_rl.io import ensure_writable_dir, write_text_atomic
 
 DEFAULT_METHODS = "none,oar-g,oar-p,oar-gp"
@@ -76,7 +76,7 @@ def build_parser() -> argparse.ArgumentParser:
         p,
         "--model",
         default=None,
-        help="--shape embedded only: a saved arithmetic model directory instead of the arithmetic warm start",
+        help="--shape embedded / wordproblems only: a saved model directory instead of the warm start",
     )
     add(
         p,
@@ -157,7 +157,7 @@ def _parse(argv: list[str]) -> argparse.Namespace:
     if len(set(chosen)) != len(chosen):
         p.error(f"--methods lists a method twice: {a.methods!r}")
     if a.completion_len is None:
-        a.completion_len = 96 if a.shape == "embedded" else 256
+        a.completion_len = {"embedded": 96, "wordproblems": 160}.get(a.shape, 256)
     for name in (
         "repeats",
         "prompts",
@@ -176,8 +176,8 @@ def _parse(argv: list[str]) -> argparse.Namespace:
         p.error(f"--warmup must be >= 0, got {a.warmup}")
     if not 0.0 < a.oar_gp_fraction <= 1.0:
         p.error(f"--oar-gp-fraction must be in (0, 1], got {a.oar_gp_fraction}")
-    if a.model is not None and a.shape != "embedded":
-        p.error("--model goes with --shape embedded (the other shapes are random-initialised)")
+    if a.model is not None and a.shape not in WARM_STARTS:
+        p.error("--model goes with --shape embedded or wordproblems (the others are random-initialised)")
     a.methods = chosen
     return a
 
@@ -217,6 +217,11 @@ def summarize(records: list[dict], methods: list[str], warmup: int) -> dict[str,
             "peak_mib": _spread([r["peak_mib"] for r in rs])
             if all(r["peak_mib"] is not None for r in rs)
             else None,
+            **{  # first-error's search per step: sequential generation rounds, continuations, tokens
+                f"search_{key}": _spread([r[f"search_{key}"] for r in rs])
+                for key in SEARCH_KEYS
+                if all(f"search_{key}" in r for r in rs)
+            },
             "_spt": spt,
             "_upd": upd,
         }
@@ -281,6 +286,28 @@ def table_lines(summary: dict[str, dict]) -> list[str]:
             f"| {_fmt(s['generate_seconds_per_token'], 1000)} "
             f"| {_fmt(s['update_seconds_per_token'], 1000)} | {_fmt(s['update_ratio_vs_grpo'])} "
             f"| {_fmt(s['importance_seconds'])} | {_fmt(s['peak_mib'], 1, 0)} |"
+        )
+    return lines
+
+
+def search_lines(summary: dict[str, dict]) -> list[str]:
+    """first-error's search per measured step (methods that ran it): rounds of greedy generation, one
+    after the other; continuations; tokens generated (rows × new positions, padding included); the
+    importance seconds and the step as a ratio to GRPO's, both from the interleaved steps."""
+    rows = {m: s for m, s in summary.items() if "search_rounds" in s}
+    if not rows:
+        return []
+    lines = [
+        "first-error's search per step (median [min–max]; k − 1 cut points per row per round):",
+        "",
+        "| method | rounds | continuations | generated tokens | importance s/step | × GRPO, step |",
+        "|---|---:|---:|---:|---:|---:|",
+    ]
+    for m, s in rows.items():
+        lines.append(
+            f"| {m} | {_fmt(s['search_rounds'], 1, 0)} | {_fmt(s['search_continuations'], 1, 0)} "
+            f"| {_fmt(s['search_generated_tokens'], 1, 0)} | {_fmt(s['importance_seconds'])} "
+            f"| {_fmt(s['ratio_vs_grpo'])} |"
         )
     return lines
 
@@ -411,6 +438,8 @@ def main(argv: list[str] | None = None) -> int:
             f"per method; {where} Median [min–max] over repeats; ratios pair by pair."
         )
         lines += [header, "", *table_lines(summary), "", *parity_lines(parity)]
+        search = search_lines(summary)
+        lines += ["", *search] if search else []
     else:
         lines += [f"{command}scorer part only; {where}"]
     if scorers:

@@ -5,6 +5,8 @@ weights) plus a tokenizer, a prompt set and a reward:
 
 - ``embedded``: the warm-started default model on the arithmetic task with its exact reward (real
   completions, lengths vary).
+- ``wordproblems``: the shipped word-problem warm start on its task (the credit screen's testbed; real
+  reasoning of 55-100 tokens and wrong rollouts, so first-error's search has rows to search).
 - ``qwen2-30m``: Qwen2's architecture (GQA, RMSNorm, RoPE, SwiGLU, tied embeddings) at 29.1M
   parameters: hidden 384, 6 layers, 6 heads / 2 KV heads, MLP 2048, vocabulary 32,768 (the one
   departure from Qwen2's 151,936, so the LM head does not dwarf a body this small: embeddings are
@@ -82,7 +84,9 @@ SHAPES: dict[str, dict[str, Any]] = {
         attn="sdpa",
     ),
 }
-SHAPE_NAMES: tuple[str, ...] = ("embedded", *SHAPES)
+WARM_STARTS: dict[str, str] = {"embedded": "arithmetic", "wordproblems": "wordproblems"}
+"""Shapes that train a warm start on its own task: shape -> task (and `--model` name)."""
+SHAPE_NAMES: tuple[str, ...] = (*WARM_STARTS, *SHAPES)
 SPECIALS = ("<pad>", "<unk>", "<s>", "</s>")
 
 
@@ -149,23 +153,25 @@ def build_shape(
     """The :class:`Shape` `name` with `rows` prompts available."""
     import torch
 
-    if name == "embedded":
+    if name in WARM_STARTS:
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
         from oar_rl.fetch import resolve_model
         from oar_rl.tasks import get_task
 
-        task = get_task("arithmetic")  # the embedded default model's task
-        path = resolve_model(model_dir or "arithmetic")  # the arithmetic warm start by default
+        task_name = WARM_STARTS[name]
+        task = get_task(task_name)  # the warm start's own task (its train split has a gold "answer")
+        path = resolve_model(model_dir or task_name)  # the warm start by default
         tok = AutoTokenizer.from_pretrained(path)
         n = sum(p.numel() for p in AutoModelForCausalLM.from_pretrained(path).parameters())
+        what = "embedded default model" if name == "embedded" else "shipped word-problem warm start"
         return Shape(
             name=name,
             tokenizer=tok,
             dataset=task.dataset("train", limit=rows),
             reward=task.reward,
             make_model=lambda: path,
-            description=f"embedded default model ({n / 1e6:.2f}M parameters, arithmetic task)",
+            description=f"{what} ({n / 1e6:.2f}M parameters, {task_name} task)",
             num_parameters=n,
         )
     if name not in SHAPES:

@@ -36,7 +36,12 @@ from typing import Any
 METHOD_CONFIG: dict[str, dict[str, Any]] = {  # bench-only variants of a credit mode
     "oar-p-full": {"credit": "oar-p", "perturbation_prefix_reuse": False},
     "oar-p-serial": {"credit": "oar-p", "perturbation_prefix_reuse": False, "perturbation_batch_size": 1},
+    # first-error's search with k - 1 cut points per row per round (the default is first_error_branching's)
+    "first-error-k2": {"credit": "first-error", "first_error_branching": 2},
+    "first-error-k8": {"credit": "first-error", "first_error_branching": 8},
+    "first-error-k16": {"credit": "first-error", "first_error_branching": 16},
 }
+SEARCH_KEYS = ("rounds", "continuations", "generated_tokens")  # first-error's search, per step
 _POLL_SECONDS = 0.5  # how often the parent checks that the worker it waits on is alive
 
 
@@ -159,8 +164,10 @@ def _make_trainer(method: str, shape, args: argparse.Namespace, workdir: str):
     )
 
 
-def _instrument(trainer, method: str, turns: WorkerTurns, memory: PeakMemory) -> None:
-    """Time generation, credit and whole steps of `trainer`; take turns through `turns`."""
+def _instrument(trainer, method: str, turns: WorkerTurns, memory: PeakMemory, search=None) -> None:
+    """Time generation, credit and whole steps of `trainer`; take turns through `turns`. `search`: a
+    first-error :class:`~oar_rl.importance.first_error.SearchStats` being recorded (its per-step rounds,
+    continuations and generated tokens go into the step's record)."""
     import torch
     from transformers import TrainerCallback
 
@@ -198,6 +205,8 @@ def _instrument(trainer, method: str, turns: WorkerTurns, memory: PeakMemory) ->
         def on_step_begin(self, *a, **k):
             gc.collect()
             cur.clear()
+            if search is not None:
+                cur.update({f"_search_{key}": getattr(search, key) for key in SEARCH_KEYS})
             memory.start()
             sync()
             cur["t0"] = time.perf_counter()
@@ -205,6 +214,9 @@ def _instrument(trainer, method: str, turns: WorkerTurns, memory: PeakMemory) ->
         def on_step_end(self, *a, **k):
             sync()
             step = time.perf_counter() - cur.pop("t0")
+            if search is not None:
+                for key in SEARCH_KEYS:
+                    cur[f"search_{key}"] = getattr(search, key) - cur.pop(f"_search_{key}")
             turns.send("record", {"method": method, "step_seconds": step, "peak_mib": memory.peak(), **cur})
             turns.wait()  # also after the last step: the end of training must not overlap a timed step
 
@@ -244,9 +256,12 @@ def _train(method: str, shape_kwargs: dict[str, Any], args: argparse.Namespace, 
     from oar_rl.bench.shapes import build_shape
 
     shape = build_shape(**shape_kwargs)
-    with tempfile.TemporaryDirectory() as work:
+    from oar_rl.importance.first_error import recording
+
+    with tempfile.TemporaryDirectory() as work, recording() as search:
         trainer = _make_trainer(method, shape, args, work)
-        _instrument(trainer, method, turns, PeakMemory())
+        searching = trainer.args.credit == "first-error"
+        _instrument(trainer, method, turns, PeakMemory(), search if searching else None)
         trainer.train()
 
 

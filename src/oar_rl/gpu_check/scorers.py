@@ -49,8 +49,8 @@ PRECISION_LIMITS: dict[tuple[str, str], tuple[float, float]] = {
     ("oar-g", "float32"): (1e-2, 0.99),
     ("oar-g-rms", "float32"): (1e-2, 0.99),
     ("oar-p", "bfloat16"): (0.2, 0.9),
-    ("oar-g", "bfloat16"): (1.0, 0.5),
-    ("oar-g-rms", "bfloat16"): (1.0, 0.5),
+    ("oar-g", "bfloat16"): (0.8, 0.5),  # all-zero scores have relative error 1.0 and no ranking: they fail
+    ("oar-g-rms", "bfloat16"): (0.8, 0.5),
 }
 PARITY_LIMITS = (1e-2, 0.99)  # float32 on the device vs the CPU; measured ≤ 4e-4 (CPU batched vs serial)
 
@@ -106,6 +106,10 @@ def _judge(s: torch.Tensor, ref: torch.Tensor, mask: torch.Tensor, limits: tuple
     why = []
     if not bool(torch.isfinite(s).all()):
         why.append("non-finite scores")
+    if not any(
+        float(row[m].max() - row[m].min()) > 0 for row, m in zip(s, mask.bool().cpu(), strict=True) if m.any()
+    ):
+        why.append("constant scores on every row (no ranking)")
     if not err <= max_err:
         why.append(f"relative error {err:.3g} > {max_err:g}")
     if not rho >= min_rho:

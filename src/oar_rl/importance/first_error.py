@@ -2,38 +2,125 @@
 
 In a wrong rollout (A_i < 0) the blame goes to the *first* token after which the policy itself can no
 longer reach the gold answer: the smallest t such that the greedy continuation of y_≤t is wrong while
-that of y_<t is right. It is found by binary search over the row's scored (reasoning) tokens, a few
-batched greedy continuations per row (⌈log2 T⌉ + 2 rounds). That token gets importance 1, every other
-token 0, and the scores go through the same Eq. 14-17 reshaping as OAR's (with τ = 0.4, β = 2 the
-first error gets 3× the weight of the others before the sum-preserving rescale). Correct rollouts,
-rows the policy cannot solve even before their first scored token, and rows whose whole reasoning still
-continues to the right answer (the slip is in the answer itself) get no score: uniform weights, as GRPO.
+that of y_<t is right. It is found by a search over the row's scored (reasoning) tokens with batched
+greedy continuations. That token gets importance 1, every other token 0, and the scores go through the
+same Eq. 14-17 reshaping as OAR's (with τ = 0.4, β = 2 the first error gets 3× the weight of the others
+before the sum-preserving rescale). Correct rollouts, rows the policy cannot solve even before their
+first scored token, and rows whose whole reasoning still continues to the right answer (the slip is in
+the answer itself) get no score: uniform weights, as GRPO.
 
 Why (issue 26, `results/blame/`): OAR-P and OAR-G score what the answer *reads from*. When an early
 slip is carried forward by later, correct steps, the last result scores highest and the slip average:
 on a wrong rollout OAR multiplies the penalty on correct work. The greedy continuation is a
 one-sample Monte-Carlo value of the prefix (VinePPO, Kazemnejad et al. 2024, estimates it with several
-samples); locating the first step whose value drops by binary search is OmegaPRM's (Luo et al. 2024)
+samples); locating the first step whose value drops by bisection is OmegaPRM's (Luo et al. 2024)
 divide-and-conquer search for the first error; Math-Shepherd (Wang et al. 2024) labels steps by the
 same continuation test. Using the located token as an OAR-style importance (a larger share of the
 sequence's negative advantage) is this project's construction.
 
+The search, in few sequential rounds (issue 35). A binary search over T candidates needs ⌈log₂ T⌉
+halvings, each one round of greedy generation that waits for the previous one; on a GPU a round costs
+about the same whether it continues 8 prefixes or 200, so the rounds are the cost. With branching
+k = 2^d (`OARConfig.first_error_branching`) each round continues, for every searching row, all the cut
+points the binary search *could* query in its next d halvings (the k − 1 nodes of that depth-d
+subtree of its decision tree), then walks those d halvings with the answers. The located token is
+therefore the binary search's own, always, not only where the outcome is monotone; the two checks of
+the search's ends (right before the first candidate, wrong after the last) share the first round.
+Rounds per step: ⌈⌈log₂ T⌉ / d⌉ (at least 1); continuations per row ≤ 2 + (k − 1)·rounds, against
+2 + ⌈log₂ T⌉ for k = 2 (and 1 + ⌈log₂ T⌉ rounds before issue 35, which checked the ends in a round of
+their own). The default k = 4 is a compromise between a CPU, where every continuation costs compute
+and k = 2 is the cheapest, and a GPU, where the rounds are the cost and 8 or 16 suit better. Measured on
+this project's shared 2-core CPU (`oar-rl bench --shape wordproblems --methods none,first-error-k2,
+first-error,first-error-k8,first-error-k16 --prompts 4 --num-generations 8 --repeats 3 --threads 1`,
+medians of 3 interleaved steps, load ~8): rounds per step 7 / 4 / 3 / 2 for k = 2 / 4 / 8 / 16,
+generated tokens 9.8k / 13.3k / 18.5k / 25.2k, importance 39 / 45 / 64 / 23 s per step (noisy: the
+machine was shared), the whole step 9.0× / 13.1× / 13.7× / 13.1× GRPO's.
+
+Finished prefixes. A completion prefix that ends in an end-of-sequence token is a finished rollout: its
+continuation is empty (:func:`finished`), so the check reads the rollout as the reward did. Continuations
+stop at the tokenizer's EOS and at every EOS of the model's generation config, as TRL's rollouts do
+(:func:`eos_token_ids`), and are cut after their first EOS.
+
 Assumptions, stated: the search assumes the continuation value is monotone along the rollout (right
-up to the first error, wrong after it); where it is not, it returns *a* flip point, not necessarily the
-first. Greedy decoding stands in for the policy's expected value: exact for a policy that is greedy-
-correct on its training problems (the testbed's warm start: 100% greedy accuracy), an approximation
-elsewhere. Each continuation gets the completion budget the row had left (`max_new_tokens` − prefix).
+up to the first error, wrong after it); where it is not, it returns *a* flip point (a candidate whose
+prefix continues wrong while the one before continues right), not necessarily the first. Greedy decoding
+stands in for the policy's expected value: exact for a policy that is greedy-correct on its training
+problems, an approximation elsewhere (the testbed's warm start is greedy-correct on 298 of its 300
+reviewed training problems). Each continuation gets the completion budget the row had left
+(`max_new_tokens` − prefix).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import contextlib
+from collections.abc import Callable, Collection, Iterator, Sequence
+from dataclasses import dataclass
 
 import torch
 from torch import Tensor, nn
 
 from oar_rl.model_parts import eval_mode
 from oar_rl.probes import ScoringBatch
+
+DEFAULT_BRANCHING = 4
+"""Cut points per row per round + 1 (k = 2^d): 4 halves the rounds of a binary search (k = 2)."""
+
+
+def check_branching(branching: int, name: str = "branching") -> int:
+    """`branching` as an int if it is a power of two >= 2 (the search walks whole binary levels)."""
+    k = branching
+    if isinstance(k, bool) or not isinstance(k, int) or k < 2 or k & (k - 1):
+        raise ValueError(f"{name} must be a power of two >= 2 (2, 4, 8, 16, ...), got {branching!r}")
+    return k
+
+
+@dataclass
+class SearchStats:
+    """What the search cost: sequential generation rounds, continuations, and tokens generated (rows ×
+    new positions of every `generate` call, padding included: what the device computed)."""
+
+    calls: int = 0  # calls of first_error_positions with at least one searching row
+    rounds: int = 0
+    continuations: int = 0
+    generated_tokens: int = 0
+
+    def add(self, other: SearchStats) -> None:
+        self.calls += other.calls
+        self.rounds += other.rounds
+        self.continuations += other.continuations
+        self.generated_tokens += other.generated_tokens
+
+
+_RECORDERS: list[SearchStats] = []
+
+
+@contextlib.contextmanager
+def recording() -> Iterator[SearchStats]:
+    """Accumulate the :class:`SearchStats` of every search run inside the block (e.g. `oar-rl bench`)."""
+    stats = SearchStats()
+    _RECORDERS.append(stats)
+    try:
+        yield stats
+    finally:
+        _RECORDERS.remove(stats)
+
+
+def eos_token_ids(model: nn.Module, tokenizer) -> list[int]:
+    """The ids that end a rollout, as TRL's GRPOTrainer stops them: the tokenizer's EOS, then every EOS
+    of the model's generation config."""
+    config = getattr(model, "generation_config", None)
+    ids = getattr(config, "eos_token_id", None) if config is not None else None
+    ids = [] if ids is None else [ids] if isinstance(ids, int) else list(ids)
+    eos = tokenizer.eos_token_id
+    if eos is not None and eos not in ids:
+        ids = [eos, *ids]
+    return [int(i) for i in ids]
+
+
+def finished(completion_prefix: Sequence[int], eos: Collection[int]) -> bool:
+    """Whether a completion prefix is a finished rollout (it ends in an EOS token): its continuation is
+    empty. The one place the search decides it."""
+    return len(completion_prefix) > 0 and int(completion_prefix[-1]) in eos
 
 
 def _continue_greedy(
@@ -43,10 +130,15 @@ def _continue_greedy(
     budgets: list[int],
     *,
     batch_size: int,
+    eos: Sequence[int] = (),
+    stats: SearchStats | None = None,
 ) -> list[list[int]]:
     """Greedy continuations (token ids) of each 1-D `prefixes[i]` (prompt + completion prefix), at most
-    `budgets[i]` new tokens each (0: none)."""
-    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    `budgets[i]` new tokens each (0: none), each stopped at and cut after its first token in `eos`."""
+    pad = tokenizer.pad_token_id
+    if pad is None:
+        pad = eos[0] if eos else tokenizer.eos_token_id
+    stop = set(eos)
     out: list[list[int]] = [[] for _ in prefixes]
     order = [i for i in range(len(prefixes)) if budgets[i] > 0]
     for a in range(0, len(order), batch_size):
@@ -65,10 +157,34 @@ def _continue_greedy(
             max_new_tokens=max(budgets[i] for i in chunk),
             do_sample=False,
             pad_token_id=pad,
+            eos_token_id=list(eos) or None,
         )
+        if stats is not None:
+            stats.generated_tokens += len(chunk) * (gen.shape[1] - width)
         for r, i in enumerate(chunk):
-            out[i] = gen[r, width : width + budgets[i]].tolist()
+            cont = gen[r, width : width + budgets[i]].tolist()
+            cut = next((j + 1 for j, t in enumerate(cont) if t in stop), len(cont))
+            out[i] = cont[:cut]
     return out
+
+
+def _subtree(lo: int, hi: int, depth: int) -> list[int]:
+    """The cut indices a binary search on the open interval (lo, hi) may query in its next `depth`
+    halvings: the nodes of that depth of its decision tree."""
+    if depth == 0 or hi - lo <= 1:
+        return []
+    mid = (lo + hi) // 2
+    return [mid, *_subtree(lo, mid, depth - 1), *_subtree(mid, hi, depth - 1)]
+
+
+def _descend(lo: int, hi: int, depth: int, right: dict[int, bool]) -> tuple[int, int]:
+    """`depth` halvings of the binary search on (lo, hi) with the answers `right` (index -> right)."""
+    for _ in range(depth):
+        if hi - lo <= 1:
+            break
+        mid = (lo + hi) // 2
+        lo, hi = (mid, hi) if right[mid] else (lo, mid)
+    return lo, hi
 
 
 def first_error_positions(
@@ -81,46 +197,72 @@ def first_error_positions(
     rows: Sequence[int],
     max_new_tokens: int,
     batch_size: int = 64,
+    branching: int = DEFAULT_BRANCHING,
+    stats: SearchStats | None = None,
 ) -> dict[int, int | None]:
     """{row: completion index of its first error, or None (no flip found)} for the rows `rows`.
 
-    Binary search over each row's scored tokens (module docstring); all searching rows share each
-    round's batched greedy continuations.
+    The binary search over each row's scored tokens, d = log₂ `branching` halvings per round (module
+    docstring); all searching rows share each round's batched greedy continuations. `stats` (and any
+    :func:`recording` block) gets the rounds, continuations and generated tokens.
     """
+    levels = check_branching(branching).bit_length() - 1
     P = batch.prompt_len
     scored = batch.scored("lt-logits").cpu()  # (B, C) valid (reasoning) tokens
     cand = {b: scored[b].nonzero().flatten().tolist() for b in rows}
     prompt = {b: batch.input_ids[b, :P][batch.attention_mask[b, :P].bool()] for b in rows}
     comp = {b: batch.input_ids[b, P:] for b in rows}
+    eos = eos_token_ids(model, tokenizer)
+    eos_set = set(eos)
+    cost = SearchStats()
+
+    def cut(b: int, i: int) -> int:
+        """Completion tokens kept for the cut after candidate index i (-1: before the first candidate)."""
+        return cand[b][0] if i < 0 else cand[b][i] + 1
 
     def correct(queries: list[tuple[int, int]]) -> list[bool]:
         """Whether the greedy continuation after completion[:n] of row b reaches the gold, per (b, n)."""
+        if not queries:
+            return []
+        cost.rounds += 1
+        cost.continuations += len(queries)
+        heads = [comp[b][:n].tolist() for b, n in queries]
         prefixes = [torch.cat([prompt[b], comp[b][:n]]) for b, n in queries]
-        budgets = [max(0, max_new_tokens - n) for _, n in queries]
-        conts = _continue_greedy(model, tokenizer, prefixes, budgets, batch_size=batch_size)
+        budgets = [
+            0 if finished(h, eos_set) else max(0, max_new_tokens - n)
+            for h, (_, n) in zip(heads, queries, strict=True)
+        ]
+        conts = _continue_greedy(
+            model, tokenizer, prefixes, budgets, batch_size=batch_size, eos=eos, stats=cost
+        )
         texts = tokenizer.batch_decode(
-            [comp[b][:n].tolist() + c for (b, n), c in zip(queries, conts, strict=True)],
-            skip_special_tokens=True,
+            [h + c for h, c in zip(heads, conts, strict=True)], skip_special_tokens=True
         )
         return [bool(check(t, str(gold[b]))) for t, (b, _) in zip(texts, queries, strict=True)]
 
     live = [b for b in rows if cand[b]]
-    # ends: right before the first candidate must be right, after the last one wrong
-    ends = correct([(b, cand[b][0]) for b in live] + [(b, cand[b][-1] + 1) for b in live])  # one round
-    first_ok, last_ok = ends[: len(live)], ends[len(live) :]
-    searched = [b for b, a, z in zip(live, first_ok, last_ok, strict=True) if a and not z]
-    lo = {b: -1 for b in searched}  # index into cand[b] known right (-1: before the first candidate)
-    hi = {b: len(cand[b]) - 1 for b in searched}  # index known wrong
-    live = [b for b in searched if hi[b] - lo[b] > 1]
+    lo = {b: -1 for b in live}  # index into cand[b] known right (-1: before the first candidate)
+    hi = {b: len(cand[b]) - 1 for b in live}  # index known wrong (after the ends are checked)
+    ends = True  # the first round also checks both ends of every row
+    searched: list[int] = []
     while live:
-        mids = {b: (lo[b] + hi[b]) // 2 for b in live}
-        ok = correct([(b, cand[b][mids[b]] + 1) for b in live])
-        for b, good in zip(live, ok, strict=True):
-            if good:
-                lo[b] = mids[b]
-            else:
-                hi[b] = mids[b]
+        plan = {b: _subtree(lo[b], hi[b], levels) for b in live}
+        queries = [(b, i) for b in live for i in ([-1, hi[b]] if ends else []) + plan[b]]
+        answers = correct([(b, cut(b, i)) for b, i in queries])
+        right: dict[int, dict[int, bool]] = {b: {} for b in live}
+        for (b, i), ok in zip(queries, answers, strict=True):
+            right[b][i] = ok
+        if ends:  # right before the first candidate, wrong after the last: else no flip to find
+            live = [b for b in live if right[b][-1] and not right[b][hi[b]]]
+            searched = list(live)
+            ends = False
+        for b in live:
+            lo[b], hi[b] = _descend(lo[b], hi[b], levels, right[b])
         live = [b for b in live if hi[b] - lo[b] > 1]
+    if cost.rounds:
+        cost.calls = 1
+    for sink in ([stats] if stats is not None else []) + _RECORDERS:
+        sink.add(cost)
     out: dict[int, int | None] = {b: None for b in rows}  # rows dropped at the ends keep None
     out.update({b: cand[b][hi[b]] for b in searched})
     return out
@@ -136,6 +278,7 @@ def first_error_scores(
     direction: Tensor,
     max_new_tokens: int,
     batch_size: int = 64,
+    branching: int = DEFAULT_BRANCHING,
     probe: str | None = None,
 ) -> Tensor:
     """(B, C) float32: 1 at each wrong row's first error (:func:`first_error_positions`), 0 elsewhere.
@@ -146,9 +289,12 @@ def first_error_scores(
         check: (completion text, gold) -> correct; the task's exact checker.
         direction: (B,) sign of each row's advantage; only rows with direction < 0 are searched.
         max_new_tokens: the completion budget (a continuation gets what the prefix left of it).
+        branching: k = 2^d, cut points per row per round + 1 (module docstring); the located tokens do
+            not depend on it, the number of sequential generation rounds does.
         probe: ignored (no outcome probe); accepted so the trainer calls every bi-level scorer alike.
     """
     del probe
+    check_branching(branching)
     B, C = batch.completion_mask.shape
     if len(gold) != B:
         raise ValueError(f"gold has {len(gold)} answers for a batch of {B} rows")
@@ -170,6 +316,7 @@ def first_error_scores(
             rows=rows,
             max_new_tokens=int(max_new_tokens),
             batch_size=batch_size,
+            branching=branching,
         )
     for b, t in found.items():
         if t is not None:

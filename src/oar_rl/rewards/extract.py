@@ -139,16 +139,34 @@ def find_markers(text: str) -> list[tuple[int, Marker, int, int]]:
 
 
 # A short lead-in right before the answer marker ("The final answer is $", "Answer: \\(", "so the answer is
-# ", "Therefore, the "), matched backwards from the marker's start: it is format, not reasoning.
-_CONNECTIVE = r"(?:(?:so|thus|therefore|hence)[,:]?\s+)?(?:the\s+)?"
-# before <answer> / \boxed: "The final answer is $", "so the answer is ", "Answer: "
+# ", "**Final Answer**", "Therefore, the "), matched backwards from the marker's start: it is format, not
+# reasoning. "answer" alone is a lead-in only as a label (followed by ":" or at a line's start): in "I answer
+# <answer>4</answer>" it is the reasoning's word.
+_CONNECTIVE = r"(?:(?:so|thus|therefore|hence)[,:]?\s+)?"
+_EMPHASIS = r"(?:\*\*|__|\*|_)?"  # markdown bold / italic around the phrase
+_ANSWER_PHRASE = (
+    r"(?:" + _CONNECTIVE + r"(?:the\s+)?final\s+answer(?:\s+is)?"  # (so) (the) final answer (is)
+    r"|" + _CONNECTIVE + r"the\s+answer(?:\s+is)?"  # (so) the answer (is)
+    r"|" + _CONNECTIVE + r"answer\s+is"  # (so) answer is
+    r"|answer(?=\s*(?:\*\*|__|\*|_)?\s*:)"  # Answer:
+    r"|(?<![^\n])answer)"  # Answer, at a line's start
+)
+# before <answer> / \boxed: "The final answer is $", "so the answer is ", "Answer: ", "### Final Answer"
 _LEAD_IN_RE = re.compile(
-    r"\s*(?:(?<![A-Za-z])" + _CONNECTIVE + r"(?:final\s+)?answer(?:\s+is)?\s*:?\s*)?"
-    r"(?:\$\$|\$|\\\[|\\\()?\s*$",
+    r"\s*(?:(?<![A-Za-z])(?:(?<![^\n])\#{1,6}\s*)?"
+    + _EMPHASIS
+    + _ANSWER_PHRASE
+    + _EMPHASIS
+    + r"\s*:?\s*"
+    + _EMPHASIS
+    + r")?(?:\$\$|\$|\\\[|\\\()?\s*$",
     re.IGNORECASE,
 )
+_DOLLAR_BEFORE_RE = re.compile(r"(\$\$|\$)\s*$")  # a $ / $$ right before the marker
 # before a "final answer is" phrase: "Therefore, the "
-_PHRASE_LEAD_IN_RE = re.compile(r"\s*(?:(?<![A-Za-z])" + _CONNECTIVE + r")?$", re.IGNORECASE)
+_PHRASE_LEAD_IN_RE = re.compile(
+    r"\s*(?:(?<![A-Za-z])" + _EMPHASIS + _CONNECTIVE + r"(?:the\s+)?)?$", re.IGNORECASE
+)
 _LEAD_IN_WINDOW = 48  # characters before a marker searched for its lead-in
 _MARKER_RE: dict[str, re.Pattern[str]] = {
     "answer": re.compile(r"<answer>"),
@@ -163,8 +181,9 @@ def reasoning_end(text: str) -> int | None:
 
     The marker is the one :func:`answer_char_span` picks first (the last-ending one): its ``<answer>`` tag,
     its ``\\boxed``/``\\fbox`` command or its "final answer is" phrase. A short lead-in right before it
-    ("The final answer is $", "Answer:", "so the answer is ", "Therefore, the ") counts as format too, and
-    so does the whitespace before it.
+    ("The final answer is $", "Answer:", "so the answer is ", "**Final Answer**", "Therefore, the ") counts
+    as format too, and so does the whitespace before it; a ``$`` / ``$$`` that closes math the reasoning
+    opened stays reasoning (in "we have $x=2$ \\boxed{2}" the reasoning ends after the second ``$``).
     Everything from there on (lead-in, tag, answer content, closing format) is not reasoning.
     """
     markers = find_markers(text)
@@ -184,8 +203,33 @@ def lead_in_start(text: str, start: int, *, phrase: bool = False) -> int:
     ``\\boxed``; "Therefore, the " before a "final answer is" phrase (`phrase`). A bare connective ("so
     \\boxed{5}") is reasoning."""
     lo = max(0, start - _LEAD_IN_WINDOW)
+    if not phrase:
+        dollar = _DOLLAR_BEFORE_RE.search(text, lo, start)
+        if dollar is not None and _math_open_at(text, dollar.start()) == dollar.group(1):
+            return dollar.end(1)  # it closes math the reasoning opened: the reasoning's own delimiter
     lead = (_PHRASE_LEAD_IN_RE if phrase else _LEAD_IN_RE).search(text, lo, start)
     return start if lead is None else min(start, lead.start())
+
+
+def _math_open_at(text: str, pos: int) -> str | None:
+    """The ``$`` / ``$$`` math span open at character `pos` of `text` (an escaped ``\\$`` does not count),
+    or None when none is."""
+    open_: str | None = None
+    i = 0
+    while i < pos:
+        if text[i] == "\\":
+            i += 2
+            continue
+        if text[i] == "$":
+            delim = "$$" if text.startswith("$$", i) and i + 1 < pos else "$"
+            if open_ is None:
+                open_ = delim
+            elif open_ == delim:
+                open_ = None
+            i += len(delim)
+            continue
+        i += 1
+    return open_
 
 
 def answer_char_span(text: str) -> tuple[int, int, Marker | None]:
