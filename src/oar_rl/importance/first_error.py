@@ -28,10 +28,11 @@ therefore the binary search's own, always, not only where the outcome is monoton
 the search's ends (right before the first candidate, wrong after the last) share the first round.
 Rounds per step: ⌈⌈log₂ T⌉ / d⌉ (at least 1); continuations per row ≤ 2 + (k − 1)·rounds, against
 2 + ⌈log₂ T⌉ for k = 2 (and 1 + ⌈log₂ T⌉ rounds before issue 35, which checked the ends in a round of
-their own). The default k = 4 is a compromise between a CPU, where every continuation costs compute
-and k = 2 is the cheapest, and a GPU, where the rounds are the cost and 8 or 16 suit better. Measured on
-this project's shared 2-core CPU (`oar-rl bench --shape wordproblems --methods none,first-error-k2,
-first-error,first-error-k8,first-error-k16 --prompts 4 --num-generations 8 --repeats 3 --threads 1`,
+their own). The default picks k per device (`auto_branching`): on a CPU every continuation costs
+compute and k = 2 is the cheapest; on a GPU the rounds are the cost and k = 8 takes a third of them.
+Measured on this project's shared 2-core CPU (`oar-rl bench --shape wordproblems --methods none,
+first-error-k2,first-error-k4,first-error-k8,first-error-k16 --prompts 4 --num-generations 8
+--repeats 3 --threads 1`,
 medians of 3 interleaved steps, load ~8): rounds per step 7 / 4 / 3 / 2 for k = 2 / 4 / 8 / 16,
 generated tokens 9.8k / 13.3k / 18.5k / 25.2k, importance 39 / 45 / 64 / 23 s per step (noisy: the
 machine was shared), the whole step 9.0× / 13.1× / 13.7× / 13.1× GRPO's.
@@ -62,12 +63,21 @@ from torch import Tensor, nn
 from oar_rl.model_parts import eval_mode
 from oar_rl.probes import ScoringBatch
 
-DEFAULT_BRANCHING = 4
-"""Cut points per row per round + 1 (k = 2^d): 4 halves the rounds of a binary search (k = 2)."""
+DEFAULT_BRANCHING: int | None = None
+"""None: `auto_branching` picks k from the model's device (2 on a CPU, 8 on an accelerator)."""
 
 
-def check_branching(branching: int, name: str = "branching") -> int:
-    """`branching` as an int if it is a power of two >= 2 (the search walks whole binary levels)."""
+def auto_branching(device: torch.device | str) -> int:
+    """k for a device: 2 (the binary search) on a CPU, where every continuation costs compute; 8 on an
+    accelerator, where a round costs about the same for 8 prefixes or 200 and the rounds are the cost."""
+    return 2 if torch.device(device).type == "cpu" else 8
+
+
+def check_branching(branching: int | None, name: str = "branching") -> int | None:
+    """`branching` as an int if it is a power of two >= 2 (the search walks whole binary levels), or
+    None (`auto_branching`)."""
+    if branching is None:
+        return None
     k = branching
     if isinstance(k, bool) or not isinstance(k, int) or k < 2 or k & (k - 1):
         raise ValueError(f"{name} must be a power of two >= 2 (2, 4, 8, 16, ...), got {branching!r}")
@@ -197,7 +207,7 @@ def first_error_positions(
     rows: Sequence[int],
     max_new_tokens: int,
     batch_size: int = 64,
-    branching: int = DEFAULT_BRANCHING,
+    branching: int | None = DEFAULT_BRANCHING,
     stats: SearchStats | None = None,
 ) -> dict[int, int | None]:
     """{row: completion index of its first error, or None (no flip found)} for the rows `rows`.
@@ -206,7 +216,8 @@ def first_error_positions(
     docstring); all searching rows share each round's batched greedy continuations. `stats` (and any
     :func:`recording` block) gets the rounds, continuations and generated tokens.
     """
-    levels = check_branching(branching).bit_length() - 1
+    k = check_branching(branching) or auto_branching(batch.input_ids.device)
+    levels = k.bit_length() - 1
     P = batch.prompt_len
     scored = batch.scored("lt-logits").cpu()  # (B, C) valid (reasoning) tokens
     cand = {b: scored[b].nonzero().flatten().tolist() for b in rows}
@@ -278,7 +289,7 @@ def first_error_scores(
     direction: Tensor,
     max_new_tokens: int,
     batch_size: int = 64,
-    branching: int = DEFAULT_BRANCHING,
+    branching: int | None = DEFAULT_BRANCHING,
     probe: str | None = None,
 ) -> Tensor:
     """(B, C) float32: 1 at each wrong row's first error (:func:`first_error_positions`), 0 elsewhere.
@@ -290,7 +301,7 @@ def first_error_scores(
         direction: (B,) sign of each row's advantage; only rows with direction < 0 are searched.
         max_new_tokens: the completion budget (a continuation gets what the prefix left of it).
         branching: k = 2^d, cut points per row per round + 1 (module docstring); the located tokens do
-            not depend on it, the number of sequential generation rounds does.
+            not depend on it, the number of sequential generation rounds does. None: `auto_branching`.
         probe: ignored (no outcome probe); accepted so the trainer calls every bi-level scorer alike.
     """
     del probe
