@@ -120,13 +120,9 @@ def test_rounds_drop_as_claimed_on_a_long_row(tokenizer, monkeypatch):
     assert rounds == {2: 7, 4: 4, 8: 3, 16: 2}
 
 
-def test_branching_defaults_per_device(tmp_path):
-    """None picks k from the device: the binary search on a CPU, 8 cut points a round elsewhere; the
-    located token does not depend on it (above), only the rounds do."""
-    assert fe.auto_branching("cpu") == 2 and fe.auto_branching(torch.device("cpu")) == 2
-    assert fe.auto_branching("cuda") == 8 and fe.auto_branching("meta") == 8
-    assert fe.check_branching(None) is None
-    assert make_args(tmp_path, credit="first-error").first_error_branching is None
+def test_branching_default_is_the_binary_search(tmp_path):
+    assert fe.DEFAULT_BRANCHING == 2
+    assert make_args(tmp_path, credit="first-error").first_error_branching == 2
 
 
 @pytest.mark.parametrize("bad", [0, 1, 3, 6, 2.0, True, "4"])

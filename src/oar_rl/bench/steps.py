@@ -36,8 +36,7 @@ from typing import Any
 METHOD_CONFIG: dict[str, dict[str, Any]] = {  # bench-only variants of a credit mode
     "oar-p-full": {"credit": "oar-p", "perturbation_prefix_reuse": False},
     "oar-p-serial": {"credit": "oar-p", "perturbation_prefix_reuse": False, "perturbation_batch_size": 1},
-    # first-error's search with k - 1 cut points per row per round (plain first-error: the device's
-    # default, 2 on a CPU and 8 on a GPU)
+    # first-error's search with k - 1 cut points per row per round (plain first-error: k = 2)
     "first-error-k2": {"credit": "first-error", "first_error_branching": 2},
     "first-error-k4": {"credit": "first-error", "first_error_branching": 4},
     "first-error-k8": {"credit": "first-error", "first_error_branching": 8},

@@ -28,14 +28,20 @@ therefore the binary search's own, always, not only where the outcome is monoton
 the search's ends (right before the first candidate, wrong after the last) share the first round.
 Rounds per step: ⌈⌈log₂ T⌉ / d⌉ (at least 1); continuations per row ≤ 2 + (k − 1)·rounds, against
 2 + ⌈log₂ T⌉ for k = 2 (and 1 + ⌈log₂ T⌉ rounds before issue 35, which checked the ends in a round of
-their own). The default picks k per device (`auto_branching`): on a CPU every continuation costs
-compute and k = 2 is the cheapest; on a GPU the rounds are the cost and k = 8 takes a third of them.
-Measured on this project's shared 2-core CPU (`oar-rl bench --shape wordproblems --methods none,
-first-error-k2,first-error-k4,first-error-k8,first-error-k16 --prompts 4 --num-generations 8
---repeats 3 --threads 1`,
-medians of 3 interleaved steps, load ~8): rounds per step 7 / 4 / 3 / 2 for k = 2 / 4 / 8 / 16,
-generated tokens 9.8k / 13.3k / 18.5k / 25.2k, importance 39 / 45 / 64 / 23 s per step (noisy: the
-machine was shared), the whole step 9.0× / 13.1× / 13.7× / 13.1× GRPO's.
+their own). Fewer rounds did not make the search faster where it was measured, so the default is
+k = 2, the binary search, on every device; k is exposed for larger models, whose rounds may dominate.
+`oar-rl bench --shape wordproblems --methods none,first-error-k2,first-error-k4,first-error-k8,
+first-error-k16 --prompts 4 --num-generations 8 --no-scorers`, rounds / generated tokens / importance
+seconds per step for k = 2 / 4 / 8 / 16:
+
+- this project's shared 2-core CPU (`--repeats 3 --threads 1`, load ~8): 7 / 4 / 3 / 2 rounds, 9.8k /
+  13.3k / 18.5k / 25.2k tokens, 39 / 45 / 64 / 23 s (the last is load noise), the step 9.0× / 13.1× /
+  13.7× / 13.1× GRPO's;
+- one H100 (`--repeats 2 --threads 0`, 2026-11-26, results/gpu-check-h100-2026-11-26-after): 7 / 4 / 3 /
+  2 rounds, 10.4k / 13.5k / 19.2k / 25.3k tokens, 5.5 / 6.9 / 9.7 / 12.0 s, the step 12.1× / 15.0× /
+  20.7× / 25.3× GRPO's. On this 0.19M-parameter model a round's cost grows with its continuations even on
+  the GPU (transformers' sampling loop over a longer, wider batch), so the extra continuations cost more
+  than the rounds they save.
 
 Finished prefixes. A completion prefix that ends in an end-of-sequence token is a finished rollout: its
 continuation is empty (:func:`finished`), so the check reads the rollout as the reward did. Continuations
@@ -63,21 +69,12 @@ from torch import Tensor, nn
 from oar_rl.model_parts import eval_mode
 from oar_rl.probes import ScoringBatch
 
-DEFAULT_BRANCHING: int | None = None
-"""None: `auto_branching` picks k from the model's device (2 on a CPU, 8 on an accelerator)."""
+DEFAULT_BRANCHING = 2
+"""The binary search: the fastest k measured on a CPU and on an H100 (module docstring)."""
 
 
-def auto_branching(device: torch.device | str) -> int:
-    """k for a device: 2 (the binary search) on a CPU, where every continuation costs compute; 8 on an
-    accelerator, where a round costs about the same for 8 prefixes or 200 and the rounds are the cost."""
-    return 2 if torch.device(device).type == "cpu" else 8
-
-
-def check_branching(branching: int | None, name: str = "branching") -> int | None:
-    """`branching` as an int if it is a power of two >= 2 (the search walks whole binary levels), or
-    None (`auto_branching`)."""
-    if branching is None:
-        return None
+def check_branching(branching: int, name: str = "branching") -> int:
+    """`branching` as an int if it is a power of two >= 2 (the search walks whole binary levels)."""
     k = branching
     if isinstance(k, bool) or not isinstance(k, int) or k < 2 or k & (k - 1):
         raise ValueError(f"{name} must be a power of two >= 2 (2, 4, 8, 16, ...), got {branching!r}")
@@ -207,7 +204,7 @@ def first_error_positions(
     rows: Sequence[int],
     max_new_tokens: int,
     batch_size: int = 64,
-    branching: int | None = DEFAULT_BRANCHING,
+    branching: int = DEFAULT_BRANCHING,
     stats: SearchStats | None = None,
 ) -> dict[int, int | None]:
     """{row: completion index of its first error, or None (no flip found)} for the rows `rows`.
@@ -216,8 +213,7 @@ def first_error_positions(
     docstring); all searching rows share each round's batched greedy continuations. `stats` (and any
     :func:`recording` block) gets the rounds, continuations and generated tokens.
     """
-    k = check_branching(branching) or auto_branching(batch.input_ids.device)
-    levels = k.bit_length() - 1
+    levels = check_branching(branching).bit_length() - 1
     P = batch.prompt_len
     scored = batch.scored("lt-logits").cpu()  # (B, C) valid (reasoning) tokens
     cand = {b: scored[b].nonzero().flatten().tolist() for b in rows}
@@ -289,7 +285,7 @@ def first_error_scores(
     direction: Tensor,
     max_new_tokens: int,
     batch_size: int = 64,
-    branching: int | None = DEFAULT_BRANCHING,
+    branching: int = DEFAULT_BRANCHING,
     probe: str | None = None,
 ) -> Tensor:
     """(B, C) float32: 1 at each wrong row's first error (:func:`first_error_positions`), 0 elsewhere.
@@ -301,7 +297,7 @@ def first_error_scores(
         direction: (B,) sign of each row's advantage; only rows with direction < 0 are searched.
         max_new_tokens: the completion budget (a continuation gets what the prefix left of it).
         branching: k = 2^d, cut points per row per round + 1 (module docstring); the located tokens do
-            not depend on it, the number of sequential generation rounds does. None: `auto_branching`.
+            not depend on it, the number of sequential generation rounds does.
         probe: ignored (no outcome probe); accepted so the trainer calls every bi-level scorer alike.
     """
     del probe
