@@ -38,12 +38,16 @@ from oar_rl.data.wordproblems import split_problems
 from oar_rl.io import write_text_atomic
 from oar_rl.sampling import sample_ids
 
+TASK = "wordproblems"
+"""The word-problem task (`--task`): its splits, warm start and completion budget."""
+BUDGET = 160
+
 
 def _load(model_dir: str | None):
     if model_dir is None:
         from oar_rl.shipped import load_task_model
 
-        model, tok, _ = load_task_model("wordproblems")
+        model, tok, _ = load_task_model(TASK)
         return model, tok
     from oar_rl.tiny import _load as load_dir
 
@@ -53,7 +57,7 @@ def _load(model_dir: str | None):
 def heldout_reward(model, tok, problems, samples: int, seed: int) -> float:
     prompts = [p.prompt for p in problems for _ in range(samples)]
     gold = [str(p.answer) for p in problems for _ in range(samples)]
-    out = sample_ids(model, tok, prompts, temperature=1.0, max_new_tokens=160, seed=seed)
+    out = sample_ids(model, tok, prompts, temperature=1.0, max_new_tokens=BUDGET, seed=seed)
     return sum(check(tok.decode(c), g) for (_, c), g in zip(out, gold, strict=True)) / len(out)
 
 
@@ -61,7 +65,7 @@ def policy_gradient(model, tok, problems, group: int, seed: int) -> tuple[dict[s
     """(ascent direction per parameter name, mean training reward) of GRPO's loss on fresh samples."""
     prompts = [p.prompt for p in problems for _ in range(group)]
     gold = [str(p.answer) for p in problems for _ in range(group)]
-    out = sample_ids(model, tok, prompts, temperature=1.0, max_new_tokens=160, seed=seed)
+    out = sample_ids(model, tok, prompts, temperature=1.0, max_new_tokens=BUDGET, seed=seed)
     r = torch.tensor([float(check(tok.decode(c), g)) for (_, c), g in zip(out, gold, strict=True)])
     r = r.view(len(problems), group)
     adv = ((r - r.mean(1, keepdim=True)) / (r.std(1, keepdim=True) + 1e-4)).flatten()
@@ -97,9 +101,36 @@ def group_of(name: str) -> str:
     return parts[-2] if parts[-1] == "weight" and len(parts) > 2 else ".".join(parts[-2:])
 
 
+def _signal_or_noise(a, model, tok, grads, norm, record) -> float:
+    """Signal or noise? A second gradient from other prompts and samples: their mean keeps the signal,
+    their half-difference is pure sampling noise with the same structure (a sum of per-sequence score
+    functions). Records steps along both; returns the cosine of the two gradients."""
+    other = split_problems("train", 2 * a.prompts, TASK)[a.prompts :]
+    grads2, _ = policy_gradient(model, tok, other, a.group, seed=8)
+    norm2 = sum(float(g.pow(2).sum()) for g in grads2.values()) ** 0.5
+    cosine = sum(float((grads[n] * grads2[n]).sum()) for n in grads) / (norm * norm2)
+    print(f"cosine of two independent {a.prompts}x{a.group} gradients: {cosine:.3f}")
+    mean = {n: (grads[n] + grads2[n]) / 2 for n in grads}
+    noise = {n: (grads[n] - grads2[n]) / 2 for n in grads}
+    for label, d in (("mean of two gradients", mean), ("half-difference (noise)", noise)):
+        dn = sum(float(v.pow(2).sum()) for v in d.values()) ** 0.5
+        for eta in (0.005, 0.02):
+            for sign in (1, -1):
+                record(f"{'+' if sign > 0 else '-'}{label}, L2 norm {eta:g}",
+                       {n: sign * eta * v / dn for n, v in d.items()})  # fmt: skip
+    return cosine
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--task", default="wordproblems", help="wordproblems or wordproblems-long (%(default)s)")
     p.add_argument("--model", help="a saved word-problem model directory (default: the shipped warm start)")
+    p.add_argument(
+        "--quick",
+        action="store_true",
+        help="only the warm start, +-g at L2 0.005 and 0.02, and a "
+        "random step (the check the long regime's requirements name; minutes, not an hour)",
+    )
     p.add_argument("--prompts", type=int, default=64, help="training prompts for the gradient (default 64)")
     p.add_argument("--group", type=int, default=8, help="completions per training prompt (default 8)")
     p.add_argument("--heldout", type=int, default=128, help="held-out prompts (default 128)")
@@ -111,10 +142,14 @@ def main(argv: list[str] | None = None) -> int:
         if getattr(a, name) < 1:
             p.error(f"--{name} {getattr(a, name)} must be >= 1")
     torch.set_num_threads(a.threads)
+    global TASK, BUDGET
+    from oar_rl.tasks import get_task
+
+    TASK, BUDGET = a.task, get_task(a.task).max_completion_length
     t0 = time.perf_counter()
     model, tok = _load(a.model)
     model.float().eval()
-    train, heldout = split_problems("train", a.prompts), split_problems("validation", a.heldout)
+    train, heldout = split_problems("train", a.prompts, TASK), split_problems("validation", a.heldout, TASK)
     grads, train_reward = policy_gradient(model, tok, train, a.group, seed=7)
     norm = sum(float(g.pow(2).sum()) for g in grads.values()) ** 0.5
     params = dict(model.named_parameters())
@@ -157,42 +192,29 @@ def main(argv: list[str] | None = None) -> int:
         + ", ".join(f"{k} {v:.2f}" for k, v in sorted(shares.items(), key=lambda kv: -kv[1]))
     )
     record("warm start", None)
-    for eta in (0.005, 0.02, 0.1):
+    etas = (0.005, 0.02) if a.quick else (0.005, 0.02, 0.1)
+    for eta in etas:
         for sign in (1, -1):
             record(
                 f"{'+' if sign > 0 else '-'}g, L2 norm {eta:g}",
                 {n: sign * eta * g / norm for n, g in grads.items()},
             )
-    for eta in (3e-5, 1e-4, 5e-4):
+    for eta in () if a.quick else (3e-5, 1e-4, 5e-4):
         for sign in (1, -1):
             record(
                 f"{'+' if sign > 0 else '-'}sign(g), {eta:g} per parameter",
                 {n: sign * eta * torch.sign(g) for n, g in grads.items()},
             )
     record("random direction, L2 norm 0.25", {n: 0.25 * r / rand_norm for n, r in rand.items()})
-    # signal or noise? a second gradient from other prompts and samples: their mean keeps the signal, their
-    # half-difference is pure sampling noise with the same structure (a sum of per-sequence score functions)
-    other = split_problems("train", 2 * a.prompts)[a.prompts :]
-    grads2, _ = policy_gradient(model, tok, other, a.group, seed=8)
-    norm2 = sum(float(g.pow(2).sum()) for g in grads2.values()) ** 0.5
-    cosine = sum(float((grads[n] * grads2[n]).sum()) for n in grads) / (norm * norm2)
-    print(f"cosine of two independent {a.prompts}x{a.group} gradients: {cosine:.3f}")
-    mean = {n: (grads[n] + grads2[n]) / 2 for n in grads}
-    noise = {n: (grads[n] - grads2[n]) / 2 for n in grads}
-    for label, d in (("mean of two gradients", mean), ("half-difference (noise)", noise)):
-        dn = sum(float(v.pow(2).sum()) for v in d.values()) ** 0.5
-        for eta in (0.005, 0.02):
-            for sign in (1, -1):
-                record(f"{'+' if sign > 0 else '-'}{label}, L2 norm {eta:g}",
-                       {n: sign * eta * v / dn for n, v in d.items()})  # fmt: skip
-    for grp in sorted(shares):
+    cosine = None if a.quick else _signal_or_noise(a, model, tok, grads, norm, record)
+    for grp in () if a.quick else sorted(shares):
         part = {n: 0.02 * g / norm for n, g in grads.items() if group_of(n) == grp}
         record(f"+g, L2 norm 0.02, {grp} only", part)
     seconds = time.perf_counter() - t0
     print(f"{seconds:.0f} s")
     if a.json:
         record_ = {
-            "model": a.model or "shipped wordproblems",
+            "model": a.model or f"shipped {TASK}",
             "args": vars(a),
             "train_reward": train_reward,
             "gradient_norm": norm,
