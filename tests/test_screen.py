@@ -190,3 +190,34 @@ def test_report_regenerates_the_committed_tables_from_their_run_files(tmp_path):
 
     screen = json.loads((tmp_path / "screen" / "study.json").read_text())
     assert screen["winners"] == json.loads((committed / "screen" / "study.json").read_text())["winners"]
+
+
+def test_the_long_regimes_protocol_is_pinned():
+    """The long screen's protocol (results/credit-long/PREREGISTRATION.md): its task, its warm start's
+    recipe, the short screen's recipe otherwise; a code change that moves it fails here first."""
+    from oar_rl.study.config import protocol_hash
+    from oar_rl.study.screen import get_plan
+
+    plan = get_plan("credit-long")
+    d = protocol("screen", plan)
+    assert (d["task"], d["warm_start_recipe"], d["learning_rate"], d["split"]) == (
+        "wordproblems-long",
+        "da20d80fd55c8835",
+        4e-4,
+        "validation",
+    )
+    short = protocol("screen")
+    same = {k for k in short if k not in ("task", "lr_source", "screen_format", "test_problems")}
+    assert {k: d[k] for k in same} == {k: short[k] for k in same}
+    assert protocol_hash(d) == "f20b145301778d1f"
+    assert [a.name for a in plan.arms] == [
+        "grpo",
+        "oar-g",
+        "first-error",
+        "position",
+        "oar-p-span",
+        "entropy-80-20",
+        "entropy",
+        "random",
+    ]
+    assert all(a.baseline == "grpo" for a in plan.arms[1:]) and plan.confirm_also == ("oar-g", "position")

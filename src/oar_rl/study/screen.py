@@ -74,6 +74,10 @@ def protocol(kind: str, plan: ScreenPlan = CREDIT_SCREEN) -> dict[str, Any]:
     # files record no scored_tokens key; the oar-g[before-answer] arm names its own in its overrides
     for key in plan.drop_from_protocol:
         d.pop(key)
+    if plan.screen_format >= 2:  # since the long regime: the warm start's recipe is part of the protocol
+        from oar_rl.shipped import TASK_RECIPES
+
+        d["warm_start_recipe"] = TASK_RECIPES[plan.task].hash()
     return {**d, "split": plan.eval[kind][0], "screen_format": plan.screen_format}
 
 
