@@ -88,8 +88,8 @@ REGIMES: tuple[Regime, ...] = (
     Regime(
         "wordproblems-long",
         "long chains: the long-chain regime's screen and confirmation",
-        confirmed=(Source("results/credit-long/confirm/runs", "confirmation", "credit-screen.md"),),
-        screens=(Source("results/credit-long/screen/runs", "screen", "credit-screen.md"),),
+        confirmed=(Source("results/credit-long/confirm/runs", "confirmation", "credit-long.md"),),
+        screens=(Source("results/credit-long/screen/runs", "screen", "credit-long.md"),),
     ),
 )
 
