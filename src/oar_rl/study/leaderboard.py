@@ -139,6 +139,10 @@ def _train_ratio(mine: Mapping[int, dict[str, Any]], grpo: Mapping[int, dict[str
     return f"{statistics.fmean(a) / statistics.fmean(b):.2f}×" if a and b else NA
 
 
+SCREEN_SEEDS = 5
+"""Seeds per arm of a complete screen (both pre-registered screens); fewer: the screen is still running."""
+
+
 def accuracy_cells(root: Path, regime: Regime, rule: str) -> list[str]:
     """Δ vs GRPO, seeds, evidence and the train-time ratio of `rule` in `regime`."""
     from oar_rl.study.stats import paired_difference
@@ -158,6 +162,8 @@ def accuracy_cells(root: Path, regime: Regime, rule: str) -> list[str]:
         seeds = len(d["seeds"])
         if confirmed:
             return [_pp(d), str(seeds), link, ratio]
+        if seeds < SCREEN_SEEDS:  # a screen still running: its partial differences are not read
+            return ["running", f"screen: {seeds} of {SCREEN_SEEDS} seeds", link, NA]
         return [_pp(d), f"screen only, {seeds} seeds", link, ratio]
     return [NA, "0", "no runs", NA]
 
@@ -244,6 +250,9 @@ def _sources(root: Path, regimes: Sequence[Regime]) -> list[str]:
             runs = load_runs(root, s.runs)
             n = sum(len(v) for v in runs.values())
             h = {r.get("protocol_hash") for v in runs.values() for r in v.values()}
+            if not n:
+                lines.append(f"- *{s.label}*: `{s.runs}/`: no run files yet ([page]({s.page}))")
+                continue
             lines.append(
                 f"- *{s.label}*: `{s.runs}/`, {n} run files, protocol `{next(iter(h))}` ([page]({s.page}))"
             )
