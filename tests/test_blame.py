@@ -110,13 +110,14 @@ def test_locate_maps_the_error_to_its_tokens_and_counts_every_rollout(tok):
         text("15-8=7", "7-2=4", "4"),  # slip in the last step: counted, not measured
         "no answer at all",  # unparseable
     ]
-    rows, counts = locate([_Traj(tok, t, "5") for t in texts], [problem], 4, tok, exact_check)
+    rows, counts, kinds = locate([_Traj(tok, t, "5") for t in texts], [problem], 4, tok, exact_check)
     assert dict(counts) == {
         "correct": 1,
         "wrong, first error before the last step": 1,
         "wrong, first error in the last step": 1,
         "wrong, unparseable": 1,
     }
+    assert dict(kinds) == {"slip": 2}  # every located first error, in the last step too
     (row,) = rows
     ids = tok(texts[1], add_special_tokens=False)["input_ids"]
     assert [tok.decode([ids[k]]) for k in row["error"]] == ["6"]  # digits are one token each

@@ -1,6 +1,7 @@
 """`oar-rl blame`: does credit blame the first error of a wrong rollout, or the work that carried it?
 
     oar-rl blame --out results/blame            # or: python -m oar_rl.analysis.blame --out results/blame
+    oar-rl blame --task wordproblems-long --out results/blame-long     # the long-chain regime
 
 OAR scores what the answer reads from (DESIGN §4, "Outcome sensitivity is not blame"). On the
 word-problem testbed a wrong rollout has a known culprit: its *first erroneous pivot*
@@ -17,8 +18,14 @@ first error lies in a step *before* the last written one, and for every credit s
 (iii) recall@10% and @20% of the first error's tokens among the reasoning tokens (`causal_recall`);
 
 each with a 95% percentile bootstrap over rollouts, and each signal's paired difference to the two
-controls, `random` and `position` (later reasoning tokens first). Written to OUT/blame.json, blame.md
-and blame.png.
+controls, `random` and `position` (later reasoning tokens first); and the first errors of every wrong
+rollout by kind (slip, operand, operator, ...). Written to OUT/blame.json, blame.md and blame.png.
+
+`--task` picks the regime (`oar_rl.data.wordproblems.TASK_NAMES`): `wordproblems` (the default) or
+`wordproblems-long` (6-8 events, trap events, the running total restated after each change). The task
+gives the warm start, the problems' splits, the completion budget (`Task.max_completion_length`) and the
+answer check; in the long regime a restated total is part of its step and a wrong one is a `restate`
+error (`first_error(..., restate=True)`). The last result stays the last *equation's* result in both.
 
 Signals (`--signals`): the controls, `entropy`, `grail`, and `<mode>/<probe>` for every credit mode of
 `oar_rl.credits.CREDIT_MODES` that reads the outcome probe (default: oar-g and oar-p), under every probe.
@@ -188,13 +195,18 @@ def sample_rollouts(model, tok, problems, samples: int, *, seed: int, max_new_to
     )
 
 
-def locate(trajs, problems, samples: int, tok, check) -> tuple[list[dict[str, Any]], Counter]:
+def locate(
+    trajs, problems, samples: int, tok, check, *, restate: bool = False
+) -> tuple[list[dict[str, Any]], Counter, Counter]:
     """The wrong rollouts whose first error precedes their last step, each with the token columns of the
-    error and of the last result; and the count of every rollout by outcome (what was left out and why)."""
+    error and of the last result; the count of every rollout by outcome (what was left out and why); and
+    the kind of every wrong rollout's located first error (before or in the last step). `restate`: the
+    regime restates running totals (`first_error`)."""
     from oar_rl.answer_span import _token_spans
     from oar_rl.data.wordproblem_errors import first_error
 
     counts: Counter = Counter()
+    kinds: Counter = Counter()
     rows = []
     decoded = _token_spans(tok, [t.completion_ids.tolist() for t in trajs])
     for i, (t, (text, spans)) in enumerate(zip(trajs, decoded, strict=True)):
@@ -202,10 +214,11 @@ def locate(trajs, problems, samples: int, tok, check) -> tuple[list[dict[str, An
             counts["correct"] += 1
             continue
         p = problems[i // samples]
-        err = first_error(text, p.steps, p.answer)
+        err = first_error(text, p.steps, p.answer, restate=restate)
         if err.status != "error":
             counts[f"wrong, {err.status.replace('_', ' ')}"] += 1
             continue
+        kinds[err.kind] += 1
         if not err.before_last_step:
             counts["wrong, first error in the last step"] += 1
             continue
@@ -216,7 +229,7 @@ def locate(trajs, problems, samples: int, tok, check) -> tuple[list[dict[str, An
 
         rows.append({"index": i, "error": cols(err.spans), "last": cols([err.last_result]), "kind": err.kind,
                      "step": err.step, "steps": err.steps_written})  # fmt: skip
-    return rows, counts
+    return rows, counts, kinds
 
 
 def batch_of(trajs, tok, answer_pattern: str | None, scored_tokens: str):
@@ -280,12 +293,15 @@ def build_parser():
     """The `oar-rl blame` parser (the shared vocabulary of `oar_rl.options`)."""
     from oar_rl.argparsing import add, new_parser
     from oar_rl.credit_modules import add_flag
+    from oar_rl.data.wordproblems import TASK_NAMES
     from oar_rl.options import shared_parser
 
     out = {"default": "blame_out", "help": "directory for blame.json, blame.md, blame.png"}
     parents = [shared_parser("seed", "threads", "out", out=out)]
     p = new_parser("oar-rl blame", __doc__.split("\n\n")[0], parents=parents)
     add_flag(p)
+    what = "the word-problem regime: its warm start, splits, completion budget and answer check"
+    add(p, "--task", default="wordproblems", choices=TASK_NAMES, help=what)
     add(p, "--prompts", type=int, default=64, help="word problems sampled (the first of the split)")
     add(p, "--samples", type=int, default=8, help="completions per problem, at T = 1")
     add(p, "--split", default="train", choices=("train", "validation", "eval"), help="problems' split")
@@ -298,7 +314,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from oar_rl.analysis.blame_report import bar_chart, markdown
     from oar_rl.credit_modules import load_credit_modules
-    from oar_rl.data.wordproblems import split_problems
+    from oar_rl.data.wordproblems import SPLITS_BY_TASK, split_problems
     from oar_rl.io import ensure_writable_dir, write_text_atomic
     from oar_rl.machine import machine_info, machine_line
     from oar_rl.options import apply_threads
@@ -321,12 +337,13 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     t0 = time.perf_counter()
     apply_threads(a.threads)
-    task = get_task("wordproblems")
+    task = get_task(a.task)
     ws = task.load_warm_start("default", None)
-    problems = split_problems(a.split, a.prompts)
+    problems = split_problems(a.split, a.prompts, a.task)
     trajs = sample_rollouts(ws.model, ws.tokenizer, problems, a.samples, seed=a.seed,
                             max_new_tokens=task.max_completion_length)  # fmt: skip
-    rows, counts = locate(trajs, problems, a.samples, ws.tokenizer, task.check)
+    restate = SPLITS_BY_TASK[a.task][a.split][0].restate
+    rows, counts, kinds = locate(trajs, problems, a.samples, ws.tokenizer, task.check, restate=restate)
     print(f"[blame] {len(trajs)} rollouts: " + "; ".join(f"{k} {v}" for k, v in counts.items()))
     if not rows:
         print("oar-rl blame: no wrong rollout with its first error before the last step", file=sys.stderr)
@@ -340,6 +357,7 @@ def main(argv: list[str] | None = None) -> int:
         "counts": dict(counts),
         "rows": len(rows),
         "kinds": dict(Counter(r["kind"] for r in rows)),  # of the rows measured
+        "error_kinds": dict(kinds),  # of every wrong rollout with a located first error
     }
     result.update(measure(ws.model, ws.tokenizer, trajs, rows, signals, seed=a.seed, task=task))
     result["settings"].update(result.pop("defaults"))

@@ -97,20 +97,45 @@ def _table(head: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
     ]
 
 
+def kinds_table(result: Mapping[str, Any]) -> list[str]:
+    """The first errors by kind: of every wrong rollout with a located first error (`error_kinds`) and of
+    the rows measured (`kinds`), each as a count and a share; [] for a record without `error_kinds`."""
+    from oar_rl.data.wordproblem_errors import ERROR_KINDS
+
+    every, measured = result.get("error_kinds"), result["kinds"]
+    if every is None:
+        return []
+    n_every, n_measured = sum(every.values()), sum(measured.values())
+    names = [k for k in ERROR_KINDS if every.get(k) or measured.get(k)]
+
+    def cell(count: int, total: int) -> str:
+        return f"{count} ({count / total:.0%})" if total else "0"
+
+    rows = [[k.replace("_", " "), cell(every.get(k, 0), n_every), cell(measured.get(k, 0), n_measured)]
+            for k in names]  # fmt: skip
+    rows.append(["all", str(n_every), str(n_measured)])
+    head = ["first error", "every wrong rollout with a located error", "before the last step (measured)"]
+    return ["First errors by kind (count, share):", "", *_table(head, rows), ""]
+
+
 def markdown(result: Mapping[str, Any]) -> str:
-    """blame.md: the counts, the main table, the paired differences to each control, own reshaping."""
+    """blame.md: the counts, the errors by kind, the main table, the paired differences to each control,
+    own reshaping."""
     s, c = result["settings"], result["counts"]
+    task = s.get("task", "wordproblems")
+    model = "word-problem" if task == "wordproblems" else f"`{task}`"
     lines = [  # no title: the docs page includes this file under its own heading
         f"Command: `{result['command']}`  ",
         f"Machine: {result['machine']}; {s['threads']} torch thread(s); "
         f"wall {result['wall_seconds']:.0f} s.  ",
-        f"Model: the shipped word-problem warm start (recipe {result['recipe']}); {s['prompts']} "
+        f"Model: the shipped {model} warm start (recipe {result['recipe']}); {s['prompts']} "
         f"{s['split']} problems × {s['samples']} samples at T = 1, seed {s['seed']}; τ = {s['tau']}, "
         f"β = {s['oar_beta']}, threshold {s['threshold']}, floor {s['floor']}.",
         "",
         "Rollouts: " + "; ".join(f"{k} {v}" for k, v in c.items()) + ". First errors of the rows "
         "measured: " + ", ".join(f"{k.replace('_', ' ')} {v}" for k, v in result["kinds"].items()) + ".",
         "",
+        *kinds_table(result),
         f"Rows below: the {result['rows']} wrong rollouts whose first error lies before their last step. "
         "ω̃: the bi-level weight (Eq. 14-17, the trainer's `token_advantages`; 1 = GRPO's; the boost "
         "reaches 1 + β before Eq. 17's sum-preserving rescale); "

@@ -12,6 +12,16 @@ ones, in writing order, and returns the first pivot that differs:
   teacher's mistake (`wordproblems.teacher_slips`), which the shipped warm start samples.
 - ``extra_step``: every true step is written correctly and one more equation follows; its operands and
   operator are the error.
+- ``restate`` (the long regime, ``restate=True``): the step is right and the running total restated after
+  it (`wordproblem_phrases.RESTATES`: "That makes 17 pears.") says another number; the restated number is
+  the error.
+
+The long regime (`oar_rl.data.wordproblems.LONG_CONFIG`) writes numbers outside the equations: after every
+change of the stock its running total. With ``restate=True`` a number inside one of the `RESTATES`
+sentences belongs to the equation before it, as part of that step (a restatement before the first
+equation is unparseable); with the default ``False`` (the short regime, which never restates) any number
+outside an equation makes the completion unparseable, as before. A trap event's misread (a gain read as a
+loss, `teacher_slips`' ``misread``) is an ``operator`` error at the trap's step.
 
 Up to the first error every written value equals the true one, so comparing with the true steps is
 comparing with the true state of the story at that point. Completions where no pivot can be blamed are
@@ -24,21 +34,33 @@ fewer than the true ones), ``answer_copy`` (every step right, the answer span sa
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Literal
 
+from oar_rl.data.wordproblem_phrases import RESTATES
 from oar_rl.data.wordproblems import label_roles
 
-ErrorKind = Literal["operand", "operator", "slip", "extra_step"]
+ErrorKind = Literal["operand", "operator", "slip", "extra_step", "restate"]
 Status = Literal["error", "unparseable", "missing_step", "answer_copy", "correct"]
 STATUSES: tuple[str, ...] = ("error", "unparseable", "missing_step", "answer_copy", "correct")
-ERROR_KINDS: tuple[str, ...] = ("slip", "operand", "operator", "extra_step")
+ERROR_KINDS: tuple[str, ...] = ("slip", "operand", "operator", "extra_step", "restate")
 
 _EQUATION_RE = re.compile(r"(\d+)([+\-*])(\d+)=(\d+)")
 _NUMBER_RE = re.compile(r"\d+")
 _OPERATOR_RE = re.compile(r"(?<=\d)[+\-*](?=\d)")
 _ANSWER_RE = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
 Span = tuple[int, int]
+
+
+def _restate_pattern(template: str) -> str:
+    """A `RESTATES` template as a regex: {r} the one captured number, any other placeholder one word."""
+    parts = re.split(r"(\{[A-Za-z]+\})", template)
+    return "".join(
+        r"(\d+)" if t == "{r}" else r"[A-Za-z]+" if t.startswith("{") else re.escape(t) for t in parts
+    )
+
+
+_RESTATE_RE = re.compile(r"(?<![A-Za-z])(?:" + "|".join(_restate_pattern(t) for t in RESTATES) + ")")
 
 
 @dataclass(frozen=True)
@@ -51,6 +73,8 @@ class WrittenStep:
     r: int
     spans: tuple[Span, Span, Span, Span]
     """Character spans of a, op, b and r in the completion."""
+    restated: tuple[tuple[int, Span], ...] = ()
+    """(value, character span) of each running total restated after the equation (the long regime)."""
 
 
 @dataclass(frozen=True)
@@ -75,19 +99,29 @@ class FirstError:
         return self.status == "error" and self.step is not None and self.step < self.steps_written - 1
 
 
-def written_steps(reasoning: str) -> list[WrittenStep] | None:
+def written_steps(reasoning: str, restate: bool = False) -> list[WrittenStep] | None:
     """The equations of a completion's reasoning in order, or None when a number or an operator between
-    digits stands outside a complete ``a<op>b=r`` (the steps cannot be aligned)."""
+    digits stands outside a complete ``a<op>b=r`` (the steps cannot be aligned). `restate`: a number in a
+    `RESTATES` sentence after an equation is that equation's restated total, not a stray number (None
+    when such a sentence comes before the first equation)."""
     steps, covered = [], set()
     for m in _EQUATION_RE.finditer(reasoning):
         spans = tuple((m.start(g), m.end(g)) for g in (1, 2, 3, 4))
         steps.append(WrittenStep(int(m[1]), m[2], int(m[3]), int(m[4]), spans))  # type: ignore[arg-type]
         covered.update(spans)
+    restated: dict[int, list[tuple[int, Span]]] = {}
+    for m in _RESTATE_RE.finditer(reasoning) if restate else ():
+        g = m.lastindex  # each alternative captures exactly one number
+        owner = [j for j, w in enumerate(steps) if w.spans[3][1] <= m.start()]
+        if g is None or not owner:
+            return None
+        restated.setdefault(owner[-1], []).append((int(m[g]), (m.start(g), m.end(g))))
+        covered.add((m.start(g), m.end(g)))
     numbers = {(m.start(), m.end()) for m in _NUMBER_RE.finditer(reasoning)}
     operators = {(m.start(), m.end()) for m in _OPERATOR_RE.finditer(reasoning)}
     if (numbers | operators) - covered:
         return None
-    return steps
+    return [replace(w, restated=tuple(restated.get(j, ()))) for j, w in enumerate(steps)]
 
 
 def _compare(w: WrittenStep, true: tuple[int, str, int, int]) -> tuple[ErrorKind, tuple[Span, ...]] | None:
@@ -103,11 +137,14 @@ def _compare(w: WrittenStep, true: tuple[int, str, int, int]) -> tuple[ErrorKind
             return "operand", (w.spans[2],)
     if w.r != r:
         return "slip", (w.spans[3],)
+    for value, span in w.restated:
+        if value != r:
+            return "restate", (span,)
     return None
 
 
 def first_error(
-    completion: str, true_steps: tuple[tuple[int, str, int, int], ...], answer: int
+    completion: str, true_steps: tuple[tuple[int, str, int, int], ...], answer: int, *, restate: bool = False
 ) -> FirstError:
     """The first erroneous pivot of `completion` against the problem's true steps and answer.
 
@@ -115,6 +152,8 @@ def first_error(
         completion: the completion text (as decoded from the sampled ids).
         true_steps: `WordProblem.steps`, the true (a, op, b, r) of each step in order.
         answer: the true final answer (`WordProblem.answer`).
+        restate: the completion may restate the running total after an equation (the long regime,
+            `WordProblemConfig.restate`); see the module docstring.
 
     Returns:
         A :class:`FirstError`; `status` says whether a pivot was found and why not.
@@ -124,7 +163,7 @@ def first_error(
         return FirstError("unparseable", steps_true=n_true)
     span = _ANSWER_RE.search(completion)
     assert span is not None  # label_roles accepted it
-    steps = written_steps(completion[: span.start()])
+    steps = written_steps(completion[: span.start()], restate)
     if not steps:
         return FirstError("unparseable", steps_true=n_true)
     last = steps[-1].spans[3]
