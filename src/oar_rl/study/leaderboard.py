@@ -90,6 +90,7 @@ REGIMES: tuple[Regime, ...] = (
         "long chains: the long-chain regime's screen and confirmation",
         confirmed=(Source("results/credit-long/confirm/runs", "confirmation", "credit-long.md"),),
         screens=(Source("results/credit-long/screen/runs", "screen", "credit-long.md"),),
+        blame="results/blame-long/blame.json",
     ),
 )
 
