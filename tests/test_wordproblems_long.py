@@ -123,3 +123,12 @@ def test_requirements_are_checked_at_their_edges():
     for key, bad in (("mean_reasoning_tokens", 149.9), ("greedy_accuracy", 0.9), ("sampled_accuracy", 0.19),
                      ("pivots_outside_last_step", None)):  # fmt: skip
         assert not check_requirements({**ok, key: bad})[key]["met"], key
+
+
+def test_a_saved_models_recipe_hash_is_the_recipes():
+    from oar_rl.analysis.task_figures import _recipe_hash
+    from oar_rl.shipped import LONG_WORDPROBLEMS_RECIPE, shipped_path, verify_shipped
+
+    verify_shipped("wordproblems-long")  # the shipped files match their manifest and the code's recipe
+    assert _recipe_hash(shipped_path("wordproblems-long")) == LONG_WORDPROBLEMS_RECIPE.hash()
+    assert LONG_WORDPROBLEMS_RECIPE.hash() == "da20d80fd55c8835"

@@ -124,7 +124,7 @@ def measure(
         from oar_rl.tiny import _load
 
         model, tok = _load(Path(model_dir))
-        recipe_hash = json.loads((Path(model_dir) / "oar_rl_recipe.json").read_text()).get("_hash", "")
+        recipe_hash = _recipe_hash(Path(model_dir))
     t0 = time.perf_counter()
     probs = split_problems("eval", problems, task_name)
     prompts = [p.prompt for p in probs]
@@ -205,6 +205,19 @@ def measure(
     if task_name == "wordproblems-long":
         figures["requirements"] = check_requirements(figures)
     return figures
+
+
+def _recipe_hash(model_dir: Path) -> str:
+    """The recipe hash of a saved warm start (as `oar_rl.tiny.Recipe.hash` computes it), or "unknown"."""
+    import hashlib
+
+    from oar_rl.tiny import RECIPE_FILE
+
+    path = model_dir / RECIPE_FILE
+    if not path.is_file():
+        return "unknown (no recipe file)"
+    blob = json.dumps(json.loads(path.read_text()), sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
 def check_requirements(figures: dict[str, Any]) -> dict[str, dict[str, Any]]:
