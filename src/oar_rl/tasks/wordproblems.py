@@ -73,42 +73,42 @@ def _trainer_kwargs() -> dict[str, Any]:
     return {"token_roles": label_roles}
 
 
-WORDPROBLEMS = Task(
-    name="wordproblems",
-    description="synthetic word problems with distractors and ground-truth pivot/filler roles, word-level "
+def _word_task(name: str, test_max: int, description: str, **settings: Any) -> Task:
+    """A word-problem regime as a `Task`: everything but its name, test size and settings is shared."""
+    return Task(
+        name=name,
+        description=description,
+        prompts=_prompts_of(name, test_max),
+        reward=exact_reward,
+        check=exact_check,
+        load_warm_start=_warm_start_of(name),
+        warm_starts=("default",),
+        label_roles=_label_roles,
+        trainer_kwargs=_trainer_kwargs,
+        probe="as-mean",
+        learning_rate=3e-4,
+        load_split=_split_of(name),
+        split_names=("train", "validation", "eval"),
+        **settings,
+    )
+
+
+WORDPROBLEMS = _word_task(
+    "wordproblems",
+    _TEST_MAX,
+    "synthetic word problems with distractors and ground-truth pivot/filler roles, word-level "
     "tiny Qwen2 shipped with the package (oar_rl.data.wordproblems)",
-    prompts=_prompts_of("wordproblems", _TEST_MAX),
-    reward=exact_reward,
-    check=exact_check,
-    load_warm_start=_warm_start_of("wordproblems"),
-    warm_starts=("default",),
-    label_roles=_label_roles,
-    trainer_kwargs=_trainer_kwargs,
     max_completion_length=160,
-    probe="as-mean",
-    learning_rate=3e-4,
     learning_rate_note="GRPO pilots on the validation split (benchmarks/rl_pilot.py; docs/history.md, "
     "'Why RL barely moved the first warm start'): 16x8 x 30 steps gave 70.9% at 1e-4, 84.3% at 3e-4, 76.7% "
     "at 1e-3",
-    load_split=_split_of("wordproblems"),
-    split_names=("train", "validation", "eval"),
 )
 
-WORDPROBLEMS_LONG = Task(
-    name="wordproblems-long",
-    description="the long-chain regime of the word problems: 6-8 events, ~185 reasoning tokens, trap events "
+WORDPROBLEMS_LONG = _word_task(
+    "wordproblems-long",
+    500,
+    "the long-chain regime of the word problems: 6-8 events, ~185 reasoning tokens, trap events "
     "the warm start misreads (oar_rl.data.wordproblems.LONG_CONFIG)",
-    prompts=_prompts_of("wordproblems-long", 500),
-    reward=exact_reward,
-    check=exact_check,
-    load_warm_start=_warm_start_of("wordproblems-long"),
-    warm_starts=("default",),
-    label_roles=_label_roles,
-    trainer_kwargs=_trainer_kwargs,
     max_completion_length=320,
-    probe="as-mean",
-    learning_rate=3e-4,
     learning_rate_note="the short regime's GRPO step size, kept so that the regimes differ in the task only",
-    load_split=_split_of("wordproblems-long"),
-    split_names=("train", "validation", "eval"),
 )
