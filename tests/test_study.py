@@ -114,6 +114,30 @@ def test_minimum_detectable_effect_table_and_power():
         stats.minimum_detectable_effect(0.1, 1)
 
 
+def test_welch_difference_against_the_formula():
+    # by hand: a = (1, 2, 3, 4), b = (2, 4, 9): means 2.5, 5; variances 1.6667, 13; se² = v_a/4 + v_b/3
+    a, b = [1.0, 2.0, 3.0, 4.0], [2.0, 4.0, 9.0]
+    va, vb = 5 / 3, 13.0
+    se2 = va / 4 + vb / 3
+    df = se2**2 / ((va / 4) ** 2 / 3 + (vb / 3) ** 2 / 2)  # Welch-Satterthwaite
+    half = stats.t_quantile(0.975, df) * math.sqrt(se2)
+    w = stats.welch_difference(a, b)
+    assert w["mean"] == pytest.approx(-2.5)
+    assert w["df"] == pytest.approx(df, rel=1e-9)
+    assert w["low"] == pytest.approx(-2.5 - half, rel=1e-9)
+    assert w["high"] == pytest.approx(-2.5 + half, rel=1e-9)
+    assert 0.0 < w["p"] < 1.0 and (w["n_a"], w["n_b"]) == (4, 3)
+    # unequal variances matter: the pooled (Student) interval is another one
+    assert stats.welch_difference([0, 0.1, 0.2], [5, 15, 25])["df"] < 3
+    # no spread anywhere: no interval, never a made-up width
+    flat = stats.welch_difference([1.0, 1.0], [2.0, 2.0])
+    assert flat["mean"] == -1.0 and flat["low"] is None and flat["p"] is None
+    with pytest.raises(ValueError, match="sample b has 1 value"):
+        stats.welch_difference([1.0, 2.0], [3.0])
+    with pytest.raises(ValueError, match="finite"):
+        stats.welch_difference([1.0, float("nan")], [3.0, 4.0])
+
+
 def test_curve_ci_and_steps_to_reach():
     c = stats.curve_ci([{0: 0.2, 5: 0.3, 10: 0.5}, {0: 0.2, 5: 0.5, 7: 0.9}])
     assert c["step"] == [0, 5]  # only the shared steps

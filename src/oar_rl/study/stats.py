@@ -116,6 +116,36 @@ def paired_difference(
     return out
 
 
+def welch_difference(a: Sequence[float], b: Sequence[float], level: float = 0.95) -> dict[str, Any]:
+    """Mean(a) − mean(b) of two *unpaired* samples with its Welch t-interval (unequal variances,
+    Welch–Satterthwaite degrees of freedom), from `scipy.stats.ttest_ind(equal_var=False)`.
+
+    For quantities measured on unrelated seeds, e.g. a rule's mean paired gap to GRPO in one regime
+    against the same rule's in another. Returns {"n_a", "n_b", "mean", "low", "high", "df", "p"}; needs
+    >= 2 finite values in each sample; with no spread in either sample the interval is undefined and
+    `low`/`high`/`df`/`p` are None (never a made-up width)."""
+    if not 0.0 < level < 1.0:
+        raise ValueError(f"level={level} must be in (0, 1)")
+    xa, xb = [float(v) for v in a], [float(v) for v in b]
+    for name, xs in (("a", xa), ("b", xb)):
+        if len(xs) < 2:
+            raise ValueError(f"sample {name} has {len(xs)} value(s); a Welch interval needs >= 2 in each")
+        bad = [v for v in xs if not math.isfinite(v)]
+        if bad:
+            raise ValueError(f"sample {name} must be finite, got {bad[:3]}")
+    mean = statistics.fmean(xa) - statistics.fmean(xb)
+    out: dict[str, Any] = {"n_a": len(xa), "n_b": len(xb), "mean": mean, "low": None, "high": None}
+    out.update(df=None, p=None)
+    if statistics.stdev(xa) == 0.0 and statistics.stdev(xb) == 0.0:
+        return out
+    from scipy.stats import ttest_ind
+
+    test = ttest_ind(xa, xb, equal_var=False)
+    ci = test.confidence_interval(confidence_level=level)
+    out.update(low=float(ci.low), high=float(ci.high), df=float(test.df), p=float(test.pvalue))
+    return out
+
+
 def minimum_detectable_effect(sd: float, n: int, level: float = 0.95, power: float = 0.8) -> float:
     """The smallest true mean difference a two-sided paired t-test at `level` detects with probability
     `power`, given the paired differences' SD `sd` over `n` seeds: (t_{1-α/2} + t_{power}) · sd / √n,
