@@ -48,9 +48,9 @@ def main(argv: list[str] | None = None) -> int:
     from oar_rl.tasks.wordproblems import WORDPROBLEMS as task
 
     if a.model:
-        from oar_rl.tiny import _load
+        from oar_rl.tiny import load_model_dir
 
-        model, tok = _load(Path(a.model))
+        model, tok = load_model_dir(Path(a.model))
         path = a.model
     else:
         from oar_rl.shipped import load_task_model

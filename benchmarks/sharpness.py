@@ -49,7 +49,7 @@ def _load(model_dir: str | None):
 
         model, tok, _ = load_task_model(TASK)
         return model, tok
-    from oar_rl.tiny import _load as load_dir
+    from oar_rl.tiny import load_model_dir as load_dir
 
     return load_dir(Path(model_dir))
 

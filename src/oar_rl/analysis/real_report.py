@@ -15,7 +15,7 @@ from typing import Any
 
 import torch
 
-from oar_rl.analysis.recall import _plot
+from oar_rl.analysis.recall import plot_recall
 from oar_rl.analysis.recall_stats import (
     band_json,
     control_differences,
@@ -93,6 +93,6 @@ def write_figure(
         ("recall.png", [k for k in MAIN_CURVES if k in recalls]),
         ("recall_all_probes.png", recalls),
     ):
-        _plot({k: recalls[k] for k in keys}, out / tag, {k: bands[k] for k in keys}, n=result["finishable"],
-              with_pivot=with_pivot)  # fmt: skip
+        plot_recall({k: recalls[k] for k in keys}, out / tag, {k: bands[k] for k in keys},
+                    n=result["finishable"], with_pivot=with_pivot)  # fmt: skip
     return markdown

@@ -145,7 +145,7 @@ def scores_per_probe(
     return with_position(scores, mask), mask
 
 
-def _plot(
+def plot_recall(
     recalls: dict[str, dict[float, float]],
     path: Path,
     intervals: dict[str, dict[float, tuple[float, float]]] | None = None,
@@ -362,7 +362,7 @@ def main(argv: list[str] | None = None) -> int:
         f"{paired_table(paired, (0.1, 0.2, 0.3))}\n"
     )
     write_text_atomic(out / "recall.md", summary)
-    _plot(
+    plot_recall(
         recalls,
         out / "recall.png",
         intervals,
