@@ -17,12 +17,13 @@ V2 = ROOT / "results" / "study-wordproblems-v2"
 
 @pytest.mark.parametrize("kind", ["screen", "confirm"])
 def test_credit_screen_tables_regenerate_from_the_run_files(tmp_path, kind):
+    from experiments.credit_screen.plan import CREDIT_SCREEN
     from oar_rl.study.screen import write_report
 
     for part in ("screen", "confirm"):
         shutil.copytree(SCREEN / part / "runs", tmp_path / part / "runs")
     shutil.copy(SCREEN / "screen" / "study.json", tmp_path / "screen" / "study.json")  # the winners
-    write_report(tmp_path, kind)
+    write_report(tmp_path, kind, CREDIT_SCREEN)
     assert (tmp_path / f"{kind}.md").read_text() == (SCREEN / f"{kind}.md").read_text()
 
 

@@ -1,36 +1,16 @@
-"""The pre-registered screens' plans (`oar_rl.study.screen` runs them): arms, seeds, step size and
-evaluation. `CREDIT_SCREEN` is issue 26's screen on the short regime (results/credit-screen,
-PREREGISTRATION.md there); `CREDIT_LONG` issue 33's on the long-chain regime (results/credit-long)."""
+"""Issue 26's pre-registered credit-rule screen on the short regime (results/credit-screen,
+PREREGISTRATION.md there): its arms, seeds, step size and evaluation. `oar_rl.study.screen` runs it
+(`python -m experiments.credit_screen`); its stage 3 is issue 33's addendum."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any
-
-from oar_rl.study.config import Variant
+from oar_rl.study.screen_plan import Arm, ScreenPlan
 
 SCREEN_SEEDS: tuple[int, ...] = (2000, 2001, 2002, 2003, 2004)
 CONFIRM_SEEDS: tuple[int, ...] = tuple(range(100, 110))
 LEARNING_RATE = 4e-4  # every method's choice in the v2 study's sweep (results/study-wordproblems-v2)
 VALIDATION_PROBLEMS = 300
 SCREEN_FORMAT = 1
-
-
-@dataclass(frozen=True)
-class Arm:
-    """One screened configuration: a method, its OARConfig overrides and the GRPO arm it is paired with."""
-
-    name: str
-    method: str
-    overrides: tuple[tuple[str, Any], ...] = ()
-    baseline: str | None = "grpo"
-    stage: int = 1
-    cost: float = 1.0
-    """Relative CPU cost (GRPO = 1), from the v2 study's per-run seconds; breaks ties between winners."""
-
-    def variant(self) -> Variant:
-        return Variant(self.name, self.method, self.overrides)
-
 
 _TR = (("steps_per_generation", 2), ("learning_rate", 2e-4))  # trust region: 2 clipped steps per batch
 
@@ -84,40 +64,6 @@ decision: per seed, (arm − its baseline) − (other − its baseline), so arms
 sizes are compared by their gaps to GRPO at their own step size."""
 
 
-@dataclass(frozen=True)
-class ScreenPlan:
-    """One pre-registered screen and its confirmation: the task, the arms, the seeds, the step size and
-    the evaluation. Everything here is fixed by the plan's PREREGISTRATION.md before its first run."""
-
-    name: str
-    task: str
-    arms: tuple[Arm, ...]
-    screen_seeds: tuple[int, ...]
-    confirm_seeds: tuple[int, ...]
-    learning_rate: float
-    lr_source: str
-    eval: dict[str, tuple[str, int]]
-    """Per kind of run ("screen", "confirm"): (split it is scored on, problems); 4 samples each at T = 1."""
-    confirm_curve: tuple[int, int]
-    screen_format: int
-    contrasts: tuple[tuple[str, str, str], ...] = ()
-    decision_stages: tuple[int, ...] = (1, 2)
-    """The stages whose arms compete for the winners (a later stage is an addendum, reported only)."""
-    confirm_also: tuple[str, ...] = ()
-    """Arms confirmed whatever the screen says (with their baselines)."""
-    k_winners: int = 2
-    drop_from_protocol: tuple[str, ...] = ()
-    """Settings left out of the recorded protocol (the first screen's files predate `scored_tokens`)."""
-
-    def arm(self, name: str) -> Arm:
-        for a in self.arms:
-            if a.name == name:
-                return a
-        raise ValueError(
-            f"no arm {name!r} in the plan {self.name!r}; arms: {', '.join(a.name for a in self.arms)}"
-        )
-
-
 CREDIT_SCREEN = ScreenPlan(
     name="credit-screen",
     task="wordproblems",
@@ -134,67 +80,5 @@ CREDIT_SCREEN = ScreenPlan(
 )
 """Issue 26's screen on the short regime (results/credit-screen; its stage 3 is issue 33's addendum)."""
 
-# ----------------------------------------------------------------------------------------------------
-# The long-chain regime's screen (issue 33), pre-registered in results/credit-long/PREREGISTRATION.md.
-#
-# The long-chain regime's credit screen and confirmation (issue 33), as pre-registered in
-# `results/credit-long/PREREGISTRATION.md` (committed before the first run file).
-#
-# The same engine and recipe as the short regime's screen (`oar_rl.study.screen`): 30 generation batches
-# of 16 prompts × 8, τ 0.4, β 2, AS-Mean, learning rate 4e-4 for every arm (the short screen's, so the two
-# regimes differ in the task only), scored on the **validation** split (300 problems × 4 samples at
-# T = 1). The task is `wordproblems-long` (6-8 events, ~185 reasoning tokens, trap events the warm start
-# misreads). Exact OAR-P is not screened: its cost grows with the square of the reasoning length (Σ suffix
-# lengths ≈ L²/2 token-forwards per row), about 20× a GRPO run here, 13 CPU-hours for 5 seeds;
-# span-level OAR-P is its cheap stand-in.
-#
-#     python -m oar_rl.study.screen run --plan credit-long          # two processes at once, resumable
-#     python -m oar_rl.study.screen report --plan credit-long
-#     python -m oar_rl.study.screen confirm --plan credit-long      # the winners, oar-g and position
-# ----------------------------------------------------------------------------------------------------
-
-LONG_ARMS: tuple[Arm, ...] = (
-    Arm("grpo", "grpo", baseline=None),
-    Arm("oar-g", "oar-g", cost=1.1),
-    Arm("first-error", "first-error", cost=3.0),
-    Arm("position", "position", cost=1.0),
-    Arm("oar-p-span", "oar-p-span", cost=1.3),
-    Arm("entropy-80-20", "entropy-80-20", cost=1.0),
-    Arm("entropy", "entropy", cost=1.05),
-    Arm("random", "random", cost=1.0),
-)
-"""Every arm is paired by seed with plain GRPO at the same step size; costs (GRPO = 1) break ties."""
-
-LONG_CONTRASTS: tuple[tuple[str, str, str], ...] = (
-    ("oar-g", "position", "is OAR-G more than 'weight later tokens'?"),
-    ("first-error", "oar-g", "blame the first error vs OAR-G"),
-    ("oar-p-span", "oar-g", "span-level masking vs OAR-G"),
-    ("entropy-80-20", "entropy", "80/20 (top-20% entropy tokens only) vs entropy shaping"),
-    ("position", "random", "position vs random weights"),
-)
-
-CREDIT_LONG = ScreenPlan(
-    name="credit-long",
-    task="wordproblems-long",
-    arms=LONG_ARMS,
-    screen_seeds=(3000, 3001, 3002, 3003, 3004),
-    confirm_seeds=tuple(range(300, 310)),
-    learning_rate=4e-4,
-    lr_source="the short regime's screen rate (4e-4, the v2 sweep's choice), kept so the regimes differ "
-    "in the task only",
-    eval={"screen": ("validation", 300), "confirm": ("test", 500)},
-    confirm_curve=(150, 2),
-    screen_format=2,
-    contrasts=LONG_CONTRASTS,
-    confirm_also=("oar-g", "position"),
-)
-
-
-PLANS: dict[str, ScreenPlan] = {CREDIT_SCREEN.name: CREDIT_SCREEN, CREDIT_LONG.name: CREDIT_LONG}
-"""The screens `python -m oar_rl.study.screen --plan` knows."""
-
-
-def get_plan(name: str) -> ScreenPlan:
-    if name not in PLANS:
-        raise ValueError(f"unknown screen plan {name!r}; valid: {', '.join(sorted(PLANS))}")
-    return PLANS[name]
+PLAN = CREDIT_SCREEN
+"""What `python -m oar_rl.study.screen --plan experiments/credit_screen/plan.py` runs."""
