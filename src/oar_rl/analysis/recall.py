@@ -19,7 +19,7 @@ Writes `recall.json` (per-K recall of each method, pivot statistics, settings), 
 
 The oracle pipeline here, `oracle_labels` (Eq. 19 per trajectory), `label_matrix` and `scores_per_probe`
 (which adds the `position` control), is also what the study (`oar_rl.study.recall`) and the real-model
-figure (`oar_rl.analysis.real_recall`) call; the statistics on its labels and scores (recall, bands,
+figure (`experiments.real_model.recall`) call; the statistics on its labels and scores (recall, bands,
 paired differences and their JSON/Markdown) are all in `oar_rl.analysis.recall_stats`.
 """
 

@@ -1,7 +1,7 @@
 """Recall per reasoning step of the real-model figure: does a signal find pivots that are NOT next to the
 answer?
 
-A reference's reasoning R (`oar_rl.analysis.real_recall`) is a few sentences, one per step. **Step k** is
+A reference's reasoning R (`experiments.real_model.recall`) is a few sentences, one per step. **Step k** is
 the k-th sentence of R that holds a digit, together with any digit-free sentences right before it (so
 an opener like "Let's see." joins step 1, and a digit-free sentence at the end joins the last step).
 Sentences end at a "." that is followed by a space or by the end of R. A token belongs to the step
