@@ -17,8 +17,8 @@ the first warm start"). This measures why, on any saved task model:
 A model is *sharp* in this sense when a step along +g far below a harmless random step already lowers
 the held-out reward. Run:
 
-    python benchmarks/sharpness.py                               # the shipped word-problem warm start
-    python benchmarks/sharpness.py --model DIR --json out.json   # another saved model of the same task
+    python -m experiments.sharpness                               # the shipped word-problem warm start
+    python -m experiments.sharpness --model DIR --json out.json   # another saved model of the same task
 
 Every figure is a held-out reward; its binomial standard error is about 0.5/sqrt(heldout × samples).
 """

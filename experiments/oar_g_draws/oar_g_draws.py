@@ -11,8 +11,8 @@ it samples completions of held-out arithmetic prompts, then for each K:
   top-20% by OAR-G (averaged over rows and seeds);
 - **cost**: median wall time of one ``gradient_importance`` call over the whole batch relative to K=1.
 
-    python benchmarks/oar_g_draws.py                  # 32 completions, AS-Mean probe (the demo's)
-    python benchmarks/oar_g_draws.py --json out.json  # also write the figures
+    python -m experiments.oar_g_draws                  # 32 completions, AS-Mean probe (the demo's)
+    python -m experiments.oar_g_draws --json out.json  # also write the figures
 
 Times are ratios measured on whatever machine runs this; on a shared machine they are noisy.
 """

@@ -15,7 +15,7 @@ layers (gpu-check's scorer-precision model is the 30-layer one), gpu-check's pad
 weights' share); bf16 with the LM head and KL in float32 at 1e-3; and float64 at 4e-3 and 1.6e-2
 against float64 at 1e-3 (does a larger σ give the same scores in exact arithmetic?).
 
-    python benchmarks/oar_g_precision.py [--seeds 3] [--layers 6]
+    python -m experiments.oar_g_precision [--seeds 3] [--layers 6]
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))  # the matrix's tiny models
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tests"))  # the matrix's tiny models
 
 from arch_models import ARCHS, tiny_model
 from oar_rl.float64 import float64_copy

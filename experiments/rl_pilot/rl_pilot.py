@@ -5,8 +5,8 @@ warm start or a saved model, measures sampled accuracy on the validation split e
 then the final sampled and greedy accuracy on more validation problems. docs/history.md's "Why RL barely
 moved the first warm start" table was made with it. Run:
 
-    python benchmarks/rl_pilot.py --lr 3e-4 --prompts 16 --steps 30 --out pilot.json
-    python benchmarks/rl_pilot.py --model DIR --lr 1e-4 --prompts 32 --out pilot.json   # another warm start
+    python -m experiments.rl_pilot --lr 3e-4 --prompts 16 --steps 30 --out pilot.json
+    python -m experiments.rl_pilot --model DIR --lr 1e-4 --prompts 32 --out pilot.json   # another warm start
 
 Validation problems only: the study's test split stays untouched by pilots.
 """
