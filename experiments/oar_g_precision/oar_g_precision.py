@@ -133,7 +133,9 @@ def decomposition(layers: int) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(
+        prog="python -m experiments.oar_g_precision", description=__doc__.split("\n\n")[0]
+    )
     ap.add_argument("--seeds", type=int, default=3, help="noise seeds per setting (part 1)")
     ap.add_argument("--layers", type=int, default=6, help="layers of the part-2 model (0: skip part 2)")
     args = ap.parse_args(argv)
