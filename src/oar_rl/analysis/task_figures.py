@@ -16,7 +16,7 @@ for the long-chain regime name, measured on the warm start's own samples of the 
   would be the right credit rule by construction.
 
 The requirements of the long regime (issue 33) are checked and printed beside the figures (`REQUIREMENTS`);
-the GRPO gain and the sharpness check are separate runs (`oar-rl study`, `benchmarks/sharpness.py`).
+the GRPO gain and the sharpness check are separate runs (`oar-rl study`, `python -m experiments.sharpness`).
 """
 
 from __future__ import annotations
