@@ -246,6 +246,26 @@ def private_uses(experiments: Path = EXPERIMENTS) -> list[str]:
     return out
 
 
+def unknown_modules(experiments: Path = EXPERIMENTS, root: Path = ROOT) -> list[str]:
+    """`file:line: module` of every oar_rl or experiments module an experiment imports that does not exist
+    (a function-level import of a moved module fails only when that function runs)."""
+    known = set(modules(root)) | {module_name(p, experiments.parent) for p in experiments.rglob("*.py")}
+    out = []
+    for path in sorted(experiments.rglob("*.py")):
+        rel = path.relative_to(experiments.parent).as_posix()
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                names = [node.module]
+            else:
+                continue
+            for name in names:
+                if name.split(".")[0] in (PACKAGE, "experiments") and name not in known:
+                    out.append(f"{rel}:{node.lineno}: {name}")
+    return out
+
+
 def experiment_line_counts(experiments: Path = EXPERIMENTS) -> dict[str, int]:
     return {
         p.relative_to(experiments.parent).as_posix(): len(p.read_text().splitlines())

@@ -65,7 +65,7 @@ def load_trajectories(name: str, n: int, seed: int):
             seed=seed,
         )
     elif name == "smollm2-135m":
-        from oar_rl.analysis.real_recall import make_problems
+        from experiments.real_model.recall import make_problems
 
         model, tok = load_model(name)
         trajs = [given_trajectory(tok, q, ref, chat=True, answer=g) for q, ref, g in make_problems(n, seed)]
