@@ -32,7 +32,7 @@ $(STAMP): pyproject.toml Makefile
 	touch $(STAMP)
 
 test: setup
-	$(VENV)/bin/ruff check src tests benchmarks docs/gen_ref.py docs/hooks.py
+	$(VENV)/bin/ruff check src tests benchmarks experiments docs/gen_ref.py docs/hooks.py
 	$(MAKE) --no-print-directory docs-build
 	$(PY) -m pytest -q tests
 
@@ -51,12 +51,12 @@ study: setup
 	$(VENV)/bin/oar-rl study --full --tune-lr --out study_out
 
 lint: setup
-	$(VENV)/bin/ruff check src tests benchmarks docs/gen_ref.py docs/hooks.py
-	$(VENV)/bin/ruff format --check src tests benchmarks docs/gen_ref.py docs/hooks.py
+	$(VENV)/bin/ruff check src tests benchmarks experiments docs/gen_ref.py docs/hooks.py
+	$(VENV)/bin/ruff format --check src tests benchmarks experiments docs/gen_ref.py docs/hooks.py
 
 format: setup
-	$(VENV)/bin/ruff check --fix src tests benchmarks docs/gen_ref.py docs/hooks.py
-	$(VENV)/bin/ruff format src tests benchmarks docs/gen_ref.py docs/hooks.py
+	$(VENV)/bin/ruff check --fix src tests benchmarks experiments docs/gen_ref.py docs/hooks.py
+	$(VENV)/bin/ruff format src tests benchmarks experiments docs/gen_ref.py docs/hooks.py
 
 clean:
 	rm -rf $(VENV) build dist *.egg-info .pytest_cache .ruff_cache

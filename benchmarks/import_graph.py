@@ -13,6 +13,11 @@ imports (a cycle's modules share a layer). Upward imports: arrows that run again
 below (the order the design wants: utilities -> math -> probes/scorers -> trainer -> tasks ->
 study/analysis -> CLI); an arrow inside a cycle is counted as a cycle, not here. `tests/test_layout.py`
 keeps the tree at zero cycles, zero upward imports and no file over `MAX_LINES`.
+
+The project's experiments (`experiments/`, beside the package) sit above all of it: the package imports
+nothing of them (:func:`experiment_imports`), and they use only oar_rl's public names: no import of an
+underscore module or name, and no underscore attribute of an oar_rl module they imported
+(:func:`private_uses`). Their files are held to `MAX_LINES` too.
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ import ast
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1] / "src"
+EXPERIMENTS = Path(__file__).resolve().parents[1] / "experiments"
 PACKAGE = "oar_rl"
 MAX_LINES = 500
 
@@ -187,6 +193,86 @@ def line_counts(root: Path = ROOT) -> dict[str, int]:
     return {name: len(path.read_text().splitlines()) for name, path in modules(root).items()}
 
 
+def experiment_imports(root: Path = ROOT) -> list[str]:
+    """`module:line` of every import of `experiments` (or string naming one of its modules) in the
+    package: the package must run without the project's experiments (the wheel ships none)."""
+    out = []
+    for name, path in modules(root).items():
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Import):
+                hit = any(a.name.split(".")[0] == "experiments" for a in node.names)
+            elif isinstance(node, ast.ImportFrom):
+                hit = node.level == 0 and (node.module or "").split(".")[0] == "experiments"
+            else:
+                hit = isinstance(node, ast.Constant) and isinstance(node.value, str)
+                hit = hit and node.value.startswith("experiments.") and " " not in node.value
+            if hit:
+                out.append(f"{name}:{node.lineno}")
+    return out
+
+
+def private_uses(experiments: Path = EXPERIMENTS) -> list[str]:
+    """`file:line: name` of every private (underscore) name of oar_rl an experiment uses: an import of an
+    underscore module or name from oar_rl, or an underscore attribute of an oar_rl module it imported."""
+    out = []
+    for path in sorted(experiments.rglob("*.py")):
+        tree = ast.parse(path.read_text(), str(path))
+        rel = path.relative_to(experiments.parent).as_posix()
+        bound: set[str] = set()  # local names of oar_rl modules
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                for a in node.names:
+                    if a.name.split(".")[0] == PACKAGE:
+                        bound.add(a.asname or PACKAGE)
+                        if any(part.startswith("_") for part in a.name.split(".")):
+                            out.append(f"{rel}:{node.lineno}: {a.name}")
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                if node.module.split(".")[0] != PACKAGE:
+                    continue
+                for a in node.names:
+                    full = f"{node.module}.{a.name}"
+                    if any(part.startswith("_") for part in full.split(".")):
+                        out.append(f"{rel}:{node.lineno}: {full}")
+                    bound.add(a.asname or a.name)  # a module or a name: attributes are checked either way
+        for node in ast.walk(tree):
+            if (
+                isinstance(node, ast.Attribute)
+                and isinstance(node.value, ast.Name)
+                and node.value.id in bound
+                and node.attr.startswith("_")
+                and not node.attr.startswith("__")
+            ):
+                out.append(f"{rel}:{node.lineno}: {node.value.id}.{node.attr}")
+    return out
+
+
+def unknown_modules(experiments: Path = EXPERIMENTS, root: Path = ROOT) -> list[str]:
+    """`file:line: module` of every oar_rl or experiments module an experiment imports that does not exist
+    (a function-level import of a moved module fails only when that function runs)."""
+    known = set(modules(root)) | {module_name(p, experiments.parent) for p in experiments.rglob("*.py")}
+    out = []
+    for path in sorted(experiments.rglob("*.py")):
+        rel = path.relative_to(experiments.parent).as_posix()
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                names = [node.module]
+            else:
+                continue
+            for name in names:
+                if name.split(".")[0] in (PACKAGE, "experiments") and name not in known:
+                    out.append(f"{rel}:{node.lineno}: {name}")
+    return out
+
+
+def experiment_line_counts(experiments: Path = EXPERIMENTS) -> dict[str, int]:
+    return {
+        p.relative_to(experiments.parent).as_posix(): len(p.read_text().splitlines())
+        for p in sorted(experiments.rglob("*.py"))
+    }
+
+
 def report(root: Path = ROOT, edges: bool = False) -> str:
     graph = import_graph(root)
     lines = line_counts(root)
@@ -202,6 +288,10 @@ def report(root: Path = ROOT, edges: bool = False) -> str:
         f"cycles: {len(circles)}",
         *(f"  {' <-> '.join(c)}" for c in circles),
         f"files over {MAX_LINES} lines: {sum(n > MAX_LINES for n in lines.values())}",
+        f"package imports of experiments/: {len(experiment_imports(root))}",
+        *(f"  {x}" for x in experiment_imports(root)),
+        f"private oar_rl names used by experiments/: {len(private_uses())}",
+        *(f"  {x}" for x in private_uses()),
         "largest files:",
         *(f"  {n:5d}  {m}" for m, n in sorted(lines.items(), key=lambda kv: -kv[1])[:8]),
         "layers (bottom up):",

@@ -18,7 +18,8 @@ Where the text comes from:
   with paired differences and credit metrics, recall) from that study's `study.json` and
   `lr_tuning.json`; the results page includes it, so the page cannot drift from the data.
 - **Leaderboard**: `docs/results/leaderboard.md`, one row per credit rule, from the committed run files
-  and records (`oar_rl.study.leaderboard`, also `python -m oar_rl.study.leaderboard`).
+  and records (`experiments/leaderboard`, also `python -m experiments.leaderboard`; the repository root
+  is put on `sys.path` for it).
 - **OARConfig**: the dataclass fields `OARConfig` adds to TRL's `GRPOConfig`, with their types, defaults
   and `metadata["help"]`; the `GRPOConfig` defaults it changes; the credit modes of
   :data:`oar_rl.credits.CREDIT_MODES`.
@@ -374,8 +375,10 @@ def study_v2_tables() -> str:
 
 
 def leaderboard_page() -> str:
-    """docs/results/leaderboard.md (`python -m oar_rl.study.leaderboard` writes the same page)."""
-    from oar_rl.study.leaderboard import page
+    """docs/results/leaderboard.md (`python -m experiments.leaderboard` writes the same page)."""
+    if str(ROOT) not in sys.path:  # experiments/ is importable from the repository root only
+        sys.path.insert(0, str(ROOT))
+    from experiments.leaderboard.leaderboard import page
 
     return page(ROOT)
 

@@ -109,7 +109,7 @@ def test_real_recall_problem_generators_state_their_gold():
     """The real-model recall's problems: each gold answer is the arithmetic of its own prompt."""
     import re
 
-    from oar_rl.analysis.real_recall import make_own_problems, make_problems
+    from experiments.real_model.recall import make_own_problems, make_problems
 
     own = make_own_problems(50, seed=3)
     assert own == make_own_problems(50, seed=3) and len(own["prompt"]) == 50
@@ -125,7 +125,7 @@ def test_real_recall_problem_generators_state_their_gold():
 def test_readout_rows_cut_each_continuation_to_its_budget_and_stop_at_eos():
     """The forced read-out: prefix + the continuation's first `budget` tokens + the phrase; a continuation
     that ended (EOS within its budget) is not read out."""
-    from oar_rl.analysis.real_recall import readout_rows
+    from experiments.real_model.recall import readout_rows
 
     eos, phrase = 0, torch.tensor([90, 91])
     prefixes = [torch.tensor([5, 6]), torch.tensor([7]), torch.tensor([8, 9, 10])]
@@ -139,8 +139,8 @@ def test_readout_rows_cut_each_continuation_to_its_budget_and_stop_at_eos():
 def test_oracle_cache_resumes_and_refuses_another_run(tmp_path):
     """Labels written after each trajectory come back on a restart; a file from another model, mode or
     seed is refused, not mixed in."""
+    from experiments.real_model.recall import OracleCache
     from oar_rl.analysis.attribute import Trajectory
-    from oar_rl.analysis.real_recall import OracleCache
 
     t = Trajectory("q", "a 1.", "1", torch.tensor([1]), torch.tensor([2, 3]))
     other = Trajectory("q", "a 2.", "2", torch.tensor([1]), torch.tensor([2, 4]))

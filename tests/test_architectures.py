@@ -18,7 +18,7 @@ tie or swap):
 - OAR-G runs with ``noise_scale="rms"`` and ``noise_std=0.1`` (σ = 10% of the embedding RMS, ~25 bf16
   ulps), the setting the docs (OAR-G noise) recommend for bf16, and must keep ρ ≥ 0.6. Its score multiplies a
   rounded gradient by a rounded embedding, so it loses more: measured ρ ≥ 0.78 here (0.97 on average
-  over seeds, benchmarks/oar_g_precision.py). The paper's absolute σ = 1e-3, which rounds away, averages
+  over seeds, experiments/oar_g_precision). The paper's absolute σ = 1e-3, which rounds away, averages
   0.58, so this threshold separates a working setting from a broken one.
 """
 

@@ -277,8 +277,8 @@ def test_oracle_warns_when_fewer_correct_than_n_and_plots_n_and_intervals(
 
     monkeypatch.setattr(arithmetic, "check", lambda text, answer: len(text) % 2 == 1)
     titles = []
-    real_plot = recall._plot
-    monkeypatch.setattr(recall, "_plot", lambda *a, **k: titles.append(k) or real_plot(*a, **k))
+    real_plot = recall.plot_recall
+    monkeypatch.setattr(recall, "plot_recall", lambda *a, **k: titles.append(k) or real_plot(*a, **k))
     out = tmp_path / "o"
     argv = [
         "--model",

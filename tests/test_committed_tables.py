@@ -17,12 +17,13 @@ V2 = ROOT / "results" / "study-wordproblems-v2"
 
 @pytest.mark.parametrize("kind", ["screen", "confirm"])
 def test_credit_screen_tables_regenerate_from_the_run_files(tmp_path, kind):
+    from experiments.credit_screen.plan import CREDIT_SCREEN
     from oar_rl.study.screen import write_report
 
     for part in ("screen", "confirm"):
         shutil.copytree(SCREEN / part / "runs", tmp_path / part / "runs")
     shutil.copy(SCREEN / "screen" / "study.json", tmp_path / "screen" / "study.json")  # the winners
-    write_report(tmp_path, kind)
+    write_report(tmp_path, kind, CREDIT_SCREEN)
     assert (tmp_path / f"{kind}.md").read_text() == (SCREEN / f"{kind}.md").read_text()
 
 
@@ -102,10 +103,10 @@ def test_the_lr_note_points_at_a_page_that_has_the_section():
 
 
 def test_the_committed_leaderboard_is_the_regenerated_one():
-    from oar_rl.study import leaderboard
+    from experiments.leaderboard import leaderboard
 
     assert (ROOT / leaderboard.PAGE).read_text() == leaderboard.page(ROOT), (
-        "docs/results/leaderboard.md is out of date: run `python -m oar_rl.study.leaderboard`"
+        "docs/results/leaderboard.md is out of date: run `python -m experiments.leaderboard`"
     )
     assert leaderboard.main(["--root", str(ROOT), "--check"]) == 0
 
@@ -113,7 +114,13 @@ def test_the_committed_leaderboard_is_the_regenerated_one():
 def test_leaderboard_figures_are_the_confirmed_and_recorded_ones():
     """Spot checks against the committed tables: the confirmation's first-error and OAR-G, the v2 study's
     entropy, the blame page's OAR-G weights, the testbed's recall and the bench's step ratio."""
-    from oar_rl.study.leaderboard import REGIMES, accuracy_cells, blame_cells, cost_cell, recall_cells
+    from experiments.leaderboard.leaderboard import (
+        REGIMES,
+        accuracy_cells,
+        blame_cells,
+        cost_cell,
+        recall_cells,
+    )
 
     short = REGIMES[0]
     assert accuracy_cells(ROOT, short, "first-error")[:3] == [
@@ -140,7 +147,7 @@ def _run(folder: Path, variant: str, seed: int, acc: float, secs: float = 10.0, 
 def test_leaderboard_shows_screen_only_rules_and_adds_a_regime_when_its_runs_land(tmp_path):
     """A rule found only in a screen says so with its seed count; a regime without run files is named
     below the table, and gets its own column group once its run files exist."""
-    from oar_rl.study import leaderboard as lb
+    from experiments.leaderboard import leaderboard as lb
 
     short = lb.Regime("short", "test", confirmed=(lb.Source("c", "confirmation", "x.md"),),
                       screens=(lb.Source("s", "screen", "x.md"),))  # fmt: skip

@@ -45,7 +45,7 @@ def test_control_differences_pair_every_other_signal_with_each_control():
 
 
 def test_step_bounds_join_digit_free_sentences_to_the_next_step():
-    from oar_rl.analysis.real_steps import step_bounds
+    from experiments.real_model.steps import step_bounds
 
     r = "Let's see. Leo has 4 + 6 = 10 stamps. Finally, 10 - 9 = 1."
     assert [r[:b] for b in step_bounds(r)] == ["Let's see. Leo has 4 + 6 = 10 stamps.", r]
@@ -60,7 +60,7 @@ def test_step_bounds_join_digit_free_sentences_to_the_next_step():
 
 
 def test_per_step_recall_separates_early_pivots_from_late_ones():
-    from oar_rl.analysis.real_steps import per_step_recall
+    from experiments.real_model.steps import per_step_recall
 
     mask = torch.ones(4, 10, dtype=torch.bool)
     steps = torch.tensor([[1] * 5 + [2] * 5] * 4)
@@ -82,7 +82,7 @@ def test_per_step_recall_separates_early_pivots_from_late_ones():
 def test_step_index_assigns_each_reasoning_token_to_its_sentence():
     from types import SimpleNamespace
 
-    from oar_rl.analysis.real_steps import step_index
+    from experiments.real_model.steps import step_index
     from oar_rl.data.wordproblems import build_tokenizer
 
     tok = build_tokenizer()

@@ -2,9 +2,10 @@
 
 - README.md stays a front door (at most 12 KB) and its relative links point at files that exist.
 - The generated reference pages (`docs/gen_ref.py`) equal what the code gives now.
-- Every `oar-rl ...`, `python -m oar_rl.<module> ...` and `accelerate launch ... -m oar_rl.<module> ...`
-  line in a shell or console code block of README.md and docs/**/*.md parses with the command's real
-  parser (nothing runs). `make` lines are not parsed.
+- Every `oar-rl ...`, `python -m oar_rl.<module> ...`, `python -m experiments.<name> ...` and
+  `accelerate launch ... -m oar_rl.<module> ...` line in a shell or console code block of README.md,
+  docs/**/*.md and experiments/**/README.md parses with the command's real parser (nothing runs). `make`
+  lines are not parsed.
 
 The docs site itself is built by `make test` (`mkdocs build --strict`: broken links and anchors fail).
 """
@@ -30,7 +31,11 @@ SHELL_LANGS = {"bash", "sh", "shell", "console", "shell-session"}
 
 
 def doc_files() -> list[Path]:
-    return [README, *sorted((ROOT / "docs").rglob("*.md"))]
+    return [
+        README,
+        *sorted((ROOT / "docs").rglob("*.md")),
+        *sorted((ROOT / "experiments").rglob("README.md")),
+    ]
 
 
 def code_blocks(text: str) -> list[tuple[str, str]]:
@@ -96,7 +101,7 @@ def commands(line: str, env: dict[str, str]) -> list[list[str]]:
 def _is_ours(cmd: list[str]) -> bool:
     if Path(cmd[0]).name == "oar-rl":
         return True
-    return "-m" in cmd[:-1] and cmd[cmd.index("-m") + 1].startswith("oar_rl")
+    return "-m" in cmd[:-1] and cmd[cmd.index("-m") + 1].split(".")[0] in ("oar_rl", "experiments")
 
 
 def documented_commands() -> list[tuple[str, list[str]]]:
@@ -145,6 +150,8 @@ def _parse_documented(cmd: list[str]) -> None:
         if module == "oar_rl.cli":  # `python -m oar_rl.cli <command> ...` is `oar-rl <command> ...`
             assert argv and argv[0] in COMMANDS, f"unknown command {argv[:1]}; valid: {', '.join(COMMANDS)}"
             module, argv = COMMANDS[argv[0]][0], argv[1:]
+        elif hasattr(importlib.import_module(module), "__path__"):  # a package: `python -m` runs __main__
+            module += ".__main__"  # (an experiment's __main__ defines or imports main)
     parser = gen_ref.module_parser(module)
     argv = list(argv)
     if "--config" in argv:  # TRL's parser: the recipe's keys become defaults (as parse_args_and_config)

@@ -1,19 +1,14 @@
-"""benchmarks/hybrid_recall.py: the pooled recall and its bootstrap, and a tiny run on the shipped
-word-problem model (figures printed, never asserted)."""
+"""experiments/hybrid_recall (`python -m experiments.hybrid_recall`): the pooled recall and its
+bootstrap, and a tiny run on the shipped word-problem model (figures printed, never asserted)."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
-from pathlib import Path
 
 import pytest
 import torch
 
-ROOT = Path(__file__).resolve().parents[1]
-_spec = importlib.util.spec_from_file_location("hybrid_recall", ROOT / "benchmarks" / "hybrid_recall.py")
-hr = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(hr)
+from experiments.hybrid_recall import hybrid_recall as hr
 
 
 def test_recall_counts_and_pooled_interval():

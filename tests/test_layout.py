@@ -1,4 +1,5 @@
-"""The source tree's shape: no import circle, no import against the declared tiers, no file over 500 lines.
+"""The source tree's shape: no import circle, no import against the declared tiers, no file over 500 lines;
+the package imports none of the project's experiments, which use only its public names.
 
 The graph and the tiers are `benchmarks/import_graph.py`'s (run it for the full report).
 """
@@ -42,3 +43,36 @@ def test_the_graph_sees_function_level_and_lazy_imports(tmp_path):
     assert graph["oar_rl"] == {"oar_rl.b"}
     assert graph["oar_rl.a"] == {"oar_rl.sub.c"}
     assert graph_mod.cycles(graph) == [["oar_rl.a", "oar_rl.b", "oar_rl.sub.c"]]
+
+
+def test_the_package_imports_no_experiment():
+    assert graph_mod.experiment_imports() == []
+
+
+def test_experiments_use_only_public_names():
+    assert graph_mod.private_uses() == []
+    assert graph_mod.unknown_modules() == []  # e.g. a function-level import of a module that moved
+    sizes = graph_mod.experiment_line_counts()
+    assert sizes and {f: n for f, n in sizes.items() if n > graph_mod.MAX_LINES} == {}
+
+
+def test_the_experiment_checks_see_what_they_forbid(tmp_path):
+    pkg = tmp_path / "src" / "oar_rl"
+    pkg.mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "a.py").write_text("def f():\n    from experiments.x import plan\n")
+    (pkg / "b.py").write_text('X = {"y": "experiments.leaderboard"}\nY = "see experiments. here"\n')
+    assert graph_mod.experiment_imports(tmp_path / "src") == ["oar_rl.a:2", "oar_rl.b:1"]
+    exp = tmp_path / "experiments" / "e"
+    exp.mkdir(parents=True)
+    (exp / "m.py").write_text(
+        "import oar_rl._hidden\n"
+        "from oar_rl.tiny import _load, build_char_tokenizer\n"
+        "from oar_rl import tiny as t\n"
+        "x = t._cache, t.tiny_qwen2, oar_rl.__name__\n"
+    )
+    assert graph_mod.private_uses(tmp_path / "experiments") == [
+        "experiments/e/m.py:1: oar_rl._hidden",
+        "experiments/e/m.py:2: oar_rl.tiny._load",
+        "experiments/e/m.py:4: t._cache",
+    ]

@@ -1,6 +1,7 @@
 """The built wheel is what a user installs: it must carry the shipped warm start and run the CLI.
 
-The wheel is built from a copy of the tracked layout (pyproject, README, LICENSE, src/) with
+The wheel is built from a copy of the tracked layout (pyproject, README, LICENSE, src/, and experiments/,
+which it must leave out) with
 `pip wheel --no-deps --no-build-isolation` (about 2 s), then installed with `--no-deps` into a fresh
 virtual environment that borrows this environment's third-party packages through a `.pth` file (no
 download). The editable install of this checkout is not visible there (its `.pth` hook is not processed
@@ -28,7 +29,8 @@ def wheel(tmp_path_factory) -> Path:
     tree = tmp_path_factory.mktemp("tree")
     for name in ("pyproject.toml", "README.md", "LICENSE"):
         shutil.copy(ROOT / name, tree / name)
-    shutil.copytree(ROOT / "src", tree / "src", ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
+    for name in ("src", "experiments"):  # experiments/ beside src/, as in the repository: the wheel skips it
+        shutil.copytree(ROOT / name, tree / name, ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
     out = tmp_path_factory.mktemp("wheel")
     subprocess.run(
         [
@@ -64,6 +66,18 @@ def test_wheel_carries_the_package_and_the_shipped_warm_start(wheel):
     assert "oar-rl = oar_rl.cli:main" in entry_points
     assert any(n.startswith(f"{dist}/") and "LICENSE" in n for n in names)
     assert not any("/tests/" in n or n.startswith("tests/") for n in names)
+
+
+def test_wheel_ships_no_experiment(wheel):
+    """The package holds what a user runs on their own model or task; the project's experiments (their
+    plans, the real-model recall, the leaderboard, the scripts) stay in the repository (issue 34)."""
+    names = zipfile.ZipFile(wheel).namelist()
+    assert (ROOT / "experiments" / "credit_long" / "plan.py").is_file()  # the tree had them to leave out
+    assert not any(n.startswith("experiments/") or "/experiments/" in n for n in names)
+    for gone in ("real_recall", "real_report", "real_steps", "leaderboard", "credit_long", "credit_screen"):
+        assert not any(gone in n for n in names), gone
+    plan = zipfile.ZipFile(wheel).read("oar_rl/study/screen_plan.py").decode()
+    assert "class ScreenPlan" in plan and "CREDIT_LONG =" not in plan and "ARMS" not in plan
 
 
 @pytest.mark.skipif(sys.platform == "win32", reason="POSIX venv layout")

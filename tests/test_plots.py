@@ -106,7 +106,7 @@ def test_heatmap_png_wraps_long_traces(tmp_path):
 
 
 def test_real_recall_refuses_a_bad_max_traces(capsys):
-    from oar_rl.analysis import real_recall
+    from experiments.real_model import recall as real_recall
 
     with pytest.raises(SystemExit) as exit_:
         real_recall.main(["--max-traces", "0"])  # refused before any model is loaded

@@ -12,7 +12,7 @@ These tests fail (not skip) when the package is missing: CI must run them.
 - one `OARTrainer` step on a conversational dataset, with the chat template in the prompt ids;
 - `oar-rl attribute` applies the chat template and reports traces without an answer span.
 - the Figure 5 references split into reasoning and closing phrase on token boundaries, and the
-  forced read-out oracle (`oar_rl.analysis.real_recall`) marks the written result of a sum a pivot.
+  forced read-out oracle (`experiments.real_model.recall`) marks the written result of a sum a pivot.
 
 Opt-in (about 5 minutes at 2 threads): `OAR_RL_TEST_REAL_MODEL_LONG=1 python -m pytest -q
 tests/test_real_model.py` also trains two steps of every credit mode.
@@ -259,8 +259,8 @@ def test_attribute_applies_chat_template_and_reports_fallback(model_dir, tmp_pat
 def test_reasoning_end_finds_the_closing_phrase_on_the_real_tokenizer(real):
     """Every generated reference splits into reasoning and the closing phrase on token boundaries; a
     reference without the phrase is an error, not a guess."""
+    from experiments.real_model.recall import PHRASE, make_problems, reasoning_end
     from oar_rl.analysis.attribute import given_trajectory
-    from oar_rl.analysis.real_recall import PHRASE, make_problems, reasoning_end
 
     _, tok = real
     for prompt, ref, gold in make_problems(40, seed=1):
@@ -276,9 +276,9 @@ def test_reasoning_end_finds_the_closing_phrase_on_the_real_tokenizer(real):
 def test_reference_steps_on_the_real_tokenizer(real, design, steps):
     """Each reference design splits on the real tokenizer into its closing phrase and its steps (one
     sentence with a number each, an opener joined to step 1); the reuse answer is step 1's result."""
+    from experiments.real_model.recall import make_problems, reasoning_end
+    from experiments.real_model.steps import step_index
     from oar_rl.analysis.attribute import given_trajectory
-    from oar_rl.analysis.real_recall import make_problems, reasoning_end
-    from oar_rl.analysis.real_steps import step_index
 
     _, tok = real
     for prompt, ref, gold in make_problems(12, seed=2, design=design):
@@ -302,8 +302,8 @@ def test_readout_oracle_labels_the_result_a_pivot(real):
     label falls on the closing phrase."""
     from fractions import Fraction
 
+    from experiments.real_model.recall import readout_oracle, reasoning_end
     from oar_rl.analysis.attribute import given_trajectory
-    from oar_rl.analysis.real_recall import readout_oracle, reasoning_end
     from oar_rl.rewards.extract import as_number, extract_prediction
 
     model, tok = real

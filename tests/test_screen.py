@@ -1,5 +1,7 @@
-"""The credit screen's plan and decision rule (issue 26): every arm is a valid OARConfig, every paired
-baseline exists and is GRPO at the same step size, and the rule picks what it says on fake results."""
+"""The credit screen's engine (`oar_rl.study.screen`) and the project's plans (`experiments/credit_screen`,
+`experiments/credit_long`): every arm is a valid OARConfig, every paired baseline exists and is GRPO at
+the same step size, the protocols are the committed runs', the rule picks what it says on fake results,
+and `--plan` finds a plan by module:ATTR or file."""
 
 from __future__ import annotations
 
@@ -8,17 +10,14 @@ from dataclasses import replace
 import pytest
 
 from conftest import make_args
-from oar_rl.study.screen import (
-    ARM_BY_NAME,
-    ARMS,
-    CONTRASTS,
-    contrasts,
-    diagnostics,
-    markdown,
-    protocol,
-    summarize,
-    winners,
-)
+from experiments.credit_long.plan import CREDIT_LONG
+from experiments.credit_screen.plan import ARM_BY_NAME, ARMS, CONTRASTS, CREDIT_SCREEN
+from oar_rl.study.screen import contrasts, diagnostics, markdown, summarize, winners
+from oar_rl.study.screen import protocol as plan_protocol
+
+
+def protocol(kind, plan=CREDIT_SCREEN):
+    return plan_protocol(kind, plan)
 
 
 def test_every_arm_is_a_valid_config_paired_with_grpo_at_its_step_size(tmp_path):
@@ -76,7 +75,8 @@ def test_decision_rule_breaks_ties_by_cost_not_by_order():
     assert by["oar-g[negative]"]["paired"]["mean"] == pytest.approx(2.0)
     assert by["oar-g[negative]"]["paired"]["wins"] == 5
     assert by["first-error"]["paired"]["mean"] == pytest.approx(by["oar-g[draws=4]"]["paired"]["mean"])
-    assert winners(rows) == ["oar-g[negative]", "oar-g[draws=4]"]  # by order it would be first-error
+    # by order it would be first-error
+    assert winners(rows, CREDIT_SCREEN) == ["oar-g[negative]", "oar-g[draws=4]"]
     assert "| oar-g[negative] | 1 | 5 |" in markdown(rows, "t", "n")
 
 
@@ -93,16 +93,16 @@ def test_decision_rule_pairs_each_arm_with_its_own_baseline():
     by = {r["arm"]: r for r in rows}
     assert by["oar-g[tr]"]["paired"]["mean"] == pytest.approx(2.5)
     assert by["oar-g[lr=2e-4]"]["paired"]["mean"] == pytest.approx(-1.5)
-    assert winners(rows) == ["oar-g[tr]", "oar-g[negative]"]
+    assert winners(rows, CREDIT_SCREEN) == ["oar-g[tr]", "oar-g[negative]"]
     with_grpo = [replace(a, baseline="grpo") if a.baseline else a for a in ARMS]  # the wrong pairing
-    assert winners(summarize(_runs(accs), with_grpo)) == ["oar-g[negative]", "oar-g[lr=2e-4]"]
+    assert winners(summarize(_runs(accs), with_grpo), CREDIT_SCREEN) == ["oar-g[negative]", "oar-g[lr=2e-4]"]
 
 
 def test_decision_rule_refuses_an_incomplete_screen():
     accs = {a.name: list(BASE) for a in ARMS}
     del accs["oar-p"][-1]
     with pytest.raises(ValueError, match="not complete: oar-p"):
-        winners(summarize(_runs(accs), list(ARMS)))
+        winners(summarize(_runs(accs), list(ARMS)), CREDIT_SCREEN)
 
 
 def test_contrasts_compare_gaps_to_each_arms_own_baseline():
@@ -112,13 +112,15 @@ def test_contrasts_compare_gaps_to_each_arms_own_baseline():
     accs["grpo[lr=2e-4]"] = [b - 6 for b in base]
     accs["oar-g[lr=2e-4]"] = [b - 6.5 for b in base]  # 0.5 below GRPO at 2e-4: the gap shrank by 0.5
     accs["oar-g[before-answer]"] = [b - 3 + (i % 2) for i, b in enumerate(base)]
-    by = {(r["arm"], r["versus"]): r["paired"] for r in contrasts(_runs(accs))}
+    by = {(r["arm"], r["versus"]): r["paired"] for r in contrasts(_runs(accs), CREDIT_SCREEN)}
     assert len(by) == len(CONTRASTS)
     assert by[("oar-g[lr=2e-4]", "oar-g")]["mean"] == pytest.approx(0.5)
     assert by[("oar-g", "oar-g[before-answer]")]["diffs"] == pytest.approx([2.0, 1.0, 2.0, 1.0, 2.0])
     assert by[("first-error", "oar-g")]["wins"] == 5
     del accs["oar-g[tr]"]
-    assert ("oar-g[tr]", "oar-g") not in {(r["arm"], r["versus"]) for r in contrasts(_runs(accs))}
+    assert ("oar-g[tr]", "oar-g") not in {
+        (r["arm"], r["versus"]) for r in contrasts(_runs(accs), CREDIT_SCREEN)
+    }
     assert all(a in ARM_BY_NAME and b in ARM_BY_NAME for a, b, _ in CONTRASTS)
 
 
@@ -160,15 +162,15 @@ def test_confirmation_arms_come_from_the_screens_recorded_winners(tmp_path):
     from oar_rl.study.screen import _confirm_arms
 
     with pytest.raises(ValueError, match="does not exist"):
-        _confirm_arms(tmp_path)
+        _confirm_arms(tmp_path, CREDIT_SCREEN)
     (tmp_path / "screen").mkdir()
     (tmp_path / "screen" / "study.json").write_text(json.dumps({"winners": None}))
     with pytest.raises(ValueError, match="names no winners yet"):
-        _confirm_arms(tmp_path)
+        _confirm_arms(tmp_path, CREDIT_SCREEN)
     (tmp_path / "screen" / "study.json").write_text(
         json.dumps({"winners": ["oar-g[lr=2e-4]", "first-error"]})
     )
-    names = [a.name for a in _confirm_arms(tmp_path)]
+    names = [a.name for a in _confirm_arms(tmp_path, CREDIT_SCREEN)]
     assert names == ["grpo[lr=2e-4]", "oar-g[lr=2e-4]", "grpo", "first-error"]  # each with its own baseline
 
 
@@ -178,7 +180,7 @@ def test_report_regenerates_the_committed_tables_from_their_run_files(tmp_path):
     import shutil
     from pathlib import Path
 
-    from oar_rl.study.screen import main
+    from experiments.credit_screen.__main__ import main
 
     committed = Path(__file__).parents[1] / "results" / "credit-screen"
     for kind in ("screen", "confirm"):
@@ -196,9 +198,8 @@ def test_the_long_regimes_protocol_is_pinned():
     """The long screen's protocol (results/credit-long/PREREGISTRATION.md): its task, its warm start's
     recipe, the short screen's recipe otherwise; a code change that moves it fails here first."""
     from oar_rl.study.config import protocol_hash
-    from oar_rl.study.screen import get_plan
 
-    plan = get_plan("credit-long")
+    plan = CREDIT_LONG
     d = protocol("screen", plan)
     assert (d["task"], d["warm_start_recipe"], d["learning_rate"], d["split"]) == (
         "wordproblems-long",
@@ -221,3 +222,37 @@ def test_the_long_regimes_protocol_is_pinned():
         "random",
     ]
     assert all(a.baseline == "grpo" for a in plan.arms[1:]) and plan.confirm_also == ("oar-g", "position")
+
+
+def test_the_short_screens_protocol_hashes_are_pinned():
+    """The plans moved out of the package (issue 34) without moving their protocols."""
+    from oar_rl.study.config import protocol_hash
+
+    assert protocol_hash(protocol("screen")) == "aa95afb326278762"
+    assert protocol_hash(protocol("confirm")) == "2a515877fe5c12c6"
+    assert protocol_hash(protocol("confirm", CREDIT_LONG)) == "5ea45901e27480ff"
+
+
+def test_plan_is_found_by_module_attr_or_file_and_a_bad_one_is_named(tmp_path, capsys):
+    from pathlib import Path
+
+    from oar_rl.study.screen import main
+    from oar_rl.study.screen_plan import load_plan
+
+    root = Path(__file__).parents[1]
+    assert load_plan("experiments.credit_long.plan:CREDIT_LONG") is CREDIT_LONG
+    assert load_plan(str(root / "experiments" / "credit_long" / "plan.py")).name == "credit-long"
+    for bad, says in [
+        ("credit-long", "neither module:ATTR nor a .py file"),
+        ("experiments.no_such:PLAN", "cannot import 'experiments.no_such'"),
+        ("experiments.credit_long.plan:NOPE", "has nothing as NOPE, not a ScreenPlan"),
+        ("experiments.credit_long.plan:LONG_ARMS", "has tuple as LONG_ARMS"),
+        (str(tmp_path / "none.py"), "no such file"),
+    ]:
+        with pytest.raises(ValueError, match=f"--plan '.*': .*{says}|--plan '.*' is {says}"):
+            load_plan(bad)
+    with pytest.raises(SystemExit) as e:
+        main(["report", "--plan", "credit-long", "--out", str(tmp_path)])
+    assert e.value.code == 2 and "--plan 'credit-long' is neither module:ATTR" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["report", "--out", str(tmp_path)])  # --plan is required: the package holds no plan

@@ -161,7 +161,7 @@ def _flush_invalid(
     return pos + len(raw)
 
 
-def _token_spans(tokenizer, rows: list[list[int]]) -> list[tuple[str, list[tuple[int, int]]]]:
+def token_spans(tokenizer, rows: list[list[int]]) -> list[tuple[str, list[tuple[int, int]]]]:
     """Per row: its text and, per token, the character range [lo, hi) of that text it contributes to.
 
     Token k's piece is decode(ids[k-W:k+1]) minus decode(ids[k-W:k]) (W = _DECODE_CONTEXT). Decoding with
@@ -291,7 +291,7 @@ def answer_masks(
     rows = [ids_cpu[b][text_cpu[b]].tolist() for b in range(ids_cpu.shape[0])]
     answer = torch.zeros(completion_ids.shape, dtype=torch.bool)
     reasoning = valid_cpu.clone()
-    for b, (text, text_spans) in enumerate(_token_spans(tokenizer, rows)):
+    for b, (text, text_spans) in enumerate(token_spans(tokenizer, rows)):
         cols = valid_cpu[b].nonzero().flatten().tolist()
         spans = _with_empty_spans(text_cpu[b][valid_cpu[b]].tolist(), text_spans)
         end = _reasoning_end(text, compiled)

@@ -60,13 +60,13 @@ def role_masks(
     """
     import torch
 
-    from oar_rl.answer_span import _token_spans, text_tokens
+    from oar_rl.answer_span import text_tokens, token_spans
 
     ids = completion_ids.cpu()
     # Special tokens (TRL's completion mask includes the EOS) are skipped, as in the text the reward sees.
     mask = text_tokens(ids, completion_mask, tokenizer)  # (B, C)
     rows = [ids[i][mask[i]].tolist() for i in range(ids.shape[0])]
-    decoded = _token_spans(tokenizer, rows)  # per row: (text, per-token [lo, hi) character ranges)
+    decoded = token_spans(tokenizer, rows)  # per row: (text, per-token [lo, hi) character ranges)
     pivot = torch.zeros(ids.shape, dtype=torch.bool)  # (B, C)
     filler = torch.zeros(ids.shape, dtype=torch.bool)  # (B, C)
     known = torch.zeros(ids.shape[0], dtype=torch.bool)  # (B,)

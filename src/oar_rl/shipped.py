@@ -27,10 +27,10 @@ from oar_rl.tiny import (
     ModelSpec,
     Recipe,
     SFTSpec,
-    _load,
     _umask,
     build_model,
     load_default_model,
+    load_model_dir,
 )
 
 # ----------------------------------------------------------------------------------------------------
@@ -145,7 +145,7 @@ def load_task_model(task: str = "wordproblems") -> tuple[Qwen2ForCausalLM, PreTr
     if task == "arithmetic":
         return load_default_model(DEFAULT_RECIPE)
     path = verify_shipped(task)
-    model, tok = _load(path)
+    model, tok = load_model_dir(path)
     return model, tok, path
 
 
@@ -168,7 +168,7 @@ def write_shipped(
         found = json.loads((Path(built) / _RECIPE_FILE).read_text())
         if found != recipe.to_dict():
             raise ValueError(f"{built} was built from another recipe than {task!r}'s ({recipe.hash()})")
-        model, _ = _load(Path(built))
+        model, _ = load_model_dir(Path(built))
         tok = build_tokenizer(recipe.task)  # a pure function of the source: saved fresh, as a build saves it
     tmp = Path(tempfile.mkdtemp(prefix=f".{task}.", dir=out.parent))
     try:

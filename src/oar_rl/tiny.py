@@ -224,7 +224,10 @@ def _is_complete(path: Path, recipe: Recipe) -> bool:
     return cache_problem(path, recipe) is None
 
 
-def _load(path: Path) -> tuple[Qwen2ForCausalLM, PreTrainedTokenizerFast]:
+def load_model_dir(path: Path) -> tuple[Qwen2ForCausalLM, PreTrainedTokenizerFast]:
+    """The Qwen2 model (eval mode) and tokenizer saved in `path` (a warm start's or a trained run's folder).
+
+    ValueError when the tokenizer's size is not the config's vocab_size."""
     # The config is read explicitly and passed in, so a load can never fall back to a default config.
     config = Qwen2Config.from_pretrained(path)
     model = Qwen2ForCausalLM.from_pretrained(path, config=config, attn_implementation="eager")
@@ -254,7 +257,7 @@ def load_default_model(
         problem = cache_problem(path, recipe)
         if problem is None:
             try:
-                model, tok = _load(path)
+                model, tok = load_model_dir(path)
                 return model, tok, path
             except Exception as e:  # passed the checks but still does not load: rebuild
                 _log(True, f"[oar-rl] cached model at {path} does not load ({e!r}); rebuilding")
@@ -294,7 +297,7 @@ def load_default_model(
     problem = cache_problem(path, recipe)
     if problem is not None:  # never load something this process did not just verify
         raise OSError(f"the model cache entry {path} just built is unusable: {problem}")
-    model, tok = _load(path)
+    model, tok = load_model_dir(path)
     return model, tok, path
 
 

@@ -202,13 +202,13 @@ def locate(
     error and of the last result; the count of every rollout by outcome (what was left out and why); and
     the kind of every wrong rollout's located first error (before or in the last step). `restate`: the
     regime restates running totals (`first_error`)."""
-    from oar_rl.answer_span import _token_spans
+    from oar_rl.answer_span import token_spans
     from oar_rl.data.wordproblem_errors import first_error
 
     counts: Counter = Counter()
     kinds: Counter = Counter()
     rows = []
-    decoded = _token_spans(tok, [t.completion_ids.tolist() for t in trajs])
+    decoded = token_spans(tok, [t.completion_ids.tolist() for t in trajs])
     for i, (t, (text, spans)) in enumerate(zip(trajs, decoded, strict=True)):
         if check(t.completion, t.answer):
             counts["correct"] += 1

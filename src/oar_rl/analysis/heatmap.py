@@ -209,7 +209,7 @@ def heatmap_png(
     """Figure 4/8 style: per trace, one row of coloured tokens per method (and the oracle), over the tokens
     `mask` (B, C) keeps (from the first), each row scaled to its own maximum there; a trace longer than
     `line_tokens` wraps into several panels, each with every method's row. Which traces are drawn is the
-    caller's choice (`oar_rl.analysis.real_recall --max-traces`). Returns the panels drawn, as
+    caller's choice (`experiments.real_model.recall --max-traces`). Returns the panels drawn, as
     (trace, first token, stop)."""
     import matplotlib
 

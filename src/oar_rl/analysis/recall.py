@@ -19,7 +19,7 @@ Writes `recall.json` (per-K recall of each method, pivot statistics, settings), 
 
 The oracle pipeline here, `oracle_labels` (Eq. 19 per trajectory), `label_matrix` and `scores_per_probe`
 (which adds the `position` control), is also what the study (`oar_rl.study.recall`) and the real-model
-figure (`oar_rl.analysis.real_recall`) call; the statistics on its labels and scores (recall, bands,
+figure (`experiments.real_model.recall`) call; the statistics on its labels and scores (recall, bands,
 paired differences and their JSON/Markdown) are all in `oar_rl.analysis.recall_stats`.
 """
 
@@ -145,7 +145,7 @@ def scores_per_probe(
     return with_position(scores, mask), mask
 
 
-def _plot(
+def plot_recall(
     recalls: dict[str, dict[float, float]],
     path: Path,
     intervals: dict[str, dict[float, tuple[float, float]]] | None = None,
@@ -362,7 +362,7 @@ def main(argv: list[str] | None = None) -> int:
         f"{paired_table(paired, (0.1, 0.2, 0.3))}\n"
     )
     write_text_atomic(out / "recall.md", summary)
-    _plot(
+    plot_recall(
         recalls,
         out / "recall.png",
         intervals,

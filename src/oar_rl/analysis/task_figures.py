@@ -16,7 +16,7 @@ for the long-chain regime name, measured on the warm start's own samples of the 
   would be the right credit rule by construction.
 
 The requirements of the long regime (issue 33) are checked and printed beside the figures (`REQUIREMENTS`);
-the GRPO gain and the sharpness check are separate runs (`oar-rl study`, `benchmarks/sharpness.py`).
+the GRPO gain and the sharpness check are separate runs (`oar-rl study`, `python -m experiments.sharpness`).
 """
 
 from __future__ import annotations
@@ -121,9 +121,9 @@ def measure(
         ws = task.load_warm_start("default", None)
         model, tok, recipe_hash = ws.model, ws.tokenizer, ws.recipe_hash
     else:
-        from oar_rl.tiny import _load
+        from oar_rl.tiny import load_model_dir
 
-        model, tok = _load(Path(model_dir))
+        model, tok = load_model_dir(Path(model_dir))
         recipe_hash = _recipe_hash(Path(model_dir))
     t0 = time.perf_counter()
     probs = split_problems("eval", problems, task_name)

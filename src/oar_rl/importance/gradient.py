@@ -36,7 +36,7 @@ are float32, but the model itself sees its own dtype: a perturbation below the r
 embeddings (bf16 keeps 8 significant bits, so ε_i is lost wherever |ε_i| < |e_i|/512) rounds away.
 ``noise_scale="rms"`` makes σ relative to the root-mean-square of each row's clean completion
 embeddings (σ_row = noise_std · RMS), so the same ``noise_std`` means the same thing for Qwen's 0.02-scale
-embeddings and Gemma's unit-scale ones. ``benchmarks/oar_g_precision.py`` measures the bf16-vs-float32
+embeddings and Gemma's unit-scale ones. ``experiments/oar_g_precision`` measures the bf16-vs-float32
 rank correlation on twelve tiny architectures: mean (min) Spearman ρ 0.58 (0.35) for the paper's
 absolute σ = 1e-3, 0.92 (0.77) for 0.05 × RMS, 0.97 (0.91) for 0.1 × RMS (docs: OAR-G noise). So for bf16/fp16
 models use ``noise_scale="rms"`` with ``noise_std`` 0.05-0.1; the default stays the paper's absolute
@@ -45,7 +45,7 @@ still sees its own dtype. The scorer warns when most of the noise is lost to rou
 Where the noise does survive (Qwen-scale embeddings, std 0.02), bf16 still costs ρ ≈ 0.8 against
 float64 at σ = 1e-3 on a 30-layer model: the bf16 forward's rounding is not small next to the change
 σ makes in P_ε. Computing the LM head and KL in float32 changes nothing and bf16-rounded weights in
-float32 arithmetic give ρ 0.999 (``benchmarks/oar_g_precision.py``, ``results/oar-g-precision/``); the
+float32 arithmetic give ρ 0.999 (``experiments/oar_g_precision``, ``results/oar-g-precision/``); the
 only remedies measured are float32 arithmetic in the body (far above OAR-G's cost) or a larger σ (a
 different score: float64 at 4e-3 vs 1e-3 gives ρ 0.73), so nothing here changes.
 
@@ -54,7 +54,7 @@ single half-normal sample around its scale. With K > 1 every row is repeated K t
 batched pass, each copy with independent noise, and the score is the mean over draws of |⟨g_t, e_t⟩|,
 an estimate of the expected Eq. 13 score. Averaging g first would be wrong: E[g] = E[Hε] = 0 to first
 order, so the mean gradient shrinks towards 0 and keeps mostly the noise. The clean pass runs once per
-row. On the embedded trained model (``benchmarks/oar_g_draws.py``) draw-to-draw ρ was 0.78 at K = 1
+row. On the embedded trained model (``experiments/oar_g_draws``) draw-to-draw ρ was 0.78 at K = 1
 and 0.92 at K = 2, but recall of OAR-P's top-20% tokens stayed at 0.57-0.58 and cost grew ~linearly.
 So the default is K = 1, the paper's.
 

@@ -9,7 +9,7 @@ KL(P ‖ P^(step)) (the clamped score drop for AS-Joint), exactly as OAR-P score
 positions). With S steps per row the cost is S copies instead of T.
 
 Steps (:func:`reasoning_steps`): the completion is decoded (with the character range of every token,
-:func:`oar_rl.answer_span._token_spans`, the answer-span code's decoding) and a new step starts after
+:func:`oar_rl.answer_span.token_spans`, the answer-span code's decoding) and a new step starts after
 every line break and after every sentence end, a ``.``, ``!`` or ``?`` followed by whitespace (so
 ``3.5`` does not split). A token belongs to the step its first character falls in: the whitespace
 token that follows a full stop opens the next step, a token holding the line break closes its line.
@@ -39,7 +39,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from oar_rl.answer_span import _token_spans
+from oar_rl.answer_span import token_spans
 from oar_rl.importance.perturbation import _probe_chunk
 from oar_rl.importance.prefix import clean_pass, suffix_hidden
 from oar_rl.model_parts import base_model, eval_mode
@@ -71,7 +71,7 @@ def reasoning_steps(tokenizer: Any, completion_ids: Tensor, scored: Tensor) -> T
     scored_cpu = scored.bool().cpu()
     lengths = [int(r.nonzero().max()) + 1 if r.any() else 0 for r in scored_cpu]
     rows = [completion_ids[i, : lengths[i]].tolist() for i in range(B)]
-    for i, (text, spans) in enumerate(_token_spans(tokenizer, rows)):
+    for i, (text, spans) in enumerate(token_spans(tokenizer, rows)):
         bounds = step_boundaries(text)
         for k, (lo, _hi) in enumerate(spans):
             if scored_cpu[i, k]:

@@ -5,8 +5,8 @@ presets, methods, ablation groups, the protocol), `args` (the command line), `pl
 run and its estimated time, printed first), `training` (one RL run with held-out evaluation),
 `demo` (`oar-rl demo`: the quick study), `runner` (resumable run store, learning-rate sweep), `recall`
 (recall@K% vs the oracle and the ground truth), `stats` (t-intervals, paired tests; `scipy.stats`),
-`report` (study.json, plots, HTML), `leaderboard` (docs/results/leaderboard.md from the committed run
-files), `cli`.
+`report` (study.json, plots, HTML), `screen` and `screen_plan` (a pre-registered screen of credit rules,
+for any plan), `cli`.
 
 Protocol (issue 8, "Rules for the study"): the same warm start, the same prompts per seed, the same
 budget and the same hyperparameters for every method; the learning rate is chosen on a validation split

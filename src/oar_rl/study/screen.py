@@ -1,20 +1,24 @@
-"""The credit-rule screen and its confirmation (issue 26), as pre-registered in
-`results/credit-screen/PREREGISTRATION.md` (committed before the first run file).
+"""A pre-registered credit-rule screen and its confirmation, for any plan (:class:`ScreenPlan`).
 
-- **Screen** (`python -m oar_rl.study.screen run --out DIR`): every arm of :data:`ARMS` trains from the
-  shipped word-problem warm start with the v2 study's recipe (30 generation batches of 16 prompts × 8,
-  τ 0.4, β 2, AS-Mean, learning rate 4e-4 unless the arm says otherwise) on seeds 2000-2004, and is
-  scored on the **validation** split (300 problems × 4 samples at T = 1). Each arm is paired by seed with
-  its GRPO baseline arm (the same learning rate and trust region).
-- **Decision** (`... report --out DIR`, which also tabulates the confirmation's runs so far): the two
-  non-GRPO arms with the highest mean paired difference to their baseline (ties: the cheaper) are the
-  winners (:func:`winners`).
-- **Confirmation** (`... confirm --out DIR`): the two winners and their GRPO baselines on 10 fresh seeds
-  (100-109) on the **test** split (500 problems × 4 samples = 2000, and greedy), paired by seed.
+- **Screen** (`python -m oar_rl.study.screen run --plan PLAN --out DIR`): every arm of the plan trains
+  from the task's shipped warm start with the v2 study's recipe (30 generation batches of 16 prompts × 8,
+  τ 0.4, β 2, AS-Mean) at the plan's learning rate unless the arm says otherwise, on the plan's screen
+  seeds, and is scored on the plan's screen split (validation). Each arm is paired by seed with its GRPO
+  baseline arm (the same learning rate and trust region).
+- **Decision** (`... report`, which also tabulates the confirmation's runs so far): the `k_winners`
+  non-GRPO arms of the decision stages with the highest mean paired difference to their baseline (ties:
+  the cheaper) are the winners (:func:`winners`).
+- **Confirmation** (`... confirm`): the winners, the plan's always-confirmed arms and their GRPO
+  baselines on the plan's fresh confirmation seeds on the **test** split, paired by seed.
+- **Pilot** (`... pilot`): GRPO on one seed outside the plan's, and the warm start's accuracy, before
+  the plan is pre-registered.
 
-Runs are resumable and several processes may share an output directory (the study's claim files);
-each run file records the protocol, and a changed protocol is refused. This module holds the plan and
-the arithmetic; training is the study's (`oar_rl.study.runner.train_and_evaluate`).
+`PLAN` is `module:ATTR` or a .py file defining `PLAN` (:func:`oar_rl.study.screen_plan.load_plan`); the
+project's own screens are `experiments/credit_screen` and `experiments/credit_long`, which call
+:func:`main` with their plan (`python -m experiments.credit_long run`). Runs are resumable and several
+processes may share an output directory (the study's claim files); each run file records the protocol,
+and a changed protocol is refused. This module holds the arithmetic; training is the study's
+(`oar_rl.study.runner.train_and_evaluate`).
 """
 
 from __future__ import annotations
@@ -30,17 +34,7 @@ from typing import Any
 
 from oar_rl.io import write_text_atomic
 from oar_rl.study.config import PRESETS
-from oar_rl.study.screen_plan import (  # the plan's names, importable from here as before the split
-    ARM_BY_NAME,
-    ARMS,
-    CONFIRM_SEEDS,
-    CONTRASTS,
-    CREDIT_SCREEN,
-    SCREEN_SEEDS,
-    Arm,
-    ScreenPlan,
-    get_plan,
-)
+from oar_rl.study.screen_plan import Arm, ScreenPlan, load_plan
 from oar_rl.study.screen_report import (
     DIAGNOSTIC_LABELS,
     contrasts_markdown,
@@ -48,10 +42,10 @@ from oar_rl.study.screen_report import (
     markdown,
 )
 
-__all__ = ["ARMS", "ARM_BY_NAME", "CONFIRM_SEEDS", "CONTRASTS", "SCREEN_SEEDS", "Arm", "ScreenPlan"]
+__all__ = ["Arm", "ScreenPlan", "load_plan", "main", "protocol", "write_report"]
 
 
-def settings(kind: str, plan: ScreenPlan = CREDIT_SCREEN):
+def settings(kind: str, plan: ScreenPlan):
     """The v2 study's full recipe at the plan's learning rate, scored on the split of `kind`."""
     curve = plan.confirm_curve if kind == "confirm" else (None, None)
     return replace(
@@ -67,7 +61,7 @@ def settings(kind: str, plan: ScreenPlan = CREDIT_SCREEN):
     )
 
 
-def protocol(kind: str, plan: ScreenPlan = CREDIT_SCREEN) -> dict[str, Any]:
+def protocol(kind: str, plan: ScreenPlan) -> dict[str, Any]:
     """What every run of the screen (kind "screen") or the confirmation ("confirm") shares."""
     d = settings(kind, plan).protocol()
     # the first screen (format 1) has scored the reasoning only (the default) since its first run, and its
@@ -91,7 +85,7 @@ def train_arms(
     seeds: tuple[int, ...],
     kind: str,
     cache_dir: str | None,
-    plan: ScreenPlan = CREDIT_SCREEN,
+    plan: ScreenPlan,
 ) -> None:
     """Train every (arm, seed) not stored under `out/<kind>/runs`, seed-major, sharing work with other
     processes on the same directory."""
@@ -105,25 +99,25 @@ def train_arms(
     ws = task.load_warm_start("default", cache_dir)
     train_rows = task.prompts("train", s.n_train_prompts)
     eval_rows = task.prompts(plan.eval[kind][0], s.test_problems)
-    plan = [(a, seed) for seed in seeds for a in arms]
-    progress = Progress(sum(s.steps * int(dict(a.overrides).get("steps_per_generation", 1)) for a, _ in plan))
+    todo = [(a, seed) for seed in seeds for a in arms]
+    progress = Progress(sum(s.steps * int(dict(a.overrides).get("steps_per_generation", 1)) for a, _ in todo))
     try:
         with tempfile.TemporaryDirectory(prefix="oar-rl-screen-") as work:
 
             def train(item: tuple[int, Arm, int]) -> dict[str, Any]:
                 i, arm, seed = item
-                progress.describe(f"[{i}/{len(plan)}] {arm.name} seed {seed}")
+                progress.describe(f"[{i}/{len(todo)}] {arm.name} seed {seed}")
                 rec = train_and_evaluate(
                     task, ws, s, arm.variant(), seed, train_rows, eval_rows, Path(work) / f"run{i}",
                     progress, learning_rate=s.learning_rate, curve=kind == "confirm",
                 )  # fmt: skip
                 progress.write(
-                    f"[{i}/{len(plan)}] {arm.name} seed {seed}: {kind} accuracy "
+                    f"[{i}/{len(todo)}] {arm.name} seed {seed}: {kind} accuracy "
                     f"{rec['final']['sampled']:.3f}, {rec['wall_seconds']:.0f} s"
                 )
                 return rec
 
-            items = [(a.name, seed, (i, a, seed)) for i, (a, seed) in enumerate(plan, 1)]
+            items = [(a.name, seed, (i, a, seed)) for i, (a, seed) in enumerate(todo, 1)]
             run_claimed(store, items, train, progress, s.steps)
     finally:
         progress.close()
@@ -133,7 +127,7 @@ def train_arms(
 # aggregation and the decision rule
 
 
-def load_runs(out: Path, kind: str, plan: ScreenPlan = CREDIT_SCREEN) -> dict[str, dict[int, dict[str, Any]]]:
+def load_runs(out: Path, kind: str, plan: ScreenPlan) -> dict[str, dict[int, dict[str, Any]]]:
     """{arm: {seed: run record}} of every finished run under `out/<kind>/runs` (protocol checked)."""
     from oar_rl.study.runner import RunStore
 
@@ -180,11 +174,13 @@ def summarize(runs: dict[str, dict[int, dict[str, Any]]], arms: list[Arm]) -> li
 
 
 def winners(
-    rows: list[dict[str, Any]], seeds: int = len(SCREEN_SEEDS), k: int = 2, plan: ScreenPlan = CREDIT_SCREEN
+    rows: list[dict[str, Any]], plan: ScreenPlan, seeds: int | None = None, k: int | None = None
 ) -> list[str]:
     """The pre-registered rule: among non-GRPO arms of the plan's decision stages with all `seeds` paired
-    seeds, the `k` highest mean paired differences to their baselines; ties go to the cheaper arm.
-    ValueError while arms are missing."""
+    seeds (default: the plan's screen seeds), the `k` (default: the plan's `k_winners`) highest mean
+    paired differences to their baselines; ties go to the cheaper arm. ValueError while arms are missing."""
+    seeds = len(plan.screen_seeds) if seeds is None else seeds
+    k = plan.k_winners if k is None else k
     rows = [r for r in rows if r["stage"] in plan.decision_stages]
     missing = [
         r["arm"]
@@ -200,9 +196,7 @@ def winners(
     return [r["arm"] for r in cand[:k]]
 
 
-def contrasts(
-    runs: dict[str, dict[int, dict[str, Any]]], plan: ScreenPlan = CREDIT_SCREEN
-) -> list[dict[str, Any]]:
+def contrasts(runs: dict[str, dict[int, dict[str, Any]]], plan: ScreenPlan) -> list[dict[str, Any]]:
     """One row per contrast of the plan with runs on common seeds: the paired difference of the two
     arms' gaps to their baselines (percentage points)."""
     from oar_rl.study.stats import paired_difference
@@ -295,7 +289,7 @@ def _seed_range(seeds: tuple[int, ...]) -> str:
     return f"{seeds[0]}-{seeds[-1]}" if list(seeds) == list(range(seeds[0], seeds[-1] + 1)) else str(seeds)
 
 
-def write_report(out: Path, kind: str, plan: ScreenPlan = CREDIT_SCREEN) -> dict[str, Any]:
+def write_report(out: Path, kind: str, plan: ScreenPlan) -> dict[str, Any]:
     """`out/<kind>/study.json` (beside the runs) and `out/<kind>.md`: the table of every arm with runs (and,
     for the screen, the winners once it is complete), the contrasts and the diagnostics."""
     runs = load_runs(out, kind, plan)
@@ -319,7 +313,7 @@ def write_report(out: Path, kind: str, plan: ScreenPlan = CREDIT_SCREEN) -> dict
     )
     if kind == "screen":
         try:
-            record["winners"] = winners(summarize(runs, list(plan.arms)), len(seeds), plan.k_winners, plan)
+            record["winners"] = winners(summarize(runs, list(plan.arms)), plan, len(seeds), plan.k_winners)
             note += f" **Winners (pre-registered rule): {', '.join(record['winners'])}.**"
         except ValueError as e:
             record["winners"] = None
@@ -341,7 +335,7 @@ def write_report(out: Path, kind: str, plan: ScreenPlan = CREDIT_SCREEN) -> dict
     return record
 
 
-def _confirm_arms(out: Path, plan: ScreenPlan = CREDIT_SCREEN) -> list[Arm]:
+def _confirm_arms(out: Path, plan: ScreenPlan) -> list[Arm]:
     """The screen's recorded winners and the plan's always-confirmed arms, each after its baseline."""
     path = out / "screen" / "study.json"
     if not path.exists():
@@ -358,12 +352,18 @@ def _confirm_arms(out: Path, plan: ScreenPlan = CREDIT_SCREEN) -> list[Arm]:
     return arms
 
 
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m oar_rl.study.screen", description=__doc__.split("\n\n")[0])
+def main(argv: list[str] | None = None, plan: ScreenPlan | None = None, prog: str | None = None) -> int:
+    """The command line: `python -m oar_rl.study.screen ACTION --plan PLAN`, or, given `plan` (an
+    experiment's `__main__`), `prog ACTION` without `--plan`."""
+    p = argparse.ArgumentParser(
+        prog=prog or "python -m oar_rl.study.screen",
+        description=__doc__.split("\n\n")[0] if plan is None else f"The pre-registered screen {plan.name!r}.",
+    )
     p.add_argument("action", choices=("pilot", "run", "report", "confirm"))
-    p.add_argument("--plan", default=CREDIT_SCREEN.name, help="the pre-registered plan (credit-screen, "
-                   "credit-long; default %(default)s)")  # fmt: skip
-    p.add_argument("--out", default=None, help="output directory (default: results/<plan>)")
+    if plan is None:
+        p.add_argument("--plan", required=True, help="the pre-registered plan: module:ATTR (e.g. experiments."
+                       "credit_long.plan:CREDIT_LONG) or a .py file that defines PLAN")  # fmt: skip
+    p.add_argument("--out", default=None, help="output directory (default: results/<plan's name>)")
     p.add_argument("--stages", default=None, help="screen stages to train (default: the decision's)")
     p.add_argument("--arms", default=None, help="only these arms (comma-separated; default: every arm)")
     p.add_argument("--cache-dir", "--cache_dir", dest="cache_dir", default=None)
@@ -371,7 +371,11 @@ def main(argv: list[str] | None = None) -> int:
     a = p.parse_args(argv)
     import torch
 
-    plan = get_plan(a.plan)
+    if plan is None:
+        try:
+            plan = load_plan(a.plan)
+        except ValueError as e:
+            p.error(str(e))
     torch.set_num_threads(a.threads)
     out = Path(a.out or f"results/{plan.name}")
     t0 = time.perf_counter()

@@ -99,6 +99,8 @@ WORDPROBLEMS = _word_task(
     "synthetic word problems with distractors and ground-truth pivot/filler roles, word-level "
     "tiny Qwen2 shipped with the package (oar_rl.data.wordproblems)",
     max_completion_length=160,
+    # part of an untuned study's protocol (lr_source): kept as written, though the pilot script is now
+    # experiments/rl_pilot (issue 34), so that studies made before still resume
     learning_rate_note="GRPO pilots on the validation split (benchmarks/rl_pilot.py; docs/history.md, "
     "'Why RL barely moved the first warm start'): 16x8 x 30 steps gave 70.9% at 1e-4, 84.3% at 3e-4, 76.7% "
     "at 1e-3",

@@ -3,7 +3,7 @@
 Written when `oar-rl gpu-check`'s cost table at 1024 tokens took ~115 s per GRPO step on an H100: this
 says whether transformers' own sampling loop is that slow at this shape, or the trainer's path around it.
 
-    python benchmarks/generation_speed.py --shape qwen2.5-0.5b --rows 8 --lengths 128,512
+    python -m experiments.cost.generation_speed --shape qwen2.5-0.5b --rows 8 --lengths 128,512
 """
 
 from __future__ import annotations
@@ -16,13 +16,15 @@ import torch
 from oar_rl.gpu_check.benchlink import qwen2_config
 
 
-def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(
+        prog="python -m experiments.cost.generation_speed", description=__doc__.split("\n\n")[0]
+    )
     p.add_argument("--shape", default="qwen2.5-0.5b")
     p.add_argument("--rows", type=int, default=8)
     p.add_argument("--prompt-len", type=int, default=32)
     p.add_argument("--lengths", default="128,512")
-    a = p.parse_args()
+    a = p.parse_args(argv)
     from transformers import Qwen2ForCausalLM
 
     device = "cuda" if torch.cuda.is_available() else "cpu"
@@ -52,7 +54,8 @@ def main() -> None:
                 f"{1000 * s / new:.1f} ms per generation step",
                 flush=True,
             )
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())

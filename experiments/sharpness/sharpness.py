@@ -17,8 +17,8 @@ the first warm start"). This measures why, on any saved task model:
 A model is *sharp* in this sense when a step along +g far below a harmless random step already lowers
 the held-out reward. Run:
 
-    python benchmarks/sharpness.py                               # the shipped word-problem warm start
-    python benchmarks/sharpness.py --model DIR --json out.json   # another saved model of the same task
+    python -m experiments.sharpness                               # the shipped word-problem warm start
+    python -m experiments.sharpness --model DIR --json out.json   # another saved model of the same task
 
 Every figure is a held-out reward; its binomial standard error is about 0.5/sqrt(heldout × samples).
 """
@@ -49,7 +49,7 @@ def _load(model_dir: str | None):
 
         model, tok, _ = load_task_model(TASK)
         return model, tok
-    from oar_rl.tiny import _load as load_dir
+    from oar_rl.tiny import load_model_dir as load_dir
 
     return load_dir(Path(model_dir))
 
@@ -122,7 +122,7 @@ def _signal_or_noise(a, model, tok, grads, norm, record) -> float:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="python -m experiments.sharpness", description=__doc__.split("\n\n")[0])
     p.add_argument("--task", default="wordproblems", help="wordproblems or wordproblems-long (%(default)s)")
     p.add_argument("--model", help="a saved word-problem model directory (default: the shipped warm start)")
     p.add_argument(

@@ -11,8 +11,8 @@ it samples completions of held-out arithmetic prompts, then for each K:
   top-20% by OAR-G (averaged over rows and seeds);
 - **cost**: median wall time of one ``gradient_importance`` call over the whole batch relative to K=1.
 
-    python benchmarks/oar_g_draws.py                  # 32 completions, AS-Mean probe (the demo's)
-    python benchmarks/oar_g_draws.py --json out.json  # also write the figures
+    python -m experiments.oar_g_draws                  # 32 completions, AS-Mean probe (the demo's)
+    python -m experiments.oar_g_draws --json out.json  # also write the figures
 
 Times are ratios measured on whatever machine runs this; on a shared machine they are noisy.
 """
@@ -62,7 +62,9 @@ def _write_json(path: Path, payload: dict) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(
+        prog="python -m experiments.oar_g_draws", description=__doc__.split("\n\n")[0]
+    )
     ap.add_argument("--n", type=int, default=32, help="completions (one per held-out prompt)")
     ap.add_argument("--ks", default="1,2,4,8", help="numbers of draws to compare")
     ap.add_argument("--pairs", type=int, default=3, help="independent seed pairs per K")

@@ -1,7 +1,7 @@
 """Recall per reasoning step of the real-model figure: does a signal find pivots that are NOT next to the
 answer?
 
-A reference's reasoning R (`oar_rl.analysis.real_recall`) is a few sentences, one per step. **Step k** is
+A reference's reasoning R (`experiments.real_model.recall`) is a few sentences, one per step. **Step k** is
 the k-th sentence of R that holds a digit, together with any digit-free sentences right before it (so
 an opener like "Let's see." joins step 1, and a digit-free sentence at the end joins the last step).
 Sentences end at a "." that is followed by a space or by the end of R. A token belongs to the step
@@ -53,10 +53,10 @@ def step_bounds(reasoning: str) -> list[int]:
 def step_index(tok, trajs: Sequence, reasoning_ends: Sequence[int], shape: tuple[int, int]) -> torch.Tensor:
     """(B, C) long: the 1-based step of each reasoning token (0 elsewhere). `reasoning_ends[i]` is the
     number of reasoning tokens of row i (R's length in tokens, `reasoning_end`)."""
-    from oar_rl.answer_span import _token_spans
+    from oar_rl.answer_span import token_spans
 
     out = torch.zeros(shape, dtype=torch.long)
-    decoded = _token_spans(tok, [t.completion_ids.tolist() for t in trajs])
+    decoded = token_spans(tok, [t.completion_ids.tolist() for t in trajs])
     for i, ((text, spans), end) in enumerate(zip(decoded, reasoning_ends, strict=True)):
         if end == 0:
             continue

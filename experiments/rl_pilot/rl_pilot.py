@@ -5,8 +5,8 @@ warm start or a saved model, measures sampled accuracy on the validation split e
 then the final sampled and greedy accuracy on more validation problems. docs/history.md's "Why RL barely
 moved the first warm start" table was made with it. Run:
 
-    python benchmarks/rl_pilot.py --lr 3e-4 --prompts 16 --steps 30 --out pilot.json
-    python benchmarks/rl_pilot.py --model DIR --lr 1e-4 --prompts 32 --out pilot.json   # another warm start
+    python -m experiments.rl_pilot --lr 3e-4 --prompts 16 --steps 30 --out pilot.json
+    python -m experiments.rl_pilot --model DIR --lr 1e-4 --prompts 32 --out pilot.json   # another warm start
 
 Validation problems only: the study's test split stays untouched by pilots.
 """
@@ -24,7 +24,7 @@ import torch
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="python -m experiments.rl_pilot", description=__doc__.split("\n\n")[0])
     p.add_argument("--lr", type=float, required=True, help="Adam learning rate (constant)")
     p.add_argument("--prompts", type=int, default=16, help="prompts per step (default 16)")
     p.add_argument("--group", type=int, default=8, help="completions per prompt (default 8)")
@@ -48,9 +48,9 @@ def main(argv: list[str] | None = None) -> int:
     from oar_rl.tasks.wordproblems import WORDPROBLEMS as task
 
     if a.model:
-        from oar_rl.tiny import _load
+        from oar_rl.tiny import load_model_dir
 
-        model, tok = _load(Path(a.model))
+        model, tok = load_model_dir(Path(a.model))
         path = a.model
     else:
         from oar_rl.shipped import load_task_model

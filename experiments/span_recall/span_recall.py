@@ -1,6 +1,6 @@
 """How much of exact OAR-P's ranking does span-level OAR-P keep, and at what cost? (issue 33 item 2)
 
-    PYTHONPATH=src python benchmarks/span_recall.py --out results/oar-p-span
+    python -m experiments.span_recall --out results/oar-p-span
 
 On the shipped word-problem warm start: sample `--prompts` test problems (one completion each, T = 1,
 seeded), score every completion's reasoning tokens with exact OAR-P (`oar-p`) and with span-level OAR-P
@@ -31,7 +31,9 @@ import torch
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(
+        prog="python -m experiments.span_recall", description=__doc__.split("\n\n")[0]
+    )
     p.add_argument("--prompts", type=int, default=64)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--repeats", type=int, default=3, help="timed rounds of each scorer")
@@ -106,8 +108,7 @@ def main(argv: list[str] | None = None) -> int:
 
     med = {k: sorted(v)[len(v) // 2] for k, v in times.items()}
     result = {
-        "command": "PYTHONPATH=src python benchmarks/span_recall.py "
-        + " ".join(sys.argv[1:] if argv is None else argv),
+        "command": "python -m experiments.span_recall " + " ".join(sys.argv[1:] if argv is None else argv),
         "model": f"shipped word-problem warm start (recipe {ws.recipe_hash})",
         "completions": B,
         "probe": probe,

@@ -1,6 +1,6 @@
 """The paper's Figure 5 (recall of oracle causal tokens) and Figure 4/8 heatmaps on a real model.
 
-    python -m oar_rl.analysis.real_recall --model smollm2-135m --n 64 --threads 2 --out results/real-model
+    python -m experiments.real_model --model smollm2-135m --n 64 --threads 2 --out results/real-model
 
 SmolLM2-135M-Instruct solves almost none of these problems itself (0 of 30 one-step word problems,
 greedy), so its own correct trajectories are too rare to sample. Instead each trajectory is a *correct
@@ -29,7 +29,7 @@ kept in ``OUT/oracle.json`` as they are computed, so a stopped run resumes.
 
 Controls and steps (issue 26): every table carries the `position` control (later reasoning tokens first)
 beside `random`, with each signal's paired difference to both, and recall per reasoning step
-(`oar_rl.analysis.real_report`, `oar_rl.analysis.real_steps`), because on the two-step references nearly
+(`experiments.real_model.report`, `experiments.real_model.steps`), because on the two-step references nearly
 every pivot sits in the last step, where position alone finds it. ``--design reuse`` builds references
 whose pivots lie in every step (`make_problems`): step 1 computes the asked quantity, step 2 a distractor
 (another person's item), step 3 restates step 1's result, which the answer copies.
@@ -55,11 +55,11 @@ from pathlib import Path
 
 import torch
 
+from experiments.real_model.report import write_figure
+from experiments.real_model.steps import step_index
 from oar_rl.analysis.attribute import Trajectory, answer_spans, given_trajectory, load_model
 from oar_rl.analysis.heatmap import heatmap_png
 from oar_rl.analysis.oracle import alternative_tokens, greedy_generate
-from oar_rl.analysis.real_report import write_figure
-from oar_rl.analysis.real_steps import step_index
 from oar_rl.analysis.recall import label_matrix, scores_per_probe
 from oar_rl.answer_span import scored_positions
 from oar_rl.io import ensure_writable_dir, write_text_atomic
@@ -301,7 +301,7 @@ def main(argv: list[str] | None = None) -> int:
         pred, kind = extract_prediction(text)
         return kind is not None and as_number(pred) == Fraction(gold)
 
-    p = new_parser("python -m oar_rl.analysis.real_recall", __doc__.split("\n\n")[0])
+    p = new_parser("python -m experiments.real_model", __doc__.split("\n\n")[0])
     add(p, "--model", default="smollm2-135m")
     add(p, "--n", type=int, default=32, help="references to score (before filtering); --own: correct ones")
     add(p, "--own", action="store_true", help="the model's own sampled correct trajectories (see module doc)")
@@ -371,7 +371,7 @@ def main(argv: list[str] | None = None) -> int:
     with_pivot = int((oracle & mask).any(dim=1).sum())
     previous = json.loads((out / "recall.json").read_text()) if (out / "recall.json").exists() else {}
     result = {
-        "command": "python -m oar_rl.analysis.real_recall " + " ".join(argv or sys.argv[1:]),
+        "command": "python -m experiments.real_model " + " ".join(argv or sys.argv[1:]),
         "model": a.model, "trajectories": "own, sampled" if a.own else "references, teacher-forced",
         "design": None if a.own else a.design,
         "sampled": len(sampled) if a.own else None, "references": len(trajs), "finishable": len(kept),

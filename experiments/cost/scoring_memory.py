@@ -16,8 +16,8 @@ ratio scoring / training step. CPU tensor allocations only (what the profiler re
 ``torch.profiler.profile._memory_profile`` is a private PyTorch API; the figure is an allocation count,
 not a wall-clock timing, so it does not depend on machine load.
 
-    python benchmarks/scoring_memory.py                           # tiny recipe, entropy/oar-g/oar-p
-    python benchmarks/scoring_memory.py --completion-length 64 --hidden-size 128 --json out.json
+    python -m experiments.cost.scoring_memory                           # tiny recipe, entropy/oar-g/oar-p
+    python -m experiments.cost.scoring_memory --completion-length 64 --hidden-size 128 --json out.json
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ from oar_rl.config import OARConfig
 from oar_rl.tiny import build_char_tokenizer, tiny_qwen2
 from oar_rl.trainer import OARTrainer
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def digit_reward(completions: list[str], **kwargs: Any) -> list[float]:
@@ -120,7 +120,9 @@ def measure(credit: str, opts: argparse.Namespace, out_dir: str) -> dict[str, An
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m experiments.cost.scoring_memory", description=__doc__.split("\n\n")[0]
+    )
     parser.add_argument("--credits", nargs="+", default=["entropy", "oar-g", "oar-p"])
     parser.add_argument("--steps", type=int, default=2)
     parser.add_argument("--completion-length", type=int, default=16, help="max_completion_length")

@@ -15,7 +15,7 @@ layers (gpu-check's scorer-precision model is the 30-layer one), gpu-check's pad
 weights' share); bf16 with the LM head and KL in float32 at 1e-3; and float64 at 4e-3 and 1.6e-2
 against float64 at 1e-3 (does a larger σ give the same scores in exact arithmetic?).
 
-    python benchmarks/oar_g_precision.py [--seeds 3] [--layers 6]
+    python -m experiments.oar_g_precision [--seeds 3] [--layers 6]
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))  # the matrix's tiny models
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tests"))  # the matrix's tiny models
 
 from arch_models import ARCHS, tiny_model
 from oar_rl.float64 import float64_copy
@@ -133,7 +133,9 @@ def decomposition(layers: int) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(
+        prog="python -m experiments.oar_g_precision", description=__doc__.split("\n\n")[0]
+    )
     ap.add_argument("--seeds", type=int, default=3, help="noise seeds per setting (part 1)")
     ap.add_argument("--layers", type=int, default=6, help="layers of the part-2 model (0: skip part 2)")
     args = ap.parse_args(argv)

@@ -9,7 +9,7 @@ but on a random-initialised network. This script measures the same on two traine
   most 160 tokens, as in training) for validation-split prompts;
 - ``smollm2-135m``: the pretrained SmolLM2-135M-Instruct (``oar-rl fetch-model smollm2-135m``) on correct
   reference solutions of two-step word problems, scored teacher-forced under the chat template, as
-  ``python -m oar_rl.analysis.real_recall`` does (the model solves too few itself to sample).
+  ``python -m experiments.real_model`` does (the model solves too few itself to sample).
 
 For each model and probe it scores every trajectory with exact OAR-P (prefix reuse), OAR-G, OAR-GP at
 each ``--fractions`` value and, for chance level, random scores. Recall@k is pooled over trajectories,
@@ -18,8 +18,8 @@ each ``--fractions`` value and, for chance level, random scores. Recall@k is poo
 trajectories. Each scorer's wall time over all trajectories is given beside (scorers interleaved chunk
 by chunk, so a load change hits them alike), with its ratio to OAR-P's.
 
-    python benchmarks/hybrid_recall.py                       # quick: 8 trajectories per model
-    python benchmarks/hybrid_recall.py --n 128 --out results/hybrid-recall   # the full measurement
+    python -m experiments.hybrid_recall                       # quick: 8 trajectories per model
+    python -m experiments.hybrid_recall --n 128 --out results/hybrid-recall   # the full measurement
 
 Writes ``hybrid_recall.json`` and ``hybrid_recall.md`` in ``--out`` (atomically).
 """
@@ -65,7 +65,7 @@ def load_trajectories(name: str, n: int, seed: int):
             seed=seed,
         )
     elif name == "smollm2-135m":
-        from oar_rl.analysis.real_recall import make_problems
+        from experiments.real_model.recall import make_problems
 
         model, tok = load_model(name)
         trajs = [given_trajectory(tok, q, ref, chat=True, answer=g) for q, ref, g in make_problems(n, seed)]
@@ -224,7 +224,9 @@ def _floats(text: str, flag: str, lo: float = 0.0) -> list[float]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(
+        prog="python -m experiments.hybrid_recall", description=__doc__.split("\n\n")[0]
+    )
     ap.add_argument("--models", default=",".join(MODELS), help=f"comma-separated, from: {', '.join(MODELS)}")
     ap.add_argument("--n", type=int, default=8, help="trajectories per model (before dropping empty ones)")
     ap.add_argument(
@@ -255,7 +257,7 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.perf_counter()
     models = {name: score_model(name, args) for name in args.models}
     result = {
-        "command": "python benchmarks/hybrid_recall.py " + " ".join(sys.argv[1:] if argv is None else argv),
+        "command": "python -m experiments.hybrid_recall " + " ".join(sys.argv[1:] if argv is None else argv),
         "args": vars(args),
         "torch_threads": torch.get_num_threads(),
         "load_average": [round(x, 2) for x in os.getloadavg()],

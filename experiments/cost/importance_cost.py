@@ -5,8 +5,8 @@ entropy and random importance on one fixed batch of a
 tiny random Qwen2 and reports wall time and peak resident-memory growth, each as a ratio to a plain
 ``model(input_ids, attention_mask)`` forward (full logits, what TRL's log-prob pass costs).
 
-    python benchmarks/importance_cost.py                       # B=8, C=128, P=32, hidden 128, V=32k
-    python benchmarks/importance_cost.py --json out/cost.json  # also write the figures
+    python -m experiments.cost.importance_cost                       # B=8, C=128, P=32, hidden 128, V=32k
+    python -m experiments.cost.importance_cost --json out/cost.json  # also write the figures
 
 Peak memory is the growth of the process's resident set (Linux VmHWM, reset through
 /proc/self/clear_refs before each measurement); elsewhere it is reported as n/a. Times are the
@@ -89,7 +89,9 @@ def _write_json(path: Path, payload: dict) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(
+        prog="python -m experiments.cost.importance_cost", description=__doc__.split("\n\n")[0]
+    )
     ap.add_argument("--batch", type=int, default=8, help="sequences B")
     ap.add_argument("--prompt-len", type=int, default=32, help="prompt tokens P (rows left-padded by 0..P/4)")
     ap.add_argument("--completion-len", type=int, default=128, help="completion tokens C (right-padded)")

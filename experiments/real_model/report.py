@@ -2,8 +2,8 @@
 
 Every table carries the two controls, `position` (later reasoning tokens first) and `random`, with each
 signal's paired difference to both (`oar_rl.analysis.recall_stats.control_differences`), beside the few paired
-comparisons between signals of `oar_rl.analysis.real_recall.PAIRS`; and, for references, recall per
-reasoning step (`oar_rl.analysis.real_steps`).
+comparisons between signals of `experiments.real_model.recall.PAIRS`; and, for references, recall per
+reasoning step (`experiments.real_model.steps`).
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from typing import Any
 
 import torch
 
-from oar_rl.analysis.recall import _plot
+from oar_rl.analysis.recall import plot_recall
 from oar_rl.analysis.recall_stats import (
     band_json,
     control_differences,
@@ -56,7 +56,7 @@ def write_figure(
 ) -> str:
     """Compute the curves, intervals, paired differences (and per-step recall when `steps` is given),
     add them to `result`, write recall.json, recall.md and the two recall plots; returns the Markdown."""
-    from oar_rl.analysis.real_steps import per_step_markdown, per_step_recall
+    from experiments.real_model.steps import per_step_markdown, per_step_recall
 
     recalls = recall_curves(scores, oracle, mask, ks)
     bands = recall_bands(scores, oracle, mask, ks, seed=seed)
@@ -83,7 +83,7 @@ def write_figure(
     lines += [diff_head, "|---" * (len(TABLE_KS) + 1) + "|", *_diff_rows(controls)]
     if steps is not None:
         result["per_step"] = per_step_recall(scores, oracle, mask, steps, seed=seed)
-        lines += ["", "## Recall per reasoning step (oar_rl.analysis.real_steps)", ""]
+        lines += ["", "## Recall per reasoning step (experiments.real_model.steps)", ""]
         lines.append(per_step_markdown(result["per_step"]))
     markdown = "\n".join(lines) + "\n"
     write_text_atomic(out / "recall.json", json.dumps(result, indent=2) + "\n")
@@ -93,6 +93,6 @@ def write_figure(
         ("recall.png", [k for k in MAIN_CURVES if k in recalls]),
         ("recall_all_probes.png", recalls),
     ):
-        _plot({k: recalls[k] for k in keys}, out / tag, {k: bands[k] for k in keys}, n=result["finishable"],
-              with_pivot=with_pivot)  # fmt: skip
+        plot_recall({k: recalls[k] for k in keys}, out / tag, {k: bands[k] for k in keys},
+                    n=result["finishable"], with_pivot=with_pivot)  # fmt: skip
     return markdown

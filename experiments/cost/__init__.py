@@ -1,0 +1,1 @@
+"""What OAR costs: scorer time per forward pass, scoring memory, generation time (README.md)."""
