@@ -1,6 +1,6 @@
 """Issue 26's pre-registered credit-rule screen on the short regime (results/credit-screen,
 PREREGISTRATION.md there): its arms, seeds, step size and evaluation. `oar_rl.study.screen` runs it
-(`python -m experiments.credit_screen`); its stage 3 is issue 33's addendum."""
+(`python -m experiments.credit_screen`); its stages 3 and 4 are issue 33's addenda."""
 
 from __future__ import annotations
 
@@ -36,6 +36,9 @@ ARMS: tuple[Arm, ...] = (
     Arm("position", "position", stage=3, cost=1.0),
     Arm("oar-p-span", "oar-p-span", stage=3, cost=1.3),
     Arm("entropy-80-20", "entropy-80-20", stage=3, cost=1.0),
+    # stage 4 (addendum 2, issue 33's comparison of regimes): the two baselines of the long screen
+    Arm("entropy", "entropy", stage=4, cost=1.05),
+    Arm("random", "random", stage=4, cost=1.0),
 )
 ARM_BY_NAME = {a.name: a for a in ARMS}
 
@@ -78,7 +81,7 @@ CREDIT_SCREEN = ScreenPlan(
     contrasts=CONTRASTS,
     drop_from_protocol=("scored_tokens",),
 )
-"""Issue 26's screen on the short regime (results/credit-screen; its stage 3 is issue 33's addendum)."""
+"""Issue 26's screen on the short regime (results/credit-screen; its stages 3 and 4 are issue 33's addenda)."""
 
 PLAN = CREDIT_SCREEN
 """What `python -m oar_rl.study.screen --plan experiments/credit_screen/plan.py` runs."""

@@ -320,9 +320,10 @@ def write_report(out: Path, kind: str, plan: ScreenPlan) -> dict[str, Any]:
             note += f" Winners not decided yet: {e}."
         later = sorted({a.stage for a in arms} - set(plan.decision_stages))
         if later:
+            what = "an addendum" if len(later) == 1 else "addenda"
             note += (
-                f" Stage {', '.join(map(str, later))}: an addendum screened after the decision, outside "
-                "the winners' rule."
+                f" Stage{'s' * (len(later) > 1)} {', '.join(map(str, later))}: {what} screened after the "
+                "decision, outside the winners' rule."
             )
     text = markdown(rows, f"Credit {kind}", note)
     record["contrasts"] = contrasts(runs, plan)  # the confirmation's: those between its arms
