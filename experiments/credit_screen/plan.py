@@ -81,7 +81,7 @@ CREDIT_SCREEN = ScreenPlan(
     contrasts=CONTRASTS,
     drop_from_protocol=("scored_tokens",),
 )
-"""Issue 26's screen on the short regime (results/credit-screen; its stages 3 and 4 are issue 33's addenda)."""
+"""Issue 26's screen on the short regime (results/credit-screen; stages 3 and 4: issue 33's addenda)."""
 
 PLAN = CREDIT_SCREEN
 """What `python -m oar_rl.study.screen --plan experiments/credit_screen/plan.py` runs."""
