@@ -91,6 +91,7 @@ REGIMES: tuple[Regime, ...] = (
         confirmed=(Source("results/credit-long/confirm/runs", "confirmation", "credit-long.md"),),
         screens=(Source("results/credit-long/screen/runs", "screen", "credit-long.md"),),
         blame="results/blame-long/blame.json",
+        recall="results/testbed-recall-long/recall.json",
     ),
 )
 
