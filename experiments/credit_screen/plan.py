@@ -61,6 +61,11 @@ CONTRASTS: tuple[tuple[str, str, str], ...] = (
     ("oar-g[draws=4]", "oar-g", "4: 4 noise draws vs 1"),
     ("oar-g[floor=0.1]", "oar-g", "5: floor 0.1 vs none"),
     ("oar-p", "oar-g", "OAR-P vs OAR-G"),
+    # issue 33's, as in the long regime's plan (stages 3-4 against stage 1)
+    ("oar-g", "position", "is OAR-G more than 'weight later tokens'?"),
+    ("oar-p-span", "oar-g", "span-level masking vs OAR-G"),
+    ("entropy-80-20", "entropy", "80/20 (top-20% entropy tokens only) vs entropy shaping"),
+    ("position", "random", "position vs random weights"),
 )
 """Which hypothesis each pair of arms speaks to (issue 26). Descriptive, not part of the pre-registered
 decision: per seed, (arm − its baseline) − (other − its baseline), so arms trained at different step
