@@ -8,7 +8,7 @@ Verdict, as pre-registered: **supported** if the interval lies above 0 for OAR-G
 below 0 for no rule; **refuted** if it lies below 0 for both OAR-G and first-error; otherwise **not
 decided** at this power.
 
-    python -m experiments.credit_long regimes   # reads both screens' committed run files
+    python -m experiments.credit_long.regimes   # reads both screens' committed run files
 """
 
 from __future__ import annotations
@@ -157,7 +157,7 @@ def main(argv: list[str] | None = None) -> int:
     from oar_rl.study.screen import load_runs
 
     p = argparse.ArgumentParser(
-        prog="python -m experiments.credit_long regimes", description=__doc__.split("\n\n")[0]
+        prog="python -m experiments.credit_long.regimes", description=__doc__.split("\n\n")[0]
     )
     p.add_argument("--short", default="results/credit-screen", help="the short regime's screen folder")
     p.add_argument("--long", default="results/credit-long", help="the long regime's screen folder")
@@ -172,3 +172,7 @@ def main(argv: list[str] | None = None) -> int:
     plot(result, out / "regimes.png")
     print(markdown(result))
     return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
