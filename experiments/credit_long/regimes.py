@@ -122,7 +122,11 @@ def plot(result: dict[str, Any], path: Path) -> None:
 
     rows = result["rows"]
     fig, ax = plt.subplots(figsize=(8, 4))
-    for k, (regime, dx, color) in enumerate((("short", -0.15, "tab:blue"), ("long", 0.15, "tab:red"))):
+    series = (
+        ("short", -0.15, "tab:blue", "short regime (2-3 events)"),
+        ("long", 0.15, "tab:red", "long regime (6-8)"),
+    )
+    for regime, dx, color, label in series:
         xs, ys, lo, hi = [], [], [], []
         for i, r in enumerate(rows):
             c = r[regime]
@@ -132,9 +136,6 @@ def plot(result: dict[str, Any], path: Path) -> None:
             ys.append(c["mean"])
             lo.append(c["mean"] - (c["low"] if c.get("low") is not None else c["mean"]))
             hi.append((c["high"] if c.get("high") is not None else c["mean"]) - c["mean"])
-        label = (
-            f"{regime} regime" + ("" if k else " (2-3 events)") if regime == "short" else "long regime (6-8)"
-        )
         ax.errorbar(xs, ys, yerr=[lo, hi], fmt="o", color=color, capsize=3, label=label)
     ax.axhline(0, color="grey", lw=0.8)
     ax.set_xticks(range(len(rows)), [r["rule"] for r in rows], rotation=20)
