@@ -138,6 +138,8 @@ def plot(result: dict[str, Any], path: Path) -> None:
             hi.append((c["high"] if c.get("high") is not None else c["mean"]) - c["mean"])
         ax.errorbar(xs, ys, yerr=[lo, hi], fmt="o", color=color, capsize=3, label=label)
     ax.axhline(0, color="grey", lw=0.8)
+    low, high = ax.get_ylim()
+    ax.set_ylim(max(low, -100), min(high, 100))  # a difference of two accuracies lies in [-100, 100]
     ax.set_xticks(range(len(rows)), [r["rule"] for r in rows], rotation=20)
     ax.set_ylabel("Δ accuracy vs GRPO (points)")
     ax.set_title(f"Paired gap to GRPO by regime (verdict: {result['verdict']})")
