@@ -211,7 +211,9 @@ def test_the_long_regimes_protocol_is_pinned():
     same = {k for k in short if k not in ("task", "lr_source", "screen_format", "test_problems")}
     assert {k: d[k] for k in same} == {k: short[k] for k in same}
     assert protocol_hash(d) == "f20b145301778d1f"
-    assert [a.name for a in plan.arms] == [
+    decided = [a for a in plan.arms if a.stage in plan.decision_stages]
+    assert plan.decision_stages == (1,)  # the pre-registered arms; stage 2 is the exploratory addendum
+    assert [a.name for a in decided] == [
         "grpo",
         "oar-g",
         "first-error",
@@ -221,7 +223,10 @@ def test_the_long_regimes_protocol_is_pinned():
         "entropy",
         "random",
     ]
-    assert all(a.baseline == "grpo" for a in plan.arms[1:]) and plan.confirm_also == ("oar-g", "position")
+    assert all(a.baseline == "grpo" for a in decided[1:]) and plan.confirm_also == ("oar-g", "position")
+    addendum = [a for a in plan.arms if a.stage == 2]
+    assert all(dict(a.overrides)["learning_rate"] == 2e-4 for a in addendum)
+    assert [a.baseline for a in addendum] == [None, "grpo[lr=2e-4]", "grpo[lr=2e-4]"]
 
 
 def test_the_short_screens_protocol_hashes_are_pinned():

@@ -27,15 +27,27 @@ LONG_ARMS: tuple[Arm, ...] = (
     Arm("entropy-80-20", "entropy-80-20", cost=1.0),
     Arm("entropy", "entropy", cost=1.05),
     Arm("random", "random", cost=1.0),
+    # stage 2 (the exploratory addendum in PREREGISTRATION.md, outside the decision): half the step size
+    Arm("grpo[lr=2e-4]", "grpo", (("learning_rate", 2e-4),), baseline=None, stage=2),
+    Arm("oar-g[lr=2e-4]", "oar-g", (("learning_rate", 2e-4),), "grpo[lr=2e-4]", 2, 1.1),
+    Arm("position[lr=2e-4]", "position", (("learning_rate", 2e-4),), "grpo[lr=2e-4]", 2, 1.0),
 )
 """Every arm is paired by seed with plain GRPO at the same step size; costs (GRPO = 1) break ties."""
 
-LONG_CONTRASTS: tuple[tuple[str, str, str], ...] = (
+RULE_CONTRASTS: tuple[tuple[str, str, str], ...] = (
     ("oar-g", "position", "is OAR-G more than 'weight later tokens'?"),
-    ("first-error", "oar-g", "blame the first error vs OAR-G"),
     ("oar-p-span", "oar-g", "span-level masking vs OAR-G"),
     ("entropy-80-20", "entropy", "80/20 (top-20% entropy tokens only) vs entropy shaping"),
     ("position", "random", "position vs random weights"),
+)
+"""The contrasts between issue 33's rules, made in both regimes (the short screen's plan takes them)."""
+
+LONG_CONTRASTS: tuple[tuple[str, str, str], ...] = (
+    RULE_CONTRASTS[0],
+    ("first-error", "oar-g", "blame the first error vs OAR-G"),
+    *RULE_CONTRASTS[1:],
+    ("oar-g[lr=2e-4]", "oar-g", "OAR-G's gap to GRPO at 2e-4 vs at 4e-4"),
+    ("oar-g[lr=2e-4]", "position[lr=2e-4]", "OAR-G vs position at 2e-4"),
 )
 
 CREDIT_LONG = ScreenPlan(
@@ -52,6 +64,7 @@ CREDIT_LONG = ScreenPlan(
     screen_format=2,
     contrasts=LONG_CONTRASTS,
     confirm_also=("oar-g", "position"),
+    decision_stages=(1,),  # stage 2 is the exploratory addendum, reported only
 )
 
 PLAN = CREDIT_LONG

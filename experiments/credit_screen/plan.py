@@ -4,7 +4,7 @@ PREREGISTRATION.md there): its arms, seeds, step size and evaluation. `oar_rl.st
 
 from __future__ import annotations
 
-from experiments.credit_long.plan import LONG_CONTRASTS
+from experiments.credit_long.plan import RULE_CONTRASTS
 from oar_rl.study.screen_plan import Arm, ScreenPlan
 
 SCREEN_SEEDS: tuple[int, ...] = (2000, 2001, 2002, 2003, 2004)
@@ -63,7 +63,7 @@ CONTRASTS: tuple[tuple[str, str, str], ...] = (
     ("oar-g[floor=0.1]", "oar-g", "5: floor 0.1 vs none"),
     ("oar-p", "oar-g", "OAR-P vs OAR-G"),
     # issue 33's, the long regime's plan's (stages 3-4 against stage 1; first-error vs OAR-G is above)
-    *(c for c in LONG_CONTRASTS if c[0] != "first-error"),
+    *RULE_CONTRASTS,
 )
 """Which hypothesis each pair of arms speaks to (issue 26). Descriptive, not part of the pre-registered
 decision: per seed, (arm − its baseline) − (other − its baseline), so arms trained at different step
