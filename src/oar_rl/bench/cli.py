@@ -82,7 +82,8 @@ def build_parser() -> argparse.ArgumentParser:
         p,
         "--methods",
         default=DEFAULT_METHODS,
-        help=f"comma-separated, from: {', '.join(methods())}, and the rules of --credit-module",
+        help=f"the training steps' methods, comma-separated, from: {', '.join(methods())}, and the rules of "
+        "--credit-module (the scorer part always times its whole table)",
     )
     add_flag(p)
     add(p, "--repeats", type=int, default=3, help="measured steps per method (interleaved)")
@@ -112,7 +113,13 @@ def build_parser() -> argparse.ArgumentParser:
     add(p, "--copies", type=int, default=64, help="OAR-P perturbed copies per forward pass")
     scope = p.add_mutually_exclusive_group()
     add(scope, "--no-scorers", action="store_true", help="skip the scorer-level part (floors, recall)")
-    add(scope, "--scorers-only", action="store_true", help="skip the training steps; scorer part only")
+    add(
+        scope,
+        "--scorers-only",
+        action="store_true",
+        help="skip the training steps; scorer part only (its whole table: OAR-G, OAR-P, "
+        "whole-copy OAR-P, OAR-GP and span, whatever --methods says)",
+    )
     add(
         p,
         "--full-stride",
