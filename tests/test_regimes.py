@@ -6,6 +6,7 @@ import pytest
 
 from experiments.credit_long import regimes
 from oar_rl.study import stats
+from oar_rl.study.screen import gaps
 
 
 def _runs(acc: dict[str, dict[int, float]]) -> dict[str, dict[int, dict]]:
@@ -25,7 +26,8 @@ SHORT, LONG = range(2000, 2005), range(3000, 3005)
 
 def test_gaps_pair_by_seed_and_skip_unpaired():
     runs = _runs({"grpo": {1: 0.5, 2: 0.6}, "oar-g": {1: 0.55, 3: 0.9}})
-    assert regimes.gaps(runs, "oar-g") == {1: pytest.approx(5.0)}
+    assert gaps(runs, "oar-g", "grpo") == {1: pytest.approx(5.0)}
+    assert gaps(runs, "grpo", None) == {}
 
 
 def test_growth_is_welch_of_long_minus_short():
@@ -34,7 +36,7 @@ def test_growth_is_welch_of_long_minus_short():
     res = regimes.cross_regime(short, long)
     row = res["rows"][0]
     ref = stats.welch_difference(
-        list(regimes.gaps(long, "oar-g").values()), list(regimes.gaps(short, "oar-g").values())
+        list(gaps(long, "oar-g", "grpo").values()), list(gaps(short, "oar-g", "grpo").values())
     )
     assert row["growth"]["mean"] == pytest.approx(3.0) and row["growth"]["low"] == pytest.approx(ref["low"])
     assert len(row["short"]["seeds"]) == len(row["long"]["seeds"]) == 5

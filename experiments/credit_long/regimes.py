@@ -21,14 +21,6 @@ RULES = ("oar-g", "first-error", "position", "oar-p-span", "entropy-80-20", "ent
 DECIDING = ("oar-g", "first-error")
 
 
-def gaps(runs: dict[str, dict[int, dict[str, Any]]], arm: str, baseline: str = "grpo") -> dict[int, float]:
-    """{seed: the arm's final sampled accuracy minus its baseline's on the same seed}, in points."""
-    mine, base = runs.get(arm, {}), runs.get(baseline, {})
-    return {
-        s: 100 * (r["final"]["sampled"] - base[s]["final"]["sampled"]) for s, r in mine.items() if s in base
-    }
-
-
 def cross_regime(
     short: dict[str, dict[int, dict[str, Any]]],
     long: dict[str, dict[int, dict[str, Any]]],
@@ -37,11 +29,12 @@ def cross_regime(
 ) -> dict[str, Any]:
     """One row per rule (its gaps in each regime, their means and the Welch interval of long − short) and
     the pre-registered verdict, which stays "incomplete" until every rule has `seeds` gaps in both."""
+    from oar_rl.study.screen import gaps
     from oar_rl.study.stats import mean_ci, welch_difference
 
     rows, complete = [], True
     for rule in rules:
-        gs, gl = gaps(short, rule), gaps(long, rule)
+        gs, gl = gaps(short, rule, "grpo"), gaps(long, rule, "grpo")
         row: dict[str, Any] = {
             "rule": rule,
             "short": mean_ci(list(gs.values())) | {"seeds": sorted(gs)},

@@ -196,23 +196,25 @@ def winners(
     return [r["arm"] for r in cand[:k]]
 
 
+def gaps(runs: dict[str, dict[int, dict[str, Any]]], arm: str, baseline: str | None) -> dict[int, float]:
+    """{seed: the arm's final sampled accuracy minus its baseline's on the same seed}, in points; seeds
+    the baseline lacks are left out (no baseline: none)."""
+    base = runs.get(baseline, {}) if baseline else {}
+    return {
+        s: 100 * (r["final"]["sampled"] - base[s]["final"]["sampled"])
+        for s, r in runs.get(arm, {}).items()
+        if s in base
+    }
+
+
 def contrasts(runs: dict[str, dict[int, dict[str, Any]]], plan: ScreenPlan) -> list[dict[str, Any]]:
     """One row per contrast of the plan with runs on common seeds: the paired difference of the two
     arms' gaps to their baselines (percentage points)."""
     from oar_rl.study.stats import paired_difference
 
-    def gap(name: str) -> dict[int, float]:
-        arm, got = plan.arm(name), runs.get(name, {})
-        base = runs.get(arm.baseline, {}) if arm.baseline else {}
-        return {
-            s: 100 * (r["final"]["sampled"] - base[s]["final"]["sampled"])
-            for s, r in got.items()
-            if s in base
-        }
-
     rows = []
     for a, b, what in plan.contrasts:
-        ga, gb = gap(a), gap(b)
+        ga, gb = gaps(runs, a, plan.arm(a).baseline), gaps(runs, b, plan.arm(b).baseline)
         if len(set(ga) & set(gb)) >= 2:
             rows.append({"arm": a, "versus": b, "hypothesis": what, "paired": paired_difference(ga, gb)})
     return rows
