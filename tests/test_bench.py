@@ -133,15 +133,15 @@ def test_search_figures_per_step_by_hand():
         recs.append({"method": "none", "step_seconds": g, "tokens": 10.0, "peak_mib": None})
         recs.append({"method": "first-error", "step_seconds": 2 * g, "tokens": 10.0, "peak_mib": None,
                      "search_rounds": rounds, "search_continuations": 9 * rounds,
-                     "search_generated_tokens": tokens})  # fmt: skip
+                     "search_reused": 2 * rounds, "search_generated_tokens": tokens})  # fmt: skip
     s = bench.summarize(recs, ["none", "first-error"], warmup=0)
     assert s["first-error"]["search_rounds"] == {"median": 3, "min": 2, "max": 4}
     assert s["first-error"]["search_generated_tokens"] == {"median": 300, "min": 100, "max": 500}
     assert "search_rounds" not in s["none"]
     lines = bench.search_lines(s)
     assert (
-        lines[-1]
-        == "| first-error | 3 [2–4] | 27 [18–36] | 300 [100–500] | 0.00 [0.00–0.00] | 2.00 [2.00–2.00] |"
+        lines[-1] == "| first-error | 3 [2–4] | 27 [18–36] | 6 [4–8] | 300 [100–500] | 0.00 [0.00–0.00] "
+        "| 2.00 [2.00–2.00] |"
     )
     assert bench.search_lines({"none": s["none"]}) == []
 

@@ -206,6 +206,17 @@ class OARConfig(GRPOConfig):
             "extra continuations cost more than the rounds they save there; oar_rl.importance.first_error)."
         },
     )
+    first_error_reuse_greedy: bool = field(
+        default=True,
+        metadata={
+            "help": "credit='first-error': answer each cut of the search from its run of greedy tokens (a "
+            "token the policy would itself have chosen does not change the greedy continuation): one "
+            "teacher-forced pass, then only continuations of runs not yet answered, each from the run's "
+            "last cut. The same questions get the same answers, so the located tokens do not change; "
+            "every continuation checks the premise and a disagreement warns and searches again without "
+            "the reuse (oar_rl.importance.greedy_runs). False: the plain search."
+        },
+    )
     # --- GRAIL (credit="grail"; oar_rl.importance.grail) ---
     grail_mu: float = field(
         default=1.0,

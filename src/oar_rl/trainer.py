@@ -332,8 +332,9 @@ class OARTrainer(CreditLogging, GRPOTrainer):
                       max_new_tokens=int(self.args.max_completion_length))  # fmt: skip
         ctx = ScoringContext(batch_size=batch_size, tokenizer=self.processing_class, extras=extras)
         scores = run_scorer(
-            CREDIT_MODES["first-error"], model, batch, ctx, branching=self.args.first_error_branching
-        )
+            CREDIT_MODES["first-error"], model, batch, ctx, branching=self.args.first_error_branching,
+            reuse_greedy=self.args.first_error_reuse_greedy,
+        )  # fmt: skip
         return scores, batch.scored("lt-logits")
 
     def _gold(self, row: int) -> str:

@@ -299,7 +299,8 @@ def table_lines(summary: dict[str, dict]) -> list[str]:
 
 def search_lines(summary: dict[str, dict]) -> list[str]:
     """first-error's search per measured step (methods that ran it): rounds of greedy generation, one
-    after the other; continuations; tokens generated (rows × new positions, padding included); the
+    after the other; continuations; cuts answered from a run already continued (`greedy_runs`); tokens
+    generated (rows × new positions, padding included); the
     importance seconds and the step as a ratio to GRPO's, both from the interleaved steps."""
     rows = {m: s for m, s in summary.items() if "search_rounds" in s}
     if not rows:
@@ -307,12 +308,14 @@ def search_lines(summary: dict[str, dict]) -> list[str]:
     lines = [
         "first-error's search per step (median [min–max]; k − 1 cut points per row per round):",
         "",
-        "| method | rounds | continuations | generated tokens | importance s/step | × GRPO, step |",
-        "|---|---:|---:|---:|---:|---:|",
+        "| method | rounds | continuations | reused cuts | generated tokens | importance s/step "
+        "| × GRPO, step |",
+        "|---|---:|---:|---:|---:|---:|---:|",
     ]
     for m, s in rows.items():
         lines.append(
             f"| {m} | {_fmt(s['search_rounds'], 1, 0)} | {_fmt(s['search_continuations'], 1, 0)} "
+            f"| {_fmt(s['search_reused'], 1, 0) if 'search_reused' in s else '—'} "
             f"| {_fmt(s['search_generated_tokens'], 1, 0)} | {_fmt(s['importance_seconds'])} "
             f"| {_fmt(s['ratio_vs_grpo'])} |"
         )

@@ -41,8 +41,10 @@ METHOD_CONFIG: dict[str, dict[str, Any]] = {  # bench-only variants of a credit 
     "first-error-k4": {"credit": "first-error", "first_error_branching": 4},
     "first-error-k8": {"credit": "first-error", "first_error_branching": 8},
     "first-error-k16": {"credit": "first-error", "first_error_branching": 16},
+    # first-error without answering cuts from their runs of greedy tokens (the search before issue 33)
+    "first-error-plain": {"credit": "first-error", "first_error_reuse_greedy": False},
 }
-SEARCH_KEYS = ("rounds", "continuations", "generated_tokens")  # first-error's search, per step
+SEARCH_KEYS = ("rounds", "continuations", "reused", "generated_tokens")  # first-error search, per step
 _POLL_SECONDS = 0.5  # how often the parent checks that the worker it waits on is alive
 
 
