@@ -174,3 +174,19 @@ def test_a_disagreeing_forward_pass_warns_and_falls_back(tokenizer, leaving, mon
     with pytest.warns(RuntimeWarning, match=r"generate\(\) continued with .* sure argmax is token"):
         found = fe.first_error_positions(model, batch, **kwargs)
     assert found == plain
+
+
+def test_rows_that_share_a_prefix_share_answers_only_under_one_gold(tokenizer, leaving):
+    """Two copies of one rollout of one prompt, checked against different golds: the copy whose gold no
+    continuation reaches is not searched (None), though its prefixes are the other copy's."""
+    model, rollouts, eos = leaving
+    prompt = tokenizer(PROMPTS[0])["input_ids"]
+    path = tokenizer.decode(greedy_reference(model, prompt, MAX_NEW, eos), skip_special_tokens=True)
+    p_ids, p_mask = pad_texts(tokenizer, [PROMPTS[0]] * 2, "left")
+    c_ids = torch.tensor([rollouts[0]] * 2)
+    batch = prepare_batch(model, p_ids, p_mask, c_ids, torch.ones_like(c_ids))
+    kwargs = dict(tokenizer=tokenizer, gold=[path, "never"], check=lambda text, gold: text == gold,
+                  rows=[0, 1], max_new_tokens=MAX_NEW)  # fmt: skip
+    plain = fe.first_error_positions(model, batch, reuse_greedy=False, **kwargs)
+    assert plain[0] is not None and plain[1] is None
+    assert fe.first_error_positions(model, batch, **kwargs) == plain

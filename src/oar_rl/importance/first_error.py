@@ -274,7 +274,7 @@ def _search(
     eos_set = set(eos)
     live = [b for b in rows if cand[b]]
     runs = _runs(model, batch, live, eos, batch_size) if reuse else {}
-    known: dict[tuple, bool] = {}  # (prompt, completion up to the run's first cut) -> check
+    known: dict[tuple, bool] = {}  # (prompt, completion up to the run's first cut, gold) -> check
 
     def cut(b: int, i: int) -> int:
         """Completion tokens kept for the cut after candidate index i (-1: before the first candidate)."""
@@ -305,8 +305,10 @@ def _search(
             return []
         if not reuse:
             return generate(queries)[0]
-        keys = [(b, tuple(comp[b][: runs[b].start[n]].tolist())) for b, n in queries]
-        keys = [(tuple(prompt[b].tolist()), head) for b, head in keys]
+        keys = [  # the text up to the run's first cut, and the gold it is checked against
+            (tuple(prompt[b].tolist()), tuple(comp[b][: runs[b].start[n]].tolist()), str(gold[b]))
+            for b, n in queries
+        ]
         todo: dict[tuple, tuple[int, int]] = {}  # each unknown run, continued from its longest last cut
         for k, (b, n) in zip(keys, queries, strict=True):
             e = runs[b].end[n]
