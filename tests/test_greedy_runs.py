@@ -190,3 +190,31 @@ def test_rows_that_share_a_prefix_share_answers_only_under_one_gold(tokenizer, l
     plain = fe.first_error_positions(model, batch, reuse_greedy=False, **kwargs)
     assert plain[0] is not None and plain[1] is None
     assert fe.first_error_positions(model, batch, **kwargs) == plain
+
+
+@pytest.mark.parametrize(
+    "setting", [("repetition_penalty", 1.3), ("no_repeat_ngram_size", 2), ("suppress_tokens", [7])]
+)
+def test_a_generation_config_that_departs_from_the_argmax_gets_the_plain_search(tokenizer, leaving, setting):
+    """A repetition penalty (or banned tokens, ...) makes greedy generate() leave the argmax: no run is
+    reused (a warning names the setting) and the tokens are the plain search's."""
+    model, rollouts, _eos = leaving
+    name, value = setting
+    assert gr.greedy_departures(model) == []
+    batch = _batch(model, tokenizer, rollouts)
+
+    def check(text: str, gold: str) -> bool:
+        return zlib.crc32(text.encode()) % 3 != 0
+
+    kwargs = dict(tokenizer=tokenizer, gold=[""] * len(PROMPTS), rows=list(range(len(PROMPTS))),
+                  check=check, max_new_tokens=MAX_NEW)  # fmt: skip
+    setattr(model.generation_config, name, value)
+    try:
+        assert gr.greedy_departures(model) == [f"{name}={value!r}"]
+        plain = fe.first_error_positions(model, batch, reuse_greedy=False, **kwargs)
+        stats = fe.SearchStats()
+        with pytest.warns(RuntimeWarning, match=f"sets {name}="):
+            found = fe.first_error_positions(model, batch, stats=stats, **kwargs)
+    finally:
+        setattr(model.generation_config, name, None)
+    assert found == plain and stats.reused == 0

@@ -83,7 +83,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor, nn
 
-from oar_rl.importance.greedy_runs import GreedyRuns, greedy_runs
+from oar_rl.importance.greedy_runs import GreedyRuns, greedy_departures, greedy_runs
 from oar_rl.model_parts import architecture_name, eval_mode
 from oar_rl.probes import ScoringBatch
 
@@ -273,6 +273,15 @@ def _search(
     eos = eos_token_ids(model, tokenizer)
     eos_set = set(eos)
     live = [b for b in rows if cand[b]]
+    departures = greedy_departures(model) if reuse and live else []
+    if departures:
+        warnings.warn(
+            f"first-error: the generation config of {architecture_name(model)} sets {', '.join(departures)}, "
+            "so greedy generate() may not take the argmax; the search does not reuse greedy runs",
+            RuntimeWarning,
+            stacklevel=3,
+        )
+        reuse = False
     runs = _runs(model, batch, live, eos, batch_size) if reuse else {}
     known: dict[tuple, bool] = {}  # (prompt, completion up to the run's first cut, gold) -> check
 

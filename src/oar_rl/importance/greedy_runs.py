@@ -21,7 +21,9 @@ the reuse, in exact arithmetic; it only generates fewer and shorter continuation
 checked on every continuation generated: its first token must be the teacher-forced argmax there
 (where that argmax has the margin). A disagreement means the forward pass and ``generate`` do not
 compute the same policy (an architecture whose positions or cache oar-rl does not model): the caller
-then warns and redoes the search without the reuse, never guesses.
+then warns and redoes the search without the reuse, never guesses. A model whose generation config makes
+greedy decoding depart from the argmax (:func:`greedy_departures`: a repetition penalty, banned tokens,
+a minimum length, ...) is searched without the reuse from the start.
 """
 
 from __future__ import annotations
@@ -33,6 +35,33 @@ import torch
 from torch import Tensor, nn
 
 from oar_rl.model_parts import body_hidden, head_logits, lm_head
+
+_NEUTRAL = {  # generation-config settings at which greedy generate() takes the raw argmax
+    "repetition_penalty": (None, 1.0), "encoder_repetition_penalty": (None, 1.0),
+    "no_repeat_ngram_size": (None, 0), "encoder_no_repeat_ngram_size": (None, 0),
+    "bad_words_ids": (None,), "force_words_ids": (None,), "constraints": (None,),
+    "suppress_tokens": (None,), "begin_suppress_tokens": (None,), "forced_bos_token_id": (None,),
+    "forced_eos_token_id": (None,), "min_length": (None, 0), "min_new_tokens": (None, 0),
+    "sequence_bias": (None,), "exponential_decay_length_penalty": (None,), "guidance_scale": (None, 1.0),
+    "dola_layers": (None,), "watermarking_config": (None,), "num_beams": (None, 1),
+    "penalty_alpha": (None,),
+}  # fmt: skip
+
+
+def greedy_departures(model: nn.Module) -> list[str]:
+    """The settings of `model`'s generation config under which greedy ``generate`` may not take the raw
+    argmax of the logits (a repetition penalty, banned or forced tokens, a minimum length, beams, ...):
+    the runs' premise does not hold there, so the search does not reuse them."""
+    config = getattr(model, "generation_config", None)
+    if config is None:
+        return []
+    found = []
+    for name, neutral in _NEUTRAL.items():
+        value = getattr(config, name, None)
+        if not any(value is n or value == n for n in neutral) and not (name.endswith("_ids") and not value):
+            found.append(f"{name}={value!r}")
+    return found
+
 
 MAX_LOGIT_ELEMENTS = 1 << 26
 """Logits held at once by the teacher-forced pass (rows × positions × vocabulary; 256 MB in float32)."""
