@@ -192,7 +192,8 @@ def rollouts(tokenizer):
     return model, prompts, greedy, completions, leaves, max_new, eos
 
 
-def _batch(model, tok, prompts, completions):
+def rollout_batch(model, tok, prompts, completions):
+    """Left-padded prompts, right-padded completions of different lengths (token id lists)."""
     p_ids, p_mask = pad_texts(tok, prompts, "left")
     width = max(len(c) for c in completions)
     c_ids = torch.full((len(completions), width), tok.pad_token_id, dtype=torch.long)
@@ -220,7 +221,7 @@ def test_real_generation_locates_the_linear_scans_first_error(tokenizer, rollout
         )
         scan.append(next(t for t in range(len(v) - 1) if v[t] and not v[t + 1]))  # the linear scan
     assert scan == leaves  # the reference itself sees each rollout leave the greedy path where it does
-    batch = _batch(model, tokenizer, prompts, completions)
+    batch = rollout_batch(model, tokenizer, prompts, completions)
     rows = list(range(len(prompts)))
     for k in BRANCHINGS:
         found = fe.first_error_positions(
@@ -244,7 +245,7 @@ def test_real_generation_equals_the_binary_search_over_the_scans_values(tokenize
     ]
     expected = {b: binary_reference(v) for b, v in enumerate(values)}
     assert sum(t is not None for t in expected.values()) >= 2  # the search has work to do
-    batch = _batch(model, tokenizer, prompts, completions)
+    batch = rollout_batch(model, tokenizer, prompts, completions)
     for k in BRANCHINGS:
         found = fe.first_error_positions(
             model, batch, tokenizer=tokenizer, gold=[""] * len(prompts), check=check,

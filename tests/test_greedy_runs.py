@@ -22,7 +22,7 @@ from oar_rl.importance import first_error as fe
 from oar_rl.importance import greedy_runs as gr
 from oar_rl.probes import prepare_batch
 from oar_rl.tiny import tiny_qwen2
-from test_first_error import binary_reference, greedy_reference, scan_values
+from test_first_error import binary_reference, greedy_reference, rollout_batch, scan_values
 
 PROMPTS = ["1+2=", "17+25=", "3*3=", "100-1=", "8/2="]
 MAX_NEW = 24
@@ -57,14 +57,7 @@ def leaving(tokenizer):
 
 
 def _batch(model, tok, completions):
-    p_ids, p_mask = pad_texts(tok, PROMPTS, "left")
-    width = max(len(c) for c in completions)
-    c_ids = torch.full((len(completions), width), tok.pad_token_id, dtype=torch.long)
-    c_mask = torch.zeros_like(c_ids)
-    for b, c in enumerate(completions):
-        c_ids[b, : len(c)] = torch.tensor(c)
-        c_mask[b, : len(c)] = 1
-    return prepare_batch(model, p_ids, p_mask, c_ids, c_mask)
+    return rollout_batch(model, tok, PROMPTS, completions)
 
 
 def reference_runs(model, prompt: list[int], completion: list[int], eos: set[int]) -> gr.GreedyRuns:
