@@ -8,6 +8,7 @@ import argparse
 import json
 import multiprocessing
 import os
+from pathlib import Path
 
 import pytest
 import torch
@@ -279,6 +280,19 @@ def test_shape_parameter_count():
     shape = build_shape("qwen2-tiny", prompt_len=3, completion_len=4, rows=2, seed=0, model_dir=None)
     assert len(shape.tokenizer(shape.dataset[0]["prompt"])["input_ids"]) == 3
     assert shape.reward(["t5 t6"]) == shape.reward(["t5 t6"]) and 0 <= shape.reward(["t5"])[0] < 1
+
+
+@pytest.mark.parametrize("name", ["wordproblems", "wordproblems-long"])
+def test_the_word_problem_shapes_are_the_shipped_warm_starts_on_their_tasks(name):
+    """Each word-problem shape builds its task's shipped warm start, with gold answers for first-error."""
+    from oar_rl.shipped import shipped_path
+
+    shape = build_shape(name, prompt_len=0, completion_len=0, rows=3, seed=0, model_dir=None)
+    assert Path(shape.make_model()) == shipped_path(name)
+    assert len(shape.dataset) == 3 and all(row["answer"] for row in shape.dataset)
+    assert ("long-chain" in shape.description) == (name == "wordproblems-long")
+    args = bench._parse(["--shape", name, "--no-scorers"])
+    assert args.completion_len == {"wordproblems": 160, "wordproblems-long": 320}[name]
 
 
 @pytest.mark.parametrize(

@@ -81,6 +81,7 @@ def test_model_default_is_the_shipped_word_problem_model_in_every_command(monkey
 
     shipped = str(shipped_path("wordproblems"))
     assert resolve_model("default") == resolve_model("wordproblems") == shipped
+    assert resolve_model("wordproblems-long") == str(shipped_path("wordproblems-long")) != shipped
     # attribute / oracle: 'default' and no --model (the default task's warm start) are the same model
     model, _ = load_model("default", get_task("wordproblems"))
     assert Path(model.name_or_path) == Path(shipped)

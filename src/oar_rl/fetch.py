@@ -67,20 +67,25 @@ KNOWN_MODELS: dict[str, PackagedGGUF] = {
 }
 
 
+SHIPPED_NAMES: tuple[str, ...] = ("wordproblems", "wordproblems-long")
+"""Warm starts shipped in the package, by `--model` name (their task's name)."""
+
+
 def resolve_model(spec: str, cache_dir: str | os.PathLike | None = None) -> str:
     """A `--model` value -> what `from_pretrained` loads.
 
     `default` or `wordproblems` -> the shipped word-problem model (`oar_rl.shipped`, verified), the same
-    in every command; `arithmetic` -> the arithmetic warm start (built and cached on first use); a known
-    model name (`KNOWN_MODELS`, e.g. `smollm2-135m`) -> its converted directory in the cache; a local
-    `.gguf` file -> its de-quantised float32 directory in the cache; anything else (a directory, a Hub id)
+    in every command; `wordproblems-long` -> the long regime's shipped warm start (verified);
+    `arithmetic` -> the arithmetic warm start (built and cached on first use); a known model name
+    (`KNOWN_MODELS`, e.g. `smollm2-135m`) -> its converted directory in the cache; a local `.gguf` file
+    -> its de-quantised float32 directory in the cache; anything else (a directory, a Hub id)
     unchanged. A local path of the same name wins over a name (not over `default`).
     """
-    named = spec == "default" or (spec in ("wordproblems", "arithmetic") and not Path(spec).exists())
+    named = spec == "default" or (spec in (*SHIPPED_NAMES, "arithmetic") and not Path(spec).exists())
     if named and spec != "arithmetic":
         from oar_rl.shipped import verify_shipped
 
-        return str(verify_shipped("wordproblems"))
+        return str(verify_shipped("wordproblems" if spec == "default" else spec))
     if named:
         from oar_rl.console import no_load_bars
         from oar_rl.tiny import load_default_model

@@ -48,7 +48,8 @@ MODEL_HELP = (
     "SmolLM2-135M-Instruct, see `oar-rl fetch-model`), a .gguf file (de-quantised into the cache once), "
     "or a warm start by name: "
     "'default' = 'wordproblems' = the word-problem model shipped with the package (the same in every "
-    "command), 'arithmetic' = the arithmetic warm start (built and cached on first use)"
+    "command), 'wordproblems-long' = the long-chain regime's shipped warm start, 'arithmetic' = the "
+    "arithmetic warm start (built and cached on first use)"
 )
 
 

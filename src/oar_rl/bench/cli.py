@@ -76,7 +76,7 @@ def build_parser() -> argparse.ArgumentParser:
         p,
         "--model",
         default=None,
-        help="--shape embedded / wordproblems only: a saved model directory instead of the warm start",
+        help="--shape embedded / wordproblems(-long) only: a saved model directory instead of the warm start",
     )
     add(
         p,
@@ -164,7 +164,7 @@ def _parse(argv: list[str]) -> argparse.Namespace:
     if len(set(chosen)) != len(chosen):
         p.error(f"--methods lists a method twice: {a.methods!r}")
     if a.completion_len is None:
-        a.completion_len = {"embedded": 96, "wordproblems": 160}.get(a.shape, 256)
+        a.completion_len = {"embedded": 96, "wordproblems": 160, "wordproblems-long": 320}.get(a.shape, 256)
     for name in (
         "repeats",
         "prompts",
@@ -184,7 +184,10 @@ def _parse(argv: list[str]) -> argparse.Namespace:
     if not 0.0 < a.oar_gp_fraction <= 1.0:
         p.error(f"--oar-gp-fraction must be in (0, 1], got {a.oar_gp_fraction}")
     if a.model is not None and a.shape not in WARM_STARTS:
-        p.error("--model goes with --shape embedded or wordproblems (the others are random-initialised)")
+        p.error(
+            "--model goes with --shape embedded, wordproblems or wordproblems-long (the others are "
+            "random-initialised)"
+        )
     a.methods = chosen
     return a
 

@@ -7,6 +7,8 @@ weights) plus a tokenizer, a prompt set and a reward:
   completions, lengths vary).
 - ``wordproblems``: the shipped word-problem warm start on its task (the credit screen's testbed; real
   reasoning of 55-100 tokens and wrong rollouts, so first-error's search has rows to search).
+- ``wordproblems-long``: the long-chain regime's shipped warm start on its task (issue 33; ~180 reasoning
+  tokens, completions of up to 320, most rollouts wrong).
 - ``qwen2-30m``: Qwen2's architecture (GQA, RMSNorm, RoPE, SwiGLU, tied embeddings) at 29.1M
   parameters: hidden 384, 6 layers, 6 heads / 2 KV heads, MLP 2048, vocabulary 32,768 (the one
   departure from Qwen2's 151,936, so the LM head does not dwarf a body this small: embeddings are
@@ -84,7 +86,11 @@ SHAPES: dict[str, dict[str, Any]] = {
         attn="sdpa",
     ),
 }
-WARM_STARTS: dict[str, str] = {"embedded": "arithmetic", "wordproblems": "wordproblems"}
+WARM_STARTS: dict[str, str] = {
+    "embedded": "arithmetic",
+    "wordproblems": "wordproblems",
+    "wordproblems-long": "wordproblems-long",
+}
 """Shapes that train a warm start on its own task: shape -> task (and `--model` name)."""
 SHAPE_NAMES: tuple[str, ...] = (*WARM_STARTS, *SHAPES)
 SPECIALS = ("<pad>", "<unk>", "<s>", "</s>")
@@ -164,7 +170,9 @@ def build_shape(
         path = resolve_model(model_dir or task_name)  # the warm start by default
         tok = AutoTokenizer.from_pretrained(path)
         n = sum(p.numel() for p in AutoModelForCausalLM.from_pretrained(path).parameters())
-        what = "embedded default model" if name == "embedded" else "shipped word-problem warm start"
+        what = {"embedded": "embedded default model", "wordproblems": "shipped word-problem warm start"}.get(
+            name, "shipped long-chain word-problem warm start"
+        )
         return Shape(
             name=name,
             tokenizer=tok,
