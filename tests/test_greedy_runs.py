@@ -93,6 +93,7 @@ def test_runs_equal_one_forward_pass_per_cut(tokenizer, leaving):
         ref = reference_runs(model, tokenizer(p)["input_ids"], rollouts[b], eos)
         assert found[b] == ref, b
         assert len(set(ref.start)) >= 2  # every rollout leaves the path at least once
+        assert len(set(ref.start)) < len(ref.start)  # and follows it for a while: some cuts are linked
 
 
 def test_a_tie_in_the_head_is_never_sure(tokenizer, leaving):
@@ -211,3 +212,26 @@ def test_a_generation_config_that_departs_from_the_argmax_gets_the_plain_search(
     finally:
         setattr(model.generation_config, name, None)
     assert found == plain and stats.reused == 0
+
+
+@pytest.mark.parametrize("reuse", [True, False])
+def test_the_trainer_passes_its_reuse_setting_to_the_search(tmp_path, tokenizer, dataset, monkeypatch, reuse):
+    """`OARConfig.first_error_reuse_greedy` reaches the search through the trainer's first-error path."""
+    from conftest import make_args, make_trainer
+
+    seen = []
+
+    def spy(model, batch, **kwargs):
+        seen.append(kwargs["reuse_greedy"])
+        return {}
+
+    monkeypatch.setattr(fe, "first_error_positions", spy)
+    p_ids, p_mask = pad_texts(tokenizer, ["1+2=", "2+2="], "left")
+    c_ids, c_mask = pad_texts(tokenizer, ["1+2=4 <answer>4</answer>", "2+2=4 <answer>4</answer>"], "right")
+    args = make_args(tmp_path, credit="first-error", first_error_reuse_greedy=reuse)
+    trainer = make_trainer(args, tokenizer, dataset, answer_check=lambda text, gold: gold in text)
+    trainer._oar_inputs = [{"answer": "3"}, {"answer": "4"}]
+    output = {"prompt_ids": p_ids, "prompt_mask": p_mask, "completion_ids": c_ids, "completion_mask": c_mask,
+              "advantages": torch.tensor([-1.0, 1.0])}  # fmt: skip
+    trainer._assign_credit(output, c_mask.bool())
+    assert seen == [reuse]

@@ -35,35 +35,28 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def train_check(steps: int, seed: int, reuse: bool) -> dict:
-    """first-error trained `steps` steps on the long screen's recipe: weights' sha256 and per-step metrics."""
+    """first-error trained `steps` steps on the long screen's recipe (the study's own training path):
+    weights' sha256 and per-step metrics."""
     import hashlib
     import tempfile
     from dataclasses import replace
 
-    from datasets import Dataset
-
+    from oar_rl.study.config import Variant
+    from oar_rl.study.runner import train_variant
     from oar_rl.study.screen import settings
     from oar_rl.study.screen_plan import load_plan
-    from oar_rl.study.training import train_policy
     from oar_rl.tasks import get_task
 
     plan = load_plan("experiments.credit_long.plan:CREDIT_LONG")
     task = get_task(plan.task)
-    s = replace(settings("screen", plan), max_completion_length=task.max_completion_length, probe=task.probe)
-    ws = task.load_warm_start("default", None)
-    kw = {"probe": s.probe, "tau": s.tau, "oar_beta": s.oar_beta, "scored_tokens": s.scored_tokens,
-          "first_error_reuse_greedy": reuse}  # fmt: skip
-    if task.answer_pattern is not None:
-        kw["answer_pattern"] = task.answer_pattern
-    trainer_kwargs = {**(task.trainer_kwargs() if task.trainer_kwargs else {}), "answer_check": task.check}
+    s = replace(settings("screen", plan), max_completion_length=task.max_completion_length, probe=task.probe,
+                steps=steps)  # fmt: skip
+    variant = Variant("first-error", "first-error", (("first_error_reuse_greedy", reuse),))
     t0 = time.perf_counter()
     with tempfile.TemporaryDirectory() as work:
-        model, history, _ = train_policy(
-            ws.path, Dataset.from_list(task.prompts("train", s.n_train_prompts)), task.reward,
-            credit="first-error", seed=seed, steps=steps, prompts_per_step=s.prompts_per_step,
-            num_generations=s.num_generations, learning_rate=s.learning_rate,
-            max_completion_length=s.max_completion_length, temperature=s.temperature, workdir=Path(work),
-            callbacks=[], trainer_kwargs=trainer_kwargs, show_progress=False, **kw,
+        model, history, _, _ = train_variant(
+            task, task.load_warm_start("default", None), s, variant, seed,
+            task.prompts("train", s.n_train_prompts), Path(work), [], learning_rate=s.learning_rate,
         )  # fmt: skip
     h = hashlib.sha256()
     for name, value in sorted(model.state_dict().items()):
@@ -74,8 +67,8 @@ def train_check(steps: int, seed: int, reuse: bool) -> dict:
             "steps": [{k: r[k] for k in keys if k in r} for r in history][:steps]}  # fmt: skip
 
 
-def compare(task_name: str, seed: int, prompts: int, samples: int) -> dict:
-    """One seed's batch searched with and without the reuse."""
+def compare(task, ws, seed: int, prompts: int, samples: int) -> dict:
+    """One seed's batch of the warm start `ws` on `task`, searched with and without the reuse."""
     import torch
 
     from oar_rl.analysis.blame import batch_of, sample_rollouts
@@ -83,11 +76,8 @@ def compare(task_name: str, seed: int, prompts: int, samples: int) -> dict:
     from oar_rl.importance import first_error as fe
     from oar_rl.model_parts import eval_mode
     from oar_rl.probes import prepare_batch
-    from oar_rl.tasks import get_task
 
-    task = get_task(task_name)
-    ws = task.load_warm_start("default", None)
-    problems = split_problems("train", prompts, task_name)
+    problems = split_problems("train", prompts, task.name)
     trajs = sample_rollouts(ws.model, ws.tokenizer, problems, samples, seed=seed,
                             max_new_tokens=task.max_completion_length)  # fmt: skip
     (p_ids, p_mask, c_ids, c_mask), answer, reasoning, _ = batch_of(
@@ -118,6 +108,7 @@ def main(argv: list[str] | None = None) -> int:
     from oar_rl.io import ensure_writable_dir, write_text_atomic
     from oar_rl.machine import machine_info, machine_line
     from oar_rl.options import apply_threads
+    from oar_rl.tasks import get_task
 
     a = build_parser().parse_args(sys.argv[1:] if argv is None else argv)
     try:
@@ -129,9 +120,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"first_error_reuse: {exc}", file=sys.stderr)
         return 2
     apply_threads(a.threads)
+    task = get_task(a.task)
+    ws = task.load_warm_start("default", None)
     runs = []
     for seed in seeds:
-        rec = compare(a.task, seed, a.prompts, a.samples)
+        rec = compare(task, ws, seed, a.prompts, a.samples)
         r, p = rec["reuse"], rec["plain"]
         print(
             f"seed {seed}: {rec['wrong']} wrong rows, {rec['located']} located; identical "

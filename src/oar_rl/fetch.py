@@ -67,10 +67,6 @@ KNOWN_MODELS: dict[str, PackagedGGUF] = {
 }
 
 
-SHIPPED_NAMES: tuple[str, ...] = ("wordproblems", "wordproblems-long")
-"""Warm starts shipped in the package, by `--model` name (their task's name)."""
-
-
 def resolve_model(spec: str, cache_dir: str | os.PathLike | None = None) -> str:
     """A `--model` value -> what `from_pretrained` loads.
 
@@ -81,10 +77,10 @@ def resolve_model(spec: str, cache_dir: str | os.PathLike | None = None) -> str:
     -> its de-quantised float32 directory in the cache; anything else (a directory, a Hub id)
     unchanged. A local path of the same name wins over a name (not over `default`).
     """
-    named = spec == "default" or (spec in (*SHIPPED_NAMES, "arithmetic") and not Path(spec).exists())
-    if named and spec != "arithmetic":
-        from oar_rl.shipped import verify_shipped
+    from oar_rl.shipped import TASK_RECIPES, verify_shipped  # the shipped warm starts, by task name
 
+    named = spec == "default" or (spec in (*TASK_RECIPES, "arithmetic") and not Path(spec).exists())
+    if named and spec != "arithmetic":
         return str(verify_shipped("wordproblems" if spec == "default" else spec))
     if named:
         from oar_rl.console import no_load_bars

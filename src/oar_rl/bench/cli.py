@@ -99,7 +99,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--completion-len",
         type=int,
         default=None,
-        help="completion tokens (random shapes: exact; default 256)",
+        help="completion tokens (random shapes: exact, default 256; warm starts: at most, default 96 for "
+        "embedded, the task's completion budget for the word-problem shapes)",
     )
     add(
         p,
@@ -164,7 +165,11 @@ def _parse(argv: list[str]) -> argparse.Namespace:
     if len(set(chosen)) != len(chosen):
         p.error(f"--methods lists a method twice: {a.methods!r}")
     if a.completion_len is None:
-        a.completion_len = {"embedded": 96, "wordproblems": 160, "wordproblems-long": 320}.get(a.shape, 256)
+        a.completion_len = 96 if a.shape == "embedded" else 256
+        if a.shape in WARM_STARTS and a.shape != "embedded":  # a word-problem warm start: its task's budget
+            from oar_rl.tasks import get_task
+
+            a.completion_len = get_task(WARM_STARTS[a.shape]).max_completion_length
     for name in (
         "repeats",
         "prompts",
@@ -318,7 +323,7 @@ def search_lines(summary: dict[str, dict]) -> list[str]:
     for m, s in rows.items():
         lines.append(
             f"| {m} | {_fmt(s['search_rounds'], 1, 0)} | {_fmt(s['search_continuations'], 1, 0)} "
-            f"| {_fmt(s['search_reused'], 1, 0) if 'search_reused' in s else '—'} "
+            f"| {_fmt(s['search_reused'], 1, 0)} "
             f"| {_fmt(s['search_generated_tokens'], 1, 0)} | {_fmt(s['importance_seconds'])} "
             f"| {_fmt(s['ratio_vs_grpo'])} |"
         )

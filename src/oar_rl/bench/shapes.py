@@ -92,6 +92,11 @@ WARM_STARTS: dict[str, str] = {
     "wordproblems-long": "wordproblems-long",
 }
 """Shapes that train a warm start on its own task: shape -> task (and `--model` name)."""
+_WARM_START_NAMES = {
+    "embedded": "embedded default model",
+    "wordproblems": "shipped word-problem warm start",
+    "wordproblems-long": "shipped long-chain word-problem warm start",
+}
 SHAPE_NAMES: tuple[str, ...] = (*WARM_STARTS, *SHAPES)
 SPECIALS = ("<pad>", "<unk>", "<s>", "</s>")
 
@@ -170,9 +175,7 @@ def build_shape(
         path = resolve_model(model_dir or task_name)  # the warm start by default
         tok = AutoTokenizer.from_pretrained(path)
         n = sum(p.numel() for p in AutoModelForCausalLM.from_pretrained(path).parameters())
-        what = {"embedded": "embedded default model", "wordproblems": "shipped word-problem warm start"}.get(
-            name, "shipped long-chain word-problem warm start"
-        )
+        what = _WARM_START_NAMES[name]
         return Shape(
             name=name,
             tokenizer=tok,

@@ -271,6 +271,8 @@ def _search(
     cand = {b: scored[b].nonzero().flatten().tolist() for b in rows}
     prompt = {b: batch.input_ids[b, :P][batch.attention_mask[b, :P].bool()] for b in rows}
     comp = {b: batch.input_ids[b, P:] for b in rows}
+    comp_ids = {b: comp[b].tolist() for b in rows}
+    prompt_ids = {b: tuple(prompt[b].tolist()) for b in rows}
     eos = eos_token_ids(model, tokenizer)
     eos_set = set(eos)
     live = [b for b in rows if cand[b]]
@@ -295,7 +297,7 @@ def _search(
         with the continuations and their budgets."""
         cost.rounds += 1
         cost.continuations += len(queries)
-        heads = [comp[b][:n].tolist() for b, n in queries]
+        heads = [comp_ids[b][:n] for b, n in queries]
         prefixes = [torch.cat([prompt[b], comp[b][:n]]) for b, n in queries]
         budgets = [
             0 if finished(h, eos_set) else max(0, max_new_tokens - n)
@@ -316,8 +318,7 @@ def _search(
         if not reuse:
             return generate(queries)[0]
         keys = [  # the text up to the run's first cut, and the gold it is checked against
-            (tuple(prompt[b].tolist()), tuple(comp[b][: runs[b].start[n]].tolist()), str(gold[b]))
-            for b, n in queries
+            (prompt_ids[b], tuple(comp_ids[b][: runs[b].start[n]]), str(gold[b])) for b, n in queries
         ]
         todo: dict[tuple, tuple[int, int]] = {}  # each unknown run, continued from its longest last cut
         for k, (b, n) in zip(keys, queries, strict=True):

@@ -34,7 +34,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor, nn
 
-from oar_rl.model_parts import body_hidden, head_logits, lm_head
+from oar_rl.model_parts import body_hidden, head_logits, vocab_size
 
 _NEUTRAL = {  # generation-config settings at which greedy generate() takes the raw argmax
     "repetition_penalty": (None, 1.0), "encoder_repetition_penalty": (None, 1.0),
@@ -63,8 +63,9 @@ def greedy_departures(model: nn.Module) -> list[str]:
     return found
 
 
-MAX_LOGIT_ELEMENTS = 1 << 26
-"""Logits held at once by the teacher-forced pass (rows × positions × vocabulary; 256 MB in float32)."""
+HEAD_BLOCK_ELEMENTS = 1 << 24
+"""Logits held at once by the teacher-forced pass (positions × vocabulary; 64 MiB in float32), as the
+entropy scorer bounds its own."""
 
 
 def margin(top: Tensor, dtype: torch.dtype) -> Tensor:
@@ -104,23 +105,24 @@ def greedy_runs(
     """The runs of each row of a (N, P + C) left-padded prompt + right-padded completion batch whose
     completions are valid on their first `lengths[i]` tokens; `eos`: ids that finish a rollout."""
     P = prompt_len
-    N, width = input_ids.shape
-    C = width - P
+    N = input_ids.shape[0]
     if N == 0:
         return []
-    vocab = int(lm_head(model).weight.shape[0])
-    chunk = max(1, min(batch_size, MAX_LOGIT_ELEMENTS // max(1, (C + 1) * vocab)))
+    block = max(1, HEAD_BLOCK_ELEMENTS // vocab_size(model))  # positions per LM-head call
     dtype = next(model.parameters()).dtype
     tops, sure = [], []
     with torch.no_grad():
-        for a in range(0, N, chunk):
-            ids, att = input_ids[a : a + chunk], attention_mask[a : a + chunk]
+        for a in range(0, N, batch_size):
+            ids, att = input_ids[a : a + batch_size], attention_mask[a : a + batch_size]
             hidden = body_hidden(model, att, input_ids=ids)[:, P - 1 :]  # predicts completion 0..C
-            best = head_logits(model, hidden).topk(2, dim=-1)
-            gap = best.values[..., 0] - best.values[..., 1]
-            tops.append(best.indices[..., 0].cpu())
-            sure.append((gap > margin(best.values[..., 0], dtype)).cpu())
-    top, ok = torch.cat(tops), torch.cat(sure)
+            flat = hidden.reshape(-1, hidden.shape[-1])
+            for i in range(0, flat.shape[0], block):
+                best = head_logits(model, flat[i : i + block]).topk(2, dim=-1)  # (m, 2)
+                gap = best.values[:, 0] - best.values[:, 1]
+                tops.append(best.indices[:, 0].cpu())
+                sure.append((gap > margin(best.values[:, 0], dtype)).cpu())
+    width = input_ids.shape[1] - P + 1  # positions P - 1 .. P + C - 1 of every row
+    top, ok = torch.cat(tops).reshape(N, width), torch.cat(sure).reshape(N, width)
     comp = input_ids[:, P:].cpu()
     stop = set(int(t) for t in eos)
     out = []

@@ -243,51 +243,33 @@ def curve_separate(settings: StudySettings) -> bool:
     return settings.n_curve != (settings.test_problems, settings.eval_samples)
 
 
-def train_and_evaluate(
+def train_variant(
     task: Task,
     ws: WarmStart,
     settings: StudySettings,
     variant: Variant,
     seed: int,
     train_rows: list[dict[str, Any]],
-    eval_rows: list[dict[str, Any]],
     workdir: Path,
-    progress: Progress | None,
+    callbacks: list[Any],
     *,
     learning_rate: float,
-    curve: bool = True,
-) -> dict[str, Any]:
-    """Train one run and measure held-out accuracy (a curve every `eval_every` steps, or only at the end)."""
-    import shutil
-
+):
+    """Train one run of `variant` from the warm start on the study's recipe: (model, history, seconds,
+    the learning rate used: a `learning_rate` override of the variant wins over `learning_rate`)."""
     from datasets import Dataset
 
-    from oar_rl.study.training import HeldOutEval, StepProgress, train_policy
+    from oar_rl.study.training import train_policy
 
-    n_curve, curve_samples = settings.n_curve if curve else (len(eval_rows), settings.eval_samples)
-    separate = curve and curve_separate(settings)
-
-    def evaluate(model) -> float:
-        return _accuracy(task, model, ws.tokenizer, eval_rows[:n_curve], settings, greedy=False,
-                         samples=curve_samples)  # fmt: skip
-
-    overrides = dict(variant.overrides)
-    spg = int(overrides.get("steps_per_generation", 1))  # a trust region: optimizer steps per batch
-    every = (settings.eval_every if curve else settings.steps) * spg
-    heldout = HeldOutEval(evaluate, every, settings.steps * spg)
-    callbacks: list[Any] = [heldout]
-    if progress is not None:
-        callbacks.append(StepProgress(progress.tick))
     kw = {"probe": settings.probe, "tau": settings.tau, "oar_beta": settings.oar_beta,
           "scored_tokens": settings.scored_tokens}  # fmt: skip
-    kw.update(overrides)
+    kw.update(dict(variant.overrides))
     learning_rate = kw.pop("learning_rate", learning_rate)  # a method's own sweep choice
     if task.answer_pattern is not None:
         kw["answer_pattern"] = task.answer_pattern
     trainer_kwargs = task.trainer_kwargs() if task.trainer_kwargs else {}
     if variant.credit == "first-error":  # greedy continuations are checked as held-out accuracy is
         trainer_kwargs["answer_check"] = task.check
-    t0 = time.perf_counter()
     model, history, seconds = train_policy(
         ws.path,
         Dataset.from_list(train_rows),
@@ -305,6 +287,46 @@ def train_and_evaluate(
         trainer_kwargs=trainer_kwargs or None,
         show_progress=False,
         **kw,
+    )
+    return model, history, seconds, learning_rate
+
+
+def train_and_evaluate(
+    task: Task,
+    ws: WarmStart,
+    settings: StudySettings,
+    variant: Variant,
+    seed: int,
+    train_rows: list[dict[str, Any]],
+    eval_rows: list[dict[str, Any]],
+    workdir: Path,
+    progress: Progress | None,
+    *,
+    learning_rate: float,
+    curve: bool = True,
+) -> dict[str, Any]:
+    """Train one run and measure held-out accuracy (a curve every `eval_every` steps, or only at the end)."""
+    import shutil
+
+    from oar_rl.study.training import HeldOutEval, StepProgress
+
+    n_curve, curve_samples = settings.n_curve if curve else (len(eval_rows), settings.eval_samples)
+    separate = curve and curve_separate(settings)
+
+    def evaluate(model) -> float:
+        return _accuracy(task, model, ws.tokenizer, eval_rows[:n_curve], settings, greedy=False,
+                         samples=curve_samples)  # fmt: skip
+
+    overrides = dict(variant.overrides)
+    spg = int(overrides.get("steps_per_generation", 1))  # a trust region: optimizer steps per batch
+    every = (settings.eval_every if curve else settings.steps) * spg
+    heldout = HeldOutEval(evaluate, every, settings.steps * spg)
+    callbacks: list[Any] = [heldout]
+    if progress is not None:
+        callbacks.append(StepProgress(progress.tick))
+    t0 = time.perf_counter()
+    model, history, seconds, learning_rate = train_variant(
+        task, ws, settings, variant, seed, train_rows, workdir, callbacks, learning_rate=learning_rate
     )
     greedy = _accuracy(task, model, ws.tokenizer, eval_rows, settings, greedy=True) if curve else None
     final_step = max(heldout.curve) if heldout.curve else None
