@@ -57,8 +57,9 @@ none,first-error,first-error-plain --prompts 4 --num-generations 8 --repeats 3 -
 importance 2.24 s per step against 5.03 s without the reuse (continuations 93 vs 155, generated tokens
 4.3k vs 10.0k; the step 5.1× GRPO's against 9.5×), no warning. On this project's 2-core CPU
 (`python -m experiments.first_error_reuse --train-steps 3`): identical located tokens on all 121 rows with
-a flip of three long-regime batches of 16 × 8, continuations −34%, search time 1.3–1.4× less; three
-training steps on the long screen's recipe give bit-identical weights with the reuse and without.
+a flip of three long-regime batches of 16 × 8, continuations −34%, generated tokens −36% (its seconds
+ran beside other jobs: not a timing); three training steps on the long screen's recipe give
+bit-identical weights with the reuse and without.
 
 Finished prefixes. A completion prefix that ends in an end-of-sequence token is a finished rollout: its
 continuation is empty (:func:`finished`), so the check reads the rollout as the reward did. Continuations
