@@ -1,4 +1,4 @@
-"""`python -m experiments.credit_long {run,report,confirm,pilot} [--out results/credit-long] ...`:
+"""`python -m experiments.credit_long {run,report,confirm,all,pilot} [--out results/credit-long] ...`:
 `oar_rl.study.screen` on this experiment's plan (`plan.py`)."""
 
 from __future__ import annotations

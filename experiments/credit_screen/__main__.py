@@ -1,4 +1,4 @@
-"""`python -m experiments.credit_screen {run,report,confirm,pilot} [--out results/credit-screen] ...`:
+"""`python -m experiments.credit_screen {run,report,confirm,all,pilot} [--out results/credit-screen] ...`:
 `oar_rl.study.screen` on this experiment's plan (`plan.py`)."""
 
 from __future__ import annotations

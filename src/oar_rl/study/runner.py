@@ -23,6 +23,7 @@ import json
 import re
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -130,6 +131,10 @@ class Progress:
 CLAIM_POLL_SECONDS = 15.0
 
 
+def _wait() -> None:
+    time.sleep(CLAIM_POLL_SECONDS)
+
+
 def _pid_alive(pid: int) -> bool:
     import os
 
@@ -142,33 +147,55 @@ def _pid_alive(pid: int) -> bool:
     return True
 
 
-def _try_claim(store: RunStore, name: str, seed: int) -> Path | None:
-    """Claim (name, seed) for this process: a claim file created exclusively; a claim left by a dead
-    process on this machine is taken over. Returns the claim's path, or None if another live process
-    holds it."""
+def _claim_path(store: RunStore, name: str, seed: int) -> Path:
+    return store.root.parent / ".claims" / store.root.name / (store.filename(name, seed) + ".claim")
+
+
+def _held_elsewhere(path: Path) -> bool:
+    """Whether the claim at `path` belongs to a live process on this machine or to another machine (whose
+    claims are never taken over from here); False if there is none, or its process died."""
     import os
     import socket
 
-    claims = store.root.parent / ".claims" / store.root.name
-    claims.mkdir(parents=True, exist_ok=True)
-    path = claims / (store.filename(name, seed) + ".claim")
+    try:
+        other = json.loads(path.read_text())
+    except FileNotFoundError:
+        return False
+    except (OSError, ValueError):  # being written (created empty, then filled) or left half-written
+        try:
+            return time.time() - path.stat().st_mtime < 60.0
+        except FileNotFoundError:
+            return False
+    host = other.get("host")
+    if host not in (None, socket.gethostname()):
+        return True
+    pid = other.get("pid")
+    return host is not None and isinstance(pid, int) and pid != os.getpid() and _pid_alive(pid)
+
+
+def claimable(store: RunStore, name: str, seed: int) -> bool:
+    """Whether (name, seed) is neither stored nor held by another live process (a look, not a claim)."""
+    return not (store.root / store.filename(name, seed)).exists() and not _held_elsewhere(
+        _claim_path(store, name, seed)
+    )
+
+
+def _try_claim(store: RunStore, name: str, seed: int) -> Path | None:
+    """Claim (name, seed) for this process: a claim file created exclusively; a claim left by a dead
+    process on this machine is taken over. Returns the claim's path, or None if another live process
+    (or another machine) holds it."""
+    import os
+    import socket
+
+    path = _claim_path(store, name, seed)
+    path.parent.mkdir(parents=True, exist_ok=True)
     me = {"pid": os.getpid(), "host": socket.gethostname(), "since": time.time()}
     for _ in range(2):
         try:
             fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
         except FileExistsError:
-            try:
-                other = json.loads(path.read_text())
-            except (OSError, ValueError):
-                other = {}
-            if (
-                other.get("host") == me["host"]
-                and isinstance(other.get("pid"), int)
-                and _pid_alive(other["pid"])
-            ):
+            if _held_elsewhere(path):
                 return None
-            if other.get("host") not in (None, me["host"]):
-                return None  # another machine's claim: never taken over from here
             path.unlink(missing_ok=True)  # its process died: take the run over
             continue
         with os.fdopen(fd, "w") as f:
@@ -177,13 +204,24 @@ def _try_claim(store: RunStore, name: str, seed: int) -> Path | None:
     return None
 
 
-def run_claimed(store: RunStore, items, train, progress: Progress | None, steps: int) -> dict[str, dict]:
+def run_claimed(
+    store: RunStore,
+    items,
+    train,
+    progress: Progress | None,
+    steps: int,
+    *,
+    idle: Callable[[], bool] | None = None,
+    wait: bool = True,
+) -> dict[str, dict]:
     """Train every (name, seed, payload) of `items` that `store` lacks, several processes sharing the work.
 
     Each run is claimed before training (a claim file under `.claims/` beside the store), so N processes
     started on the same output directory split the runs between them; a process that finds nothing left
-    to claim waits for the others' runs. Returns {key: record} for every item; `train(payload)` returns
-    one record.
+    to claim waits for the others' runs, first calling `idle()` (other work; True if it did some) and
+    sleeping only when that did nothing. With `wait=False` it returns at once instead (the records of
+    the runs still held by others are then missing). Returns {key: record} for every item it has;
+    `train(payload)` returns one record.
     """
     pending = list(items)
     done: dict[str, dict] = {}
@@ -206,9 +244,12 @@ def run_claimed(store: RunStore, items, train, progress: Progress | None, steps:
                 progress.bar.update(steps)
             done[f"{name}/seed{seed}"] = rec
         if waiting and len(waiting) == len(pending):
-            if progress is not None:
-                progress.describe(f"waiting for {len(waiting)} run(s) of other processes")
-            time.sleep(CLAIM_POLL_SECONDS)
+            if not wait:
+                break
+            if idle is None or not idle():
+                if progress is not None:
+                    progress.describe(f"waiting for {len(waiting)} run(s) of other processes")
+                _wait()
         pending = waiting
     return done
 

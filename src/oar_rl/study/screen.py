@@ -10,6 +10,9 @@
   the cheaper) are the winners (:func:`winners`).
 - **Confirmation** (`... confirm`): the winners, the plan's always-confirmed arms and their GRPO
   baselines on the plan's fresh confirmation seeds on the **test** split, paired by seed.
+- **All of it** (`... all`): the screen, then the confirmation, then the later (exploratory) stages, in
+  as many processes as the machine has room for; a process whose next runs are all another's trains a
+  later stage's run meanwhile (:func:`run_all`).
 - **Pilot** (`... pilot`): GRPO on one seed outside the plan's, and the warm start's accuracy, before
   the plan is pre-registered.
 
@@ -28,6 +31,7 @@ import json
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -86,9 +90,12 @@ def train_arms(
     kind: str,
     cache_dir: str | None,
     plan: ScreenPlan,
+    *,
+    idle: Callable[[], bool] | None = None,
+    wait: bool = True,
 ) -> None:
     """Train every (arm, seed) not stored under `out/<kind>/runs`, seed-major, sharing work with other
-    processes on the same directory."""
+    processes on the same directory (`idle` and `wait`: :func:`oar_rl.study.runner.run_claimed`)."""
     from oar_rl.study.runner import Progress, RunStore, run_claimed, train_and_evaluate
     from oar_rl.tasks import get_task
 
@@ -118,9 +125,43 @@ def train_arms(
                 return rec
 
             items = [(a.name, seed, (i, a, seed)) for i, (a, seed) in enumerate(todo, 1)]
-            run_claimed(store, items, train, progress, s.steps)
+            run_claimed(store, items, train, progress, s.steps, idle=idle, wait=wait)
     finally:
         progress.close()
+
+
+def _train_one(
+    out: Path, arms: list[Arm], seeds: tuple[int, ...], cache_dir: str | None, plan: ScreenPlan
+) -> bool:
+    """Train the first screen run of `arms` (seed-major) that no file holds and no other process has
+    claimed; False if there is none. What a process does while it waits on another's run."""
+    from oar_rl.study.runner import RunStore, claimable
+
+    store = RunStore(out / "screen" / "runs", protocol("screen", plan))
+    for seed in seeds:
+        for arm in arms:
+            if claimable(store, arm.name, seed):
+                train_arms(out, [arm], (seed,), "screen", cache_dir, plan, wait=False)
+                return True
+    return False
+
+
+def run_all(out: Path, plan: ScreenPlan, cache_dir: str | None) -> None:
+    """The whole plan, in its order, resumably and shared with other processes like `run`: the decision
+    stages' screen runs, then (the decision complete) the confirmation of the winners, then the later
+    stages' runs (addenda, reported only). While every run it still needs is another process's, it
+    trains a later stage's run instead of waiting idle; the order of runs changes no run's result."""
+    later = [a for a in plan.arms if a.stage not in plan.decision_stages]
+    decision = [a for a in plan.arms if a.stage in plan.decision_stages]
+
+    def fill() -> bool:
+        return _train_one(out, later, plan.screen_seeds, cache_dir, plan)
+
+    train_arms(out, decision, plan.screen_seeds, "screen", cache_dir, plan, idle=fill)
+    if write_report(out, "screen", plan)["winners"] and plan.confirm_seeds:
+        train_arms(out, _confirm_arms(out, plan), plan.confirm_seeds, "confirm", cache_dir, plan, idle=fill)
+    if later:
+        train_arms(out, later, plan.screen_seeds, "screen", cache_dir, plan)
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -362,7 +403,13 @@ def main(argv: list[str] | None = None, plan: ScreenPlan | None = None, prog: st
         prog=prog or "python -m oar_rl.study.screen",
         description=__doc__.split("\n\n")[0] if plan is None else f"The pre-registered screen {plan.name!r}.",
     )
-    p.add_argument("action", choices=("pilot", "run", "report", "confirm"))
+    p.add_argument(
+        "action",
+        choices=("pilot", "run", "report", "confirm", "all"),
+        help="run: the screen's runs (--stages); report: its tables and winners; confirm: the winners on "
+        "fresh seeds; all: the screen, then the confirmation, then the later stages, a waiting process "
+        "training later-stage runs",
+    )
     if plan is None:
         p.add_argument("--plan", required=True, help="the pre-registered plan: module:ATTR (e.g. experiments."
                        "credit_long.plan:CREDIT_LONG) or a .py file that defines PLAN")  # fmt: skip
@@ -403,8 +450,12 @@ def main(argv: list[str] | None = None, plan: ScreenPlan | None = None, prog: st
     if a.action == "confirm":
         write_report(out, "screen", plan)
         train_arms(out, _confirm_arms(out, plan), plan.confirm_seeds, "confirm", a.cache_dir, plan)
+    if a.action == "all":
+        if a.stages or a.arms:
+            p.error("`all` runs the whole plan in its order; --stages and --arms are for `run`")
+        run_all(out, plan, a.cache_dir)
     kinds = ["confirm"] if a.action == "confirm" else ["screen"]
-    if a.action == "report" and any((out / "confirm" / "runs").glob("*.json")):
+    if a.action in ("report", "all") and any((out / "confirm" / "runs").glob("*.json")):
         kinds.append("confirm")  # the confirmation so far (it resumes where it stopped)
     for kind in kinds:
         rec = write_report(out, kind, plan)
