@@ -1,0 +1,232 @@
+"""Issue 33's three questions, answered from the committed run files of both regimes, whatever they say.
+
+1. **Does any rule beat GRPO, in either regime?** Per regime, each confirmed rule's paired difference to
+   GRPO on the test split (the pre-registered criterion: its 95% t-interval lies above 0), beside its
+   screen row (validation split, 5 seeds). A regime whose confirmation lacks seeds says "pending".
+2. **Does OAR's sign or size change with the regime?** OAR-G's (and first-error's) mean gap to GRPO in
+   each regime, on the screen and on the confirmation, with the Welch interval of long − short (the
+   regimes' seeds are unrelated); the screens' pre-registered verdict is `regimes.py`'s.
+3. **Is OAR-G distinguishable from `position` in training?** OAR-G's gap minus position's, paired by seed
+   (the same seeds, each against its own GRPO run), on each screen and on the long confirmation.
+
+Also: every folder's protocol hash(es) and run count, and the command that made it. Departure from a
+hand-written page: nothing here is typed in; `tests/test_answers.py` checks the arithmetic on made-up
+runs and `tests/test_committed_tables.py` that the committed `answers.md` is what the run files give.
+
+    python -m experiments.credit_long.answers   # writes results/credit-long/answers.{json,md}
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+COMMANDS = {
+    ("short", "screen"): "python -m experiments.credit_screen run   (stages 1-4: --stages N)",
+    ("short", "confirm"): "python -m experiments.credit_screen confirm",
+    ("long", "screen"): "python -m experiments.credit_long run   (stage 2: --stages 2)",
+    ("long", "confirm"): "python -m experiments.credit_long confirm",
+}
+REGIMES = ("short", "long")
+KINDS = ("screen", "confirm")
+
+
+def _ci(c: dict[str, Any] | None) -> str:
+    if not c or c.get("mean") is None:
+        return "–"
+    if c.get("low") is None:
+        return f"{c['mean']:+.1f}"
+    return f"{c['mean']:+.1f} ({c['low']:+.1f}, {c['high']:+.1f})"
+
+
+def _cell(p: dict[str, Any] | None) -> str:
+    return f"{_ci(p)} ({len(p['seeds'])})" if p else "–"
+
+
+def _above(c: dict[str, Any] | None) -> bool:
+    return bool(c) and c.get("low") is not None and c["low"] > 0
+
+
+def rule_rows(runs: dict[str, dict[int, dict]], plan, arms: list[str], seeds: int) -> list[dict[str, Any]]:
+    """Per non-GRPO arm of `arms` that has runs: its paired difference to its GRPO baseline, whether it
+    is complete (`seeds` paired seeds) and whether its interval lies above 0."""
+    from oar_rl.study.screen import summarize
+
+    rows = []
+    for r in summarize(runs, [plan.arm(a) for a in arms if a in runs]):
+        if r["baseline"] is None:
+            continue
+        p = r["paired"]
+        rows.append({"arm": r["arm"], "stage": r["stage"], "paired": p, "beats_grpo": _above(p),
+                     "complete": bool(p) and len(p["seeds"]) >= seeds})  # fmt: skip
+    return rows
+
+
+def beats(rows: list[dict[str, Any]], expected: list[str]) -> str:
+    """The regime's answer to question 1 from its confirmation's rows."""
+    done = {r["arm"]: r for r in rows if r["complete"]}
+    missing = [a for a in expected if a not in done]
+    if missing:
+        return f"pending ({', '.join(missing)} lack their seeds)"
+    won = [a for a in expected if done[a]["beats_grpo"]]
+    return f"yes: {', '.join(won)}" if won else "no"
+
+
+def difference_of_gaps(runs, plan, a: str, b: str) -> dict[str, Any] | None:
+    """a's gap to its baseline minus b's, paired by seed (None with fewer than 2 common seeds)."""
+    from oar_rl.study.screen import gaps
+    from oar_rl.study.stats import paired_difference
+
+    ga, gb = gaps(runs, a, plan.arm(a).baseline), gaps(runs, b, plan.arm(b).baseline)
+    return paired_difference(ga, gb) if len(set(ga) & set(gb)) >= 2 else None
+
+
+def growth(short_runs, long_runs, rule: str) -> dict[str, Any]:
+    """The rule's mean gap to GRPO in each regime and the Welch interval of long − short."""
+    from oar_rl.study.screen import gaps
+    from oar_rl.study.stats import mean_ci, welch_difference
+
+    gs, gl = list(gaps(short_runs, rule, "grpo").values()), list(gaps(long_runs, rule, "grpo").values())
+    return {
+        "short": mean_ci(gs),
+        "long": mean_ci(gl),
+        "long_minus_short": welch_difference(gl, gs) if min(len(gs), len(gl)) >= 2 else None,
+    }
+
+
+def protocols(root: Path) -> list[dict[str, Any]]:
+    """Per run folder under `root` ("screen", "confirm"): its run count by protocol hash."""
+    import json
+
+    out = []
+    for kind in KINDS:
+        files = sorted((root / kind / "runs").glob("*.json"))
+        by_hash: dict[str, int] = {}
+        for f in files:
+            h = json.loads(f.read_text())["protocol_hash"]
+            by_hash[h] = by_hash.get(h, 0) + 1
+        if files:
+            out.append({"folder": f"{root}/{kind}/runs", "kind": kind, "runs": len(files), "hashes": by_hash})
+    return out
+
+
+def answers(short_dir: Path, long_dir: Path) -> dict[str, Any]:
+    from experiments.credit_long.plan import CREDIT_LONG
+    from experiments.credit_long.regimes import cross_regime
+    from experiments.credit_screen.plan import CREDIT_SCREEN
+    from oar_rl.study.screen import load_runs
+
+    plans = {"short": CREDIT_SCREEN, "long": CREDIT_LONG}
+    dirs = {"short": Path(short_dir), "long": Path(long_dir)}
+    runs = {(g, k): load_runs(dirs[g], k, plans[g]) for g in REGIMES for k in KINDS}
+    q1 = {}
+    for g in REGIMES:
+        plan = plans[g]
+        screened = [a.name for a in plan.arms]
+        confirmed = _confirmed(dirs[g], plan)
+        conf_rows = rule_rows(runs[g, "confirm"], plan, confirmed, len(plan.confirm_seeds))
+        q1[g] = {
+            "screen": rule_rows(runs[g, "screen"], plan, screened, len(plan.screen_seeds)),
+            "confirm": conf_rows,
+            "answer": beats(conf_rows, [a for a in confirmed if plan.arm(a).baseline is not None])
+            if confirmed
+            else "pending (no winners yet)",
+        }
+    q2 = {
+        kind: {
+            rule: growth(runs["short", kind], runs["long", kind], rule) for rule in ("oar-g", "first-error")
+        }
+        for kind in KINDS
+    }
+    q2["screens_verdict"] = cross_regime(runs["short", "screen"], runs["long", "screen"])["verdict"]
+    q3 = {
+        f"{g} {k}": difference_of_gaps(runs[g, k], plans[g], "oar-g", "position")
+        for g in REGIMES
+        for k in KINDS
+        if "position" in runs[g, k]
+    }
+    prot = [p | {"command": COMMANDS[g, p["kind"]]} for g in REGIMES for p in protocols(dirs[g])]
+    return {"q1": q1, "q2": q2, "q3": q3, "protocols": prot}
+
+
+def _confirmed(root: Path, plan) -> list[str]:
+    """The confirmation's arms (the screen's winners, the always-confirmed ones, their baselines), or []
+    while the screen has named no winners."""
+    from oar_rl.study.screen import _confirm_arms
+
+    try:
+        return [a.name for a in _confirm_arms(root, plan)]
+    except ValueError:
+        return []
+
+
+def markdown(res: dict[str, Any]) -> str:
+    """The answers page: one section per question, then the protocols."""
+    lines = [
+        "# Issue 33's questions, from the run files",
+        "",
+        "Percentage points of final sampled accuracy (T = 1); Δ: paired by seed against the arm's GRPO run; "
+        "95% t-intervals over seeds. Screen: validation split, 5 seeds; confirmation: test split, 10 fresh "
+        "seeds. Written by `python -m experiments.credit_long.answers`; nothing here is typed in.",
+        "",
+        "## 1. Does any rule beat GRPO?",
+        "",
+    ]
+    for g in REGIMES:
+        q = res["q1"][g]
+        lines += [f"**{g} regime: {q['answer']}.**", "",
+                  "| rule | screen stage | screen Δ (seeds) | confirmation Δ (seeds) |",
+                  "|---|---:|---:|---:|"]  # fmt: skip
+        conf = {r["arm"]: r for r in q["confirm"]}
+        for r in q["screen"]:
+            c = conf.get(r["arm"])
+            cell = _cell(c["paired"]) if c else "–"
+            lines.append(f"| {r['arm']} | {r['stage']} | {_cell(r['paired'])} | {cell} |")
+        lines.append("")
+    lines += ["## 2. Does OAR's sign or size change with the regime?", "",
+              "| rule | runs | short: Δ vs GRPO | long: Δ vs GRPO | long − short (Welch 95% CI) |",
+              "|---|---|---:|---:|---:|"]  # fmt: skip
+    for kind in KINDS:
+        for rule, gr in res["q2"][kind].items():
+            short, long = (f"{_ci(gr[g])} (n={gr[g]['n']})" for g in REGIMES)
+            lines.append(f"| {rule} | {kind} | {short} | {long} | {_ci(gr['long_minus_short'])} |")
+    lines += ["", f"The screens' pre-registered verdict (`python -m experiments.credit_long.regimes`): "
+              f"**{res['q2']['screens_verdict']}**.", "",
+              "## 3. Is OAR-G distinguishable from `position` in training?", "",
+              "| runs | OAR-G − position, paired (95% CI) | seeds | OAR-G ahead |",
+              "|---|---:|---:|---:|"]  # fmt: skip
+    for where, d in res["q3"].items():
+        if d is not None:
+            lines.append(f"| {where} | {_ci(d)} | {len(d['seeds'])} | {d['wins']}/{len(d['seeds'])} |")
+    lines += ["", "## Protocols and commands", "", "| run folder | runs | protocol hash (runs) | command |",
+              "|---|---:|---|---|"]  # fmt: skip
+    for p in res["protocols"]:
+        hashes = ", ".join(f"`{h}` ({n})" for h, n in sorted(p["hashes"].items()))
+        lines.append(f"| `{p['folder']}` | {p['runs']} | {hashes} | `{p['command']}` |")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    import argparse
+    import json
+
+    from oar_rl.io import ensure_writable_dir, write_text_atomic
+
+    p = argparse.ArgumentParser(
+        prog="python -m experiments.credit_long.answers", description=__doc__.split("\n\n")[0]
+    )
+    p.add_argument("--short", default="results/credit-screen", help="the short regime's folder")
+    p.add_argument("--long", default="results/credit-long", help="the long regime's folder")
+    p.add_argument("--out", default="results/credit-long", help="where answers.{json,md} go")
+    a = p.parse_args(argv)
+    res = answers(Path(a.short), Path(a.long))
+    out = ensure_writable_dir(a.out)
+    write_text_atomic(out / "answers.json", json.dumps(res, indent=1, sort_keys=True) + "\n")
+    text = markdown(res)
+    write_text_atomic(out / "answers.md", text)
+    print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
