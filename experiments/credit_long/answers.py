@@ -198,7 +198,13 @@ def markdown(res: dict[str, Any]) -> str:
     for where, d in res["q3"].items():
         if d is not None:
             lines.append(f"| {where} | {_ci(d)} | {len(d['seeds'])} | {d['wins']}/{len(d['seeds'])} |")
-    lines += ["", "## Protocols and commands", "", "| run folder | runs | protocol hash (runs) | command |",
+    lines += ["", "## Blame and pivot recall on the long regime, with the position control", "",
+              "Measured apart from training (the warm start's rollouts), each with its command in its file: "
+              "`results/blame-long/blame.md` (weight on the first error vs the last result; `oar-rl blame "
+              "--task wordproblems-long`) and `results/testbed-recall-long/recall.md` (recall@K of the "
+              "oracle's and the ground-truth pivots, paired differences against position and random; "
+              "`python -m oar_rl.study.recall --task wordproblems-long`).",
+              "", "## Protocols and commands", "", "| run folder | runs | protocol hash (runs) | command |",
               "|---|---:|---|---|"]  # fmt: skip
     for p in res["protocols"]:
         hashes = ", ".join(f"`{h}` ({n})" for h, n in sorted(p["hashes"].items()))
