@@ -21,6 +21,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from experiments.credit_long.regimes import ci_text, folder_args
+
 COMMANDS = {
     ("short", "screen"): "python -m experiments.credit_screen run   (stages 1-4: --stages N)",
     ("short", "confirm"): "python -m experiments.credit_screen confirm",
@@ -31,16 +33,8 @@ REGIMES = ("short", "long")
 KINDS = ("screen", "confirm")
 
 
-def _ci(c: dict[str, Any] | None) -> str:
-    if not c or c.get("mean") is None:
-        return "–"
-    if c.get("low") is None:
-        return f"{c['mean']:+.1f}"
-    return f"{c['mean']:+.1f} ({c['low']:+.1f}, {c['high']:+.1f})"
-
-
 def _cell(p: dict[str, Any] | None) -> str:
-    return f"{_ci(p)} ({len(p['seeds'])})" if p else "–"
+    return f"{ci_text(p)} ({len(p['seeds'])})" if p else "–"
 
 
 def _above(c: dict[str, Any] | None) -> bool:
@@ -81,19 +75,6 @@ def difference_of_gaps(runs, plan, a: str, b: str) -> dict[str, Any] | None:
     return paired_difference(ga, gb) if len(set(ga) & set(gb)) >= 2 else None
 
 
-def growth(short_runs, long_runs, rule: str) -> dict[str, Any]:
-    """The rule's mean gap to GRPO in each regime and the Welch interval of long − short."""
-    from oar_rl.study.screen import gaps
-    from oar_rl.study.stats import mean_ci, welch_difference
-
-    gs, gl = list(gaps(short_runs, rule, "grpo").values()), list(gaps(long_runs, rule, "grpo").values())
-    return {
-        "short": mean_ci(gs),
-        "long": mean_ci(gl),
-        "long_minus_short": welch_difference(gl, gs) if min(len(gs), len(gl)) >= 2 else None,
-    }
-
-
 def protocols(root: Path) -> list[dict[str, Any]]:
     """Per run folder under `root` ("screen", "confirm"): its run count by protocol hash."""
     import json
@@ -132,10 +113,8 @@ def answers(short_dir: Path, long_dir: Path) -> dict[str, Any]:
             if confirmed
             else "pending (no winners yet)",
         }
-    q2 = {
-        kind: {
-            rule: growth(runs["short", kind], runs["long", kind], rule) for rule in ("oar-g", "first-error")
-        }
+    q2: dict[str, Any] = {
+        kind: cross_regime(runs["short", kind], runs["long", kind], ("oar-g", "first-error"))["rows"]
         for kind in KINDS
     }
     q2["screens_verdict"] = cross_regime(runs["short", "screen"], runs["long", "screen"])["verdict"]
@@ -187,9 +166,9 @@ def markdown(res: dict[str, Any]) -> str:
               "| rule | runs | short: Δ vs GRPO | long: Δ vs GRPO | long − short (Welch 95% CI) |",
               "|---|---|---:|---:|---:|"]  # fmt: skip
     for kind in KINDS:
-        for rule, gr in res["q2"][kind].items():
-            short, long = (f"{_ci(gr[g])} (n={gr[g]['n']})" for g in REGIMES)
-            lines.append(f"| {rule} | {kind} | {short} | {long} | {_ci(gr['long_minus_short'])} |")
+        for gr in res["q2"][kind]:
+            short, long = (f"{ci_text(gr[g])} (n={gr[g]['n']})" for g in REGIMES)
+            lines.append(f"| {gr['rule']} | {kind} | {short} | {long} | {ci_text(gr['growth'])} |")
     lines += ["", f"The screens' pre-registered verdict (`python -m experiments.credit_long.regimes`): "
               f"**{res['q2']['screens_verdict']}**.", "",
               "## 3. Is OAR-G distinguishable from `position` in training?", "",
@@ -197,7 +176,7 @@ def markdown(res: dict[str, Any]) -> str:
               "|---|---:|---:|---:|"]  # fmt: skip
     for where, d in res["q3"].items():
         if d is not None:
-            lines.append(f"| {where} | {_ci(d)} | {len(d['seeds'])} | {d['wins']}/{len(d['seeds'])} |")
+            lines.append(f"| {where} | {ci_text(d)} | {len(d['seeds'])} | {d['wins']}/{len(d['seeds'])} |")
     lines += ["", "## Blame and pivot recall on the long regime, with the position control", "",
               "Measured apart from training (the warm start's rollouts), each with its command in its file: "
               "`results/blame-long/blame.md` (weight on the first error vs the last result; `oar-rl blame "
@@ -213,18 +192,11 @@ def markdown(res: dict[str, Any]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    import argparse
     import json
 
     from oar_rl.io import ensure_writable_dir, write_text_atomic
 
-    p = argparse.ArgumentParser(
-        prog="python -m experiments.credit_long.answers", description=__doc__.split("\n\n")[0]
-    )
-    p.add_argument("--short", default="results/credit-screen", help="the short regime's folder")
-    p.add_argument("--long", default="results/credit-long", help="the long regime's folder")
-    p.add_argument("--out", default="results/credit-long", help="where answers.{json,md} go")
-    a = p.parse_args(argv)
+    a = folder_args(argv, "answers", __doc__, "answers.{json,md}")
     res = answers(Path(a.short), Path(a.long))
     out = ensure_writable_dir(a.out)
     write_text_atomic(out / "answers.json", json.dumps(res, indent=1, sort_keys=True) + "\n")

@@ -66,8 +66,9 @@ def verdict(rows: list[dict[str, Any]]) -> str:
     return "not decided"
 
 
-def _ci(c: dict[str, Any]) -> str:
-    if c.get("mean") is None:
+def ci_text(c: dict[str, Any] | None) -> str:
+    """A mean with its interval, "+1.2 (-0.3, +2.7)"; "–" for none."""
+    if not c or c.get("mean") is None:
         return "–"
     if c.get("low") is None:
         return f"{c['mean']:+.1f}"
@@ -96,11 +97,8 @@ def markdown(result: dict[str, Any]) -> str:
         "|---|---:|---:|---:|---:|---:|",
     ]
     for r in result["rows"]:
-        g = r["growth"]
-        lines.append(
-            f"| {r['rule']} | {len(r['short']['seeds'])} | {_ci(r['short'])} | {len(r['long']['seeds'])} | "
-            f"{_ci(r['long'])} | {_ci(g) if g else '–'} |"
-        )
+        short, long = (f"{len(r[g]['seeds'])} | {ci_text(r[g])}" for g in ("short", "long"))
+        lines.append(f"| {r['rule']} | {short} | {long} | {ci_text(r['growth'])} |")
     return head + "\n".join(lines) + "\n"
 
 
@@ -142,9 +140,21 @@ def plot(result: dict[str, Any], path: Path) -> None:
     plt.close(fig)
 
 
+def folder_args(argv: list[str] | None, module: str, doc: str, writes: str):
+    """The command line of a module of this experiment that reads both regimes' folders."""
+    import argparse
+
+    p = argparse.ArgumentParser(
+        prog=f"python -m experiments.credit_long.{module}", description=doc.split("\n\n")[0]
+    )
+    p.add_argument("--short", default="results/credit-screen", help="the short regime's folder")
+    p.add_argument("--long", default="results/credit-long", help="the long regime's folder")
+    p.add_argument("--out", default="results/credit-long", help=f"where {writes} go")
+    return p.parse_args(argv)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Write regimes.json, regimes.md and regimes.png under `--out` from the two screens' run files."""
-    import argparse
     import json
 
     from experiments.credit_long.plan import CREDIT_LONG
@@ -152,13 +162,7 @@ def main(argv: list[str] | None = None) -> int:
     from oar_rl.io import ensure_writable_dir, write_text_atomic
     from oar_rl.study.screen import load_runs
 
-    p = argparse.ArgumentParser(
-        prog="python -m experiments.credit_long.regimes", description=__doc__.split("\n\n")[0]
-    )
-    p.add_argument("--short", default="results/credit-screen", help="the short regime's screen folder")
-    p.add_argument("--long", default="results/credit-long", help="the long regime's screen folder")
-    p.add_argument("--out", default="results/credit-long", help="where regimes.{json,md,png} go")
-    a = p.parse_args(argv)
+    a = folder_args(argv, "regimes", __doc__, "regimes.{json,md,png}")
     result = cross_regime(
         load_runs(Path(a.short), "screen", CREDIT_SCREEN), load_runs(Path(a.long), "screen", CREDIT_LONG)
     )
