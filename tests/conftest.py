@@ -110,3 +110,23 @@ def dataset():
     from datasets import Dataset
 
     return Dataset.from_dict({"prompt": PROMPTS, "answer": ANSWERS})
+
+
+def register_fake_task(monkeypatch, name: str, warm_start_dir: Path):
+    """A task named `name` in the registry for this test: prompts "<split><i>" answered "1", a reward of
+    0, every completion correct, a stand-in warm start; for tests whose training is a fake."""
+    from oar_rl import tasks
+    from oar_rl.tasks import Task, WarmStart
+
+    task = Task(
+        name=name,
+        description="fake",
+        prompts=lambda split, n: [{"prompt": f"{split}{i}", "answer": "1"} for i in range(n)],
+        reward=lambda completions, answer, **kw: [0.0] * len(completions),
+        check=lambda text, answer: True,
+        load_warm_start=lambda variant, cache_dir: WarmStart(object(), object(), warm_start_dir, "fakehash",
+                                                             {"fake": True}),
+    )  # fmt: skip
+    tasks.get_task("arithmetic")  # registers the built-ins first
+    monkeypatch.setitem(tasks._REGISTRY, name, task)
+    return task

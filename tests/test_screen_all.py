@@ -11,12 +11,11 @@ import subprocess
 
 import pytest
 
-from oar_rl import tasks
+from conftest import register_fake_task
 from oar_rl.study import runner
 from oar_rl.study.runner import RunStore, claimable
 from oar_rl.study.screen import main, protocol
 from oar_rl.study.screen_plan import Arm, ScreenPlan
-from oar_rl.tasks import Task, WarmStart
 
 PLAN = ScreenPlan(
     name="t",
@@ -51,16 +50,7 @@ def _record(name: str, seed: int, lr: float) -> dict:
 
 @pytest.fixture
 def fake_task(monkeypatch, tmp_path):
-    task = Task(
-        name="fake-screen",
-        description="fake",
-        prompts=lambda split, n: [{"prompt": f"{split}{i}", "answer": "1"} for i in range(n)],
-        reward=lambda completions, answer, **kw: [0.0] * len(completions),
-        check=lambda text, answer: True,
-        load_warm_start=lambda variant, cache_dir: WarmStart(object(), object(), tmp_path, "h", {}),
-    )
-    tasks.get_task("arithmetic")  # registers the built-ins first
-    monkeypatch.setitem(tasks._REGISTRY, "fake-screen", task)
+    register_fake_task(monkeypatch, "fake-screen", tmp_path)
 
 
 def test_all_runs_the_plan_in_order_and_trains_a_later_stage_while_it_waits(tmp_path, fake_task, monkeypatch):

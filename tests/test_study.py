@@ -9,12 +9,13 @@ from pathlib import Path
 
 import pytest
 
+from conftest import register_fake_task
 from oar_rl import tasks
 from oar_rl.study import cli as study_cli
 from oar_rl.study import config, runner, stats
 from oar_rl.study import report as study_report
 from oar_rl.study.report import aggregate
-from oar_rl.tasks import Task, WarmStart
+from oar_rl.tasks import WarmStart
 
 # --------------------------------------------------------------------------------------------------
 # statistics
@@ -202,19 +203,7 @@ def fake_study(monkeypatch, tmp_path):
     calls: list[tuple[str, int, float]] = []
     state = {"interrupt_at": None, "best_lr": {}}
 
-    def load(variant, cache_dir):
-        return WarmStart(object(), object(), tmp_path / "ws", "fakehash", {"fake": True})
-
-    task = Task(
-        name="fake",
-        description="fake",
-        prompts=lambda split, n: [{"prompt": f"{split}{i}", "answer": "1"} for i in range(n)],
-        reward=lambda completions, answer, **kw: [0.0] * len(completions),
-        check=lambda text, answer: True,
-        load_warm_start=load,
-    )
-    tasks.get_task("arithmetic")  # registers the built-ins first
-    monkeypatch.setitem(tasks._REGISTRY, "fake", task)
+    register_fake_task(monkeypatch, "fake", tmp_path / "ws")
 
     def fake_train(
         task,
