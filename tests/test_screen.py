@@ -159,18 +159,18 @@ def test_confirmation_table_shows_greedy_accuracy_paired():
 def test_confirmation_arms_come_from_the_screens_recorded_winners(tmp_path):
     import json
 
-    from oar_rl.study.screen import _confirm_arms
+    from oar_rl.study.screen import confirm_arms
 
     with pytest.raises(ValueError, match="does not exist"):
-        _confirm_arms(tmp_path, CREDIT_SCREEN)
+        confirm_arms(tmp_path, CREDIT_SCREEN)
     (tmp_path / "screen").mkdir()
     (tmp_path / "screen" / "study.json").write_text(json.dumps({"winners": None}))
     with pytest.raises(ValueError, match="names no winners yet"):
-        _confirm_arms(tmp_path, CREDIT_SCREEN)
+        confirm_arms(tmp_path, CREDIT_SCREEN)
     (tmp_path / "screen" / "study.json").write_text(
         json.dumps({"winners": ["oar-g[lr=2e-4]", "first-error"]})
     )
-    names = [a.name for a in _confirm_arms(tmp_path, CREDIT_SCREEN)]
+    names = [a.name for a in confirm_arms(tmp_path, CREDIT_SCREEN)]
     assert names == ["grpo[lr=2e-4]", "oar-g[lr=2e-4]", "grpo", "first-error"]  # each with its own baseline
 
 

@@ -12,8 +12,9 @@ import subprocess
 import pytest
 
 from conftest import register_fake_task
-from oar_rl.study import runner
-from oar_rl.study.runner import RunStore, claimable
+from oar_rl.study import claims, runner
+from oar_rl.study.claims import claimable
+from oar_rl.study.runner import RunStore
 from oar_rl.study.screen import main, protocol
 from oar_rl.study.screen_plan import Arm, ScreenPlan
 
@@ -74,7 +75,7 @@ def test_all_runs_the_plan_in_order_and_trains_a_later_stage_while_it_waits(tmp_
         raise AssertionError("it waited on another process's run instead of training a later stage's")
 
     monkeypatch.setattr(runner, "train_and_evaluate", fake_train)
-    monkeypatch.setattr(runner, "_wait", no_wait)
+    monkeypatch.setattr(claims, "_wait", no_wait)
     try:
         assert main(["all", "--out", str(out)], plan=PLAN) == 0
     finally:

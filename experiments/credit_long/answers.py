@@ -131,10 +131,10 @@ def answers(short_dir: Path, long_dir: Path) -> dict[str, Any]:
 def _confirmed(root: Path, plan) -> list[str]:
     """The confirmation's arms (the screen's winners, the always-confirmed ones, their baselines), or []
     while the screen has named no winners."""
-    from oar_rl.study.screen import _confirm_arms
+    from oar_rl.study.screen import confirm_arms
 
     try:
-        return [a.name for a in _confirm_arms(root, plan)]
+        return [a.name for a in confirm_arms(root, plan)]
     except ValueError:
         return []
 

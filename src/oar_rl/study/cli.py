@@ -20,6 +20,7 @@ from typing import Any
 from oar_rl.io import ensure_writable_dir
 from oar_rl.machine import machine_info
 from oar_rl.study.args import build_parser, preset_name, settings_from_args
+from oar_rl.study.claims import run_claimed
 from oar_rl.study.config import STUDY_FORMAT, StudySettings, protocol_hash
 from oar_rl.study.runner import (
     Progress,
@@ -32,7 +33,6 @@ from oar_rl.study.runner import (
     method_lrs,
     phase,
     resolve_learning_rate,
-    run_claimed,
     train_and_evaluate,
     tune_learning_rate,
 )

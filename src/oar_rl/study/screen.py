@@ -46,7 +46,7 @@ from oar_rl.study.screen_report import (
     markdown,
 )
 
-__all__ = ["Arm", "ScreenPlan", "load_plan", "main", "protocol", "write_report"]
+__all__ = ["Arm", "ScreenPlan", "confirm_arms", "load_plan", "main", "protocol", "run_all", "write_report"]
 
 
 def settings(kind: str, plan: ScreenPlan):
@@ -95,8 +95,9 @@ def train_arms(
     wait: bool = True,
 ) -> None:
     """Train every (arm, seed) not stored under `out/<kind>/runs`, seed-major, sharing work with other
-    processes on the same directory (`idle` and `wait`: :func:`oar_rl.study.runner.run_claimed`)."""
-    from oar_rl.study.runner import Progress, RunStore, run_claimed, train_and_evaluate
+    processes on the same directory (`idle` and `wait`: :func:`oar_rl.study.claims.run_claimed`)."""
+    from oar_rl.study.claims import run_claimed
+    from oar_rl.study.runner import Progress, RunStore, train_and_evaluate
     from oar_rl.tasks import get_task
 
     task = get_task(plan.task)
@@ -135,7 +136,8 @@ def _train_one(
 ) -> bool:
     """Train the first screen run of `arms` (seed-major) that no file holds and no other process has
     claimed; False if there is none. What a process does while it waits on another's run."""
-    from oar_rl.study.runner import RunStore, claimable
+    from oar_rl.study.claims import claimable
+    from oar_rl.study.runner import RunStore
 
     store = RunStore(out / "screen" / "runs", protocol("screen", plan))
     for seed in seeds:
@@ -159,7 +161,7 @@ def run_all(out: Path, plan: ScreenPlan, cache_dir: str | None) -> None:
 
     train_arms(out, decision, plan.screen_seeds, "screen", cache_dir, plan, idle=fill)
     if write_report(out, "screen", plan)["winners"] and plan.confirm_seeds:
-        train_arms(out, _confirm_arms(out, plan), plan.confirm_seeds, "confirm", cache_dir, plan, idle=fill)
+        train_arms(out, confirm_arms(out, plan), plan.confirm_seeds, "confirm", cache_dir, plan, idle=fill)
     if later:
         train_arms(out, later, plan.screen_seeds, "screen", cache_dir, plan)
 
@@ -336,7 +338,7 @@ def write_report(out: Path, kind: str, plan: ScreenPlan) -> dict[str, Any]:
     """`out/<kind>/study.json` (beside the runs) and `out/<kind>.md`: the table of every arm with runs (and,
     for the screen, the winners once it is complete), the contrasts and the diagnostics."""
     runs = load_runs(out, kind, plan)
-    arms = [a for a in plan.arms if a.name in runs] if kind == "screen" else _confirm_arms(out, plan)
+    arms = [a for a in plan.arms if a.name in runs] if kind == "screen" else confirm_arms(out, plan)
     rows = summarize(runs, arms)
     seeds = plan.screen_seeds if kind == "screen" else plan.confirm_seeds
     record: dict[str, Any] = {
@@ -379,7 +381,7 @@ def write_report(out: Path, kind: str, plan: ScreenPlan) -> dict[str, Any]:
     return record
 
 
-def _confirm_arms(out: Path, plan: ScreenPlan) -> list[Arm]:
+def confirm_arms(out: Path, plan: ScreenPlan) -> list[Arm]:
     """The screen's recorded winners and the plan's always-confirmed arms, each after its baseline."""
     path = out / "screen" / "study.json"
     if not path.exists():
@@ -449,7 +451,7 @@ def main(argv: list[str] | None = None, plan: ScreenPlan | None = None, prog: st
         train_arms(out, arms, plan.screen_seeds, "screen", a.cache_dir, plan)
     if a.action == "confirm":
         write_report(out, "screen", plan)
-        train_arms(out, _confirm_arms(out, plan), plan.confirm_seeds, "confirm", a.cache_dir, plan)
+        train_arms(out, confirm_arms(out, plan), plan.confirm_seeds, "confirm", a.cache_dir, plan)
     if a.action == "all":
         if a.stages or a.arms:
             p.error("`all` runs the whole plan in its order; --stages and --arms are for `run`")
