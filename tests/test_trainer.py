@@ -109,7 +109,8 @@ def test_config_defaults_follow_paper(tmp_path):
         ({"oar_noise_scale": "relative"}, r"oar_noise_scale='relative' .*absolute, rms"),
         ({"perturbation_batch_size": 0}, r"perturbation_batch_size must be >= 1, got 0"),
         ({"entropy_alpha": -0.5}, r"entropy_alpha must be >= 0, got -0.5"),
-        ({"entropy_kappa": 0.0}, r"entropy_kappa must be > 0, got 0.0"),
+        ({"entropy_kappa": 0.0}, r"entropy_kappa must be > 1 .*got 0.0"),
+        ({"entropy_kappa": 0.5}, r"entropy_kappa must be > 1 .*flip the sign.*got 0.5"),
         ({"probe_warmup_steps": -1}, r"probe_warmup_steps must be >= 0, got -1"),
         ({"mask_token_id": -3}, r"mask_token_id must be .*got -3"),
         ({"answer_pattern": "(a)(b)"}, r"answer_pattern: .* has 2 capturing groups"),
@@ -275,6 +276,26 @@ def test_resume_matches_uninterrupted_run(tmp_path, tokenizer, dataset):
     other = make_trainer(make_args(tmp_path / "other", **{**common, "seed": 1}), tokenizer, dataset)
     other.train()
     assert any(not torch.allclose(params(other.model)[k], p_full[k], atol=1e-6) for k in p_full)
+
+
+def test_resume_after_an_evaluation_matches_the_uninterrupted_run(tmp_path, tokenizer, dataset):
+    """Evaluation batches draw OAR-G noise from a stream of their own: the checkpoint saved right after an
+    evaluation resumes onto the uninterrupted run (before, the evaluation had moved training's batch
+    counter, which a resumed run starts afresh)."""
+    common = dict(
+        credit="oar-g", max_steps=4, save_strategy="steps", save_steps=2, save_only_model=False,
+        eval_strategy="steps", eval_steps=2, per_device_eval_batch_size=4,
+    )  # fmt: skip
+    evals = dataset.select(range(2))
+    full = make_trainer(make_args(tmp_path / "full", **common), tokenizer, dataset, eval_dataset=evals)
+    full.train()
+    keys = full._oar_rng_keys
+    assert keys["eval"][0] == 4 and keys["train"] == (3, 0)  # both streams drew, apart
+    resumed = make_trainer(make_args(tmp_path / "resumed", **common), tokenizer, dataset, eval_dataset=evals)
+    resumed.train(resume_from_checkpoint=str(tmp_path / "full" / "out" / "checkpoint-2"))
+    p_full, p_resumed = params(full.model), params(resumed.model)
+    for name in p_full:
+        torch.testing.assert_close(p_resumed[name], p_full[name], rtol=0, atol=1e-6, msg=name)
 
 
 def test_generation_batch_reused_across_iterations_and_truncation_masked(tmp_path, tokenizer, dataset):

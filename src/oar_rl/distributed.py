@@ -33,7 +33,8 @@ after each pass.
 Random draws (OAR-G noise, random credit) are keyed per row (:func:`row_generators`): a row's noise
 depends on (seed, optimizer step, batch within the step, global row index) only, not on the rank, the
 world size or the padding of the batch it sits in, so an N-process run draws the same noise as a
-one-process run on the same data.
+one-process run on the same data. Evaluation batches draw from a stream of their own, so evaluating
+during training does not move training's keys.
 """
 
 from __future__ import annotations
@@ -231,10 +232,16 @@ def scoring_params(root: nn.Module, model: nn.Module, fsdp_version: int | None) 
         root.reshard()
 
 
-def row_generators(seed: int, step: int, batch: int, rows: Sequence[int]) -> list[torch.Generator]:
-    """One CPU generator per row, seeded from (seed, optimizer step, batch within the step, global row)."""
+def row_generators(
+    seed: int, step: int, batch: int, rows: Sequence[int], *, stream: str = "train"
+) -> list[torch.Generator]:
+    """One CPU generator per row, seeded from (seed, optimizer step, batch within the step, global row).
+
+    `stream` separates draws that must not share keys with training's (evaluation batches): "train" keys
+    as before, any other name is part of the key."""
+    prefix = "" if stream == "train" else f"{stream}/"
     gens = []
     for row in rows:
-        key = f"{seed}/{step}/{batch}/{int(row)}".encode()
+        key = f"{prefix}{seed}/{step}/{batch}/{int(row)}".encode()
         gens.append(torch.Generator().manual_seed(zlib.crc32(key)))
     return gens

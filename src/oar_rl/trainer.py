@@ -62,6 +62,9 @@ Where this departs from the paper or from TRL, and why:
   from (`seed`, optimizer step, batch within the step, global row index), never from the global RNG:
   the credit mode does not change TRL's sampling or shuffling stream, a resumed run redraws the same
   noise, and an N-process run draws the same noise as a one-process run (`oar_rl.distributed`).
+  Evaluation batches count, and key, their draws apart from training's: evaluating during training (or
+  not, or at other steps) leaves training's noise unchanged, and a run resumed from a checkpoint saved
+  after an evaluation draws what the uninterrupted run draws.
 - Distributed: the model is unwrapped as TRL does for generation (`unwrap_model_for_generation`,
   gathering ZeRO-3 parameters). Ranks score different numbers of rows; under FSDP (1 and 2), whose
   forwards are collective, the ranks' scoring passes run in lockstep, padded with dummy passes
@@ -162,7 +165,8 @@ class OARTrainer(CreditLogging, GRPOTrainer):
                 "ds3_gather_for_generation=True (the importance passes run on gathered parameters; "
                 "sharded forwards are collective)."
             )
-        self._oar_rng_key: tuple[int, int] = (-1, 0)  # (optimizer step, generation batches at that step)
+        # per stream ("train", "eval"): (optimizer step, generation batches at that step)
+        self._oar_rng_keys: dict[str, tuple[int, int]] = {}
         self._oar_fallback_warned = False
 
     # ------------------------------------------------------------------------------------------------
@@ -215,8 +219,9 @@ class OARTrainer(CreditLogging, GRPOTrainer):
         keys = ("prompt_ids", "prompt_mask", "completion_ids", "completion_mask")
         sub = {k: output[k][rows] for k in keys}
         if not spec.needs_model:  # e.g. random, position: no policy pass, nothing to gather or sync
-            if rows.numel():  # row-keyed draws (oar_rl.distributed), drawn only when a row is scored
-                generators = self._credit_generators(rows, len(seq_adv)) if spec.noisy else []
+            # row-keyed draws (oar_rl.distributed); the batch counts on every rank, also with no row
+            generators = self._credit_generators(rows, len(seq_adv)) if spec.noisy else []
+            if rows.numel():
                 importance, scored_mask = self._score(None, sub, rows, seq_adv[rows], generators, fallback)
         else:
             # Every rank enters the unwrap context (ZeRO-3 gathers collectively), even with no row to
@@ -401,11 +406,13 @@ class OARTrainer(CreditLogging, GRPOTrainer):
         """One CPU generator per row in `rows`, seeded from (seed, optimizer step, batch within the step,
         global row index = rank · local batch + local index; TRL gives every rank an equal slice)."""
         step = int(self.state.global_step)
-        last_step, count = self._oar_rng_key
+        stream = "train" if self.model.training else "eval"  # evaluation never moves training's keys
+        last_step, count = self._oar_rng_keys.get(stream, (-1, 0))
         count = count + 1 if step == last_step else 0
-        self._oar_rng_key = (step, count)
+        self._oar_rng_keys[stream] = (step, count)
         offset = self.accelerator.process_index * local_batch
-        return row_generators(self.args.seed, step, count, [offset + int(r) for r in rows.tolist()])
+        global_rows = [offset + int(r) for r in rows.tolist()]
+        return row_generators(self.args.seed, step, count, global_rows, stream=stream)
 
 
 __all__ = ["BOOST_EPS", "OARConfig", "OARTrainer", "TokenCredit"]
