@@ -234,6 +234,25 @@ def test_entropy_shaping_matches_reference_and_hand_case():
     torch.testing.assert_close(out, torch.tensor([[-0.8, -0.5]]))
 
 
+def test_entropy_shaping_keeps_the_sign_of_every_advantage():
+    g = torch.Generator().manual_seed(1)
+    adv, ent = torch.randn(64, generator=g), torch.rand(64, 9, generator=g) * 20  # bonuses at their cap
+    for kappa in (1.0 + 1e-6, 2.0, 10.0):
+        out = entropy_shaped_advantages(adv, ent, torch.ones(64, 9), alpha=5.0, kappa=kappa)
+        assert bool((out * adv[:, None] > 0).all())
+
+
+def test_rescale_sum_where_float32_overflows():
+    """A denormal row total overflows count / total, a huge row overflows its sum: both rows are rescaled
+    in float64 (before: inf and nan, or every weight 0), the other rows exactly as before."""
+    tiny, huge = 1e-45, 3e38
+    w = torch.tensor([[tiny, 0.0, 0.0, 0.0], [huge, huge, 0.0, huge], [1.0, 2.0, 3.0, 4.0]])
+    out = rescale_sum(w, torch.ones(3, 4))
+    want = torch.tensor([[4.0, 0.0, 0.0, 0.0], [4 / 3, 4 / 3, 0.0, 4 / 3], [0.4, 0.8, 1.2, 1.6]])
+    torch.testing.assert_close(out, want)
+    assert torch.equal(out[2], rescale_sum(w[2:], torch.ones(1, 4))[0])
+
+
 def test_entropy_shaping_detaches_entropy():
     ent = torch.rand(2, 3, requires_grad=True)
     out = entropy_shaped_advantages(torch.tensor([1.0, -1.0]), ent, torch.ones(2, 3))
@@ -264,6 +283,10 @@ def test_entropy_shaping_detaches_entropy():
         (
             lambda: entropy_shaped_advantages(torch.ones(1), torch.ones(1, 2), torch.ones(1, 2), kappa=0),
             "kappa",
+        ),
+        (  # below 1 the bonus could outweigh |A| and turn a wrong rollout's tokens positive
+            lambda: entropy_shaped_advantages(torch.ones(1), torch.ones(1, 2), torch.ones(1, 2), kappa=0.5),
+            r"kappa must be > 1 .*got 0.5",
         ),
         (
             lambda: entropy_shaped_advantages(torch.ones(1), torch.ones(1, 2), torch.ones(1, 2), alpha=-1),

@@ -21,7 +21,7 @@ from oar_rl.credit_modules import load_credit_modules
 from oar_rl.credits import credit_help
 from oar_rl.importance.first_error import DEFAULT_BRANCHING, check_branching
 from oar_rl.probes import PROBES, Probe
-from oar_rl.reshape import check_grail_options
+from oar_rl.reshape import check_grail_options, check_kappa
 
 Threshold = Literal["quantile", "value"]
 GrailRollouts = Literal["wrong", "correct", "all"]  # credit="grail"
@@ -158,7 +158,7 @@ class OARConfig(GRPOConfig):
     )
     entropy_kappa: float = field(
         default=2.0,
-        metadata={"help": "κ > 0 of the entropy baseline, Eq. 6: the bonus is capped at |A|/κ."},
+        metadata={"help": "κ > 1 of the entropy baseline, Eq. 6: the bonus is capped at |A|/κ."},
     )
     safe_rewards: bool = field(
         default=True,
@@ -288,8 +288,7 @@ class OARConfig(GRPOConfig):
             raise ValueError(f"oar_gp_fraction must be in (0, 1], got {self.oar_gp_fraction}")
         if not float(self.entropy_alpha) >= 0.0:
             raise ValueError(f"entropy_alpha must be >= 0, got {self.entropy_alpha}")
-        if not float(self.entropy_kappa) > 0.0:
-            raise ValueError(f"entropy_kappa must be > 0, got {self.entropy_kappa}")
+        check_kappa(self.entropy_kappa, "entropy_kappa")
         check_grail_options(  # credit="grail"
             self.grail_mu,
             self.grail_sigma,

@@ -156,6 +156,12 @@ def rescale_sum(weights: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     count = mask.sum(dim=1, keepdim=True).float()  # (B, 1)
     uniform = mask.float()
     scaled = w * (count / total.clamp_min(torch.finfo(torch.float32).tiny))
+    # a denormal total overflows count / total, a huge row overflows its sum: those rows in float64
+    bad = (total > 0) & ~(torch.isfinite(total) & torch.isfinite(scaled).all(dim=1, keepdim=True))
+    if bool(bad.any()):
+        w64 = w.double()
+        exact = (w64 * (count.double() / w64.sum(dim=1, keepdim=True))).float()
+        scaled = torch.where(bad, exact, scaled)
     return torch.where(total > 0, scaled, uniform)
 
 
@@ -253,6 +259,16 @@ def token_advantages(
 # ----------------------------------------------------------------------------------------------------
 # Eq. 6 (the entropy baseline, Cheng et al. 2025)
 # ----------------------------------------------------------------------------------------------------
+def check_kappa(kappa: float, name: str = "kappa") -> None:
+    """κ of the entropy baseline must exceed 1 (Cheng et al.): below 1 the bonus |A|/κ can exceed |A| and
+    turn a wrong rollout's high-entropy tokens positive; at 1 it zeroes them."""
+    if not float(kappa) > 1.0:
+        raise ValueError(
+            f"{name} must be > 1 (the bonus is capped at |A|/{name}: at or below 1 it can cancel or flip "
+            f"the sign of a negative advantage), got {kappa}"
+        )
+
+
 def entropy_shaped_advantages(
     advantages: torch.Tensor,
     entropies: torch.Tensor,
@@ -268,7 +284,7 @@ def entropy_shaped_advantages(
 
     Args:
         advantages: (B,) sequence advantages. entropies: (B, C) token entropies H_t (detached here).
-        mask: (B, C) 0/1. alpha: >= 0. kappa: > 0.
+        mask: (B, C) 0/1. alpha: >= 0. kappa: > 1.
 
     Returns:
         (B, C) float32 token advantages; 0 on padding.
@@ -281,8 +297,7 @@ def entropy_shaped_advantages(
         raise ValueError(f"advantages must be a (B,) tensor with B={entropies.shape[0]}, got {shape}")
     if not float(alpha) >= 0.0:
         raise ValueError(f"alpha must be >= 0, got {alpha}")
-    if not float(kappa) > 0.0:
-        raise ValueError(f"kappa must be > 0, got {kappa}")
+    check_kappa(kappa)
     a = advantages.detach().float()[:, None]  # (B, 1)
     bonus = torch.minimum(float(alpha) * entropies.detach().float(), a.abs() / float(kappa))  # (B, C)
     shaped = a + bonus  # (B, C)
