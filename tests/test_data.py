@@ -151,6 +151,18 @@ def test_local_files_and_column_mapping(tmp_path):
     assert len(ds) == 3
 
 
+def test_a_row_without_a_gold_is_an_error_naming_it(tmp_path):
+    """A null gold became the text "None" (which math-verify parses, and "\\boxed{None}" matched)."""
+    path = tmp_path / "golds.jsonl"
+    rows = [{"problem": "q0", "answer": 2}, {"problem": "q1", "answer": None}]
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    missing = r"1 row\(s\) have no gold answer \(None/NaN in column 'answer'\), first rows \[1\]"
+    with pytest.raises(ValueError, match=missing):
+        data.load(str(path), template=None)
+    with pytest.raises(ValueError, match="no gold"):
+        data.benchmarks.answer_to_str(float("nan"))
+
+
 def test_missing_answer_column_in_a_hub_schema(tmp_path, monkeypatch):
     bad = tmp_path / "bad.jsonl"
     bad.write_text(json.dumps({"problem": "x", "solution": "y"}) + "\n")

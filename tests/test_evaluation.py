@@ -145,6 +145,55 @@ def test_scores_and_aggregates_exactly(tmp_path):
     assert f"| {100 * bench['pass@1']:.1f} | 75.0 |" in md
 
 
+def test_an_unparseable_gold_leaves_its_problem_unscored_even_with_an_empty_completion(tmp_path):
+    """Review of 2026-11-26: an empty completion scored 0.0 without the gold being read, so the problem
+    of an unparseable gold counted as scored with c = 0."""
+    bench = tmp_path / "golds.jsonl"
+    rows = [{"problem": "1+1", "answer": "2"}, {"problem": "2+2", "answer": r"\frac{no gold here}"}]
+    bench.write_text("".join(json.dumps(r) + "\n" for r in rows))
+
+    class Sampler:
+        def generate(self, prompts, n, seed):
+            return [["", r"<answer>2</answer>"] for _ in prompts]
+
+    config = EvalConfig(
+        model=str(tmp_path), out=str(tmp_path / "out"), benchmarks=[str(bench)], n=2, k=[1], template="none",
+        batch_size=4, verify_workers=1,
+    )  # fmt: skip
+    (tmp_path / "config.json").write_text("{}")
+    (result,) = evaluate(config, sampler=Sampler())["benchmarks"].values()
+    assert (result["num_scored"], result["unscored"], result["pass@1"]) == (1, [1], 0.5)
+
+
+def test_chat_prompts_keep_the_template_s_one_bos(tmp_path):
+    """Under --chat the rendered template already holds the BOS: tokenizing it must not add a second
+    (Llama-style tokenizers add one by default)."""
+    import torch
+    from tokenizers import processors
+
+    from oar_rl.tiny import build_char_tokenizer, tiny_qwen2
+
+    tok = build_char_tokenizer()
+    bos = tok.bos_token_id
+    tok._tokenizer.post_processor = processors.TemplateProcessing(
+        single="<s> $A", special_tokens=[("<s>", bos)]
+    )
+    tok.chat_template = "{{ bos_token }}{% for m in messages %}{{ m['content'] }}{% endfor %}"
+    assert tok("1+1")["input_ids"] == [bos, *tok("1+1", add_special_tokens=False)["input_ids"]]
+    config = EvalConfig(
+        model=str(tmp_path), out=str(tmp_path / "out"), benchmarks=[LOCAL], n=1, k=[1], template="none",
+        chat=True, max_new_tokens=2, temperature=0.0,
+    )  # fmt: skip
+    sampler = eval_sampling.TransformersSampler.__new__(eval_sampling.TransformersSampler)
+    sampler.config, sampler.tokenizer, sampler.device = config, tok, torch.device("cpu")
+    sampler.model = tiny_qwen2(len(tok), seed=0).eval()
+    assert sampler.prompt_lengths(["1+1", "12+3"]) == [4, 5]  # <s>1+1, <s>12+3
+    seen, generate = [], sampler.model.generate
+    sampler.model.generate = lambda **kw: seen.append(kw["input_ids"]) or generate(**kw)
+    sampler.generate(["1+1"], 1, seed=0)
+    assert seen[0].tolist() == [[bos, *tok("1+1", add_special_tokens=False)["input_ids"]]]
+
+
 def test_eval_end_to_end_and_resume(tiny_model_dir, tmp_path, monkeypatch):
     full, part = tmp_path / "full", tmp_path / "part"
     assert main(_args(tiny_model_dir, full)) == 0

@@ -49,7 +49,27 @@ ACCURACY_CASES: list[tuple[str, str, float | None]] = [
     ("The answer is 19", r"\frac{1}{2}", 0.0),  # no tag, no LaTeX: nothing to extract
     ("<answer>1</answer>", "???", None),  # unparseable gold -> skipped by TRL
     ("", "19", 0.0),  # empty completion: 0.0, not None
-    ("   ", "???", 0.0),
+    ("   ", "???", None),  # ... but an unparseable gold is None for every completion, empty or not
+]
+
+# Review of 2026-11-26: a hedge between numbers scored 1.0 (the unwrapped parse took its last number);
+# one number with prose words is still read; a later prose "final answer is ..." does not override a box.
+HEDGE_CASES: list[tuple[str, str, float | None]] = [
+    ("<answer>2 or 5</answer>", "5", 0.0),
+    ("<answer>7, 5</answer>", "5", 0.0),
+    ("<answer>x = 3, y = 5</answer>", "5", 0.0),
+    ("<answer>I think 3 but maybe 5</answer>", "5", 0.0),
+    (r"\boxed{3 \text{ or } 5}", "5", 0.0),
+    (r"\boxed{\pm 5}", "5", 0.0),
+    ("<answer>5 dollars</answer>", "5", 1.0),
+    ("<answer>The answer is 5</answer>", "5", 1.0),
+    ("<answer>12 apples</answer>", "12", 1.0),
+    ("<answer>x = 5</answer>", "5", 1.0),
+    (r"\boxed{5 \text{ cm}}", "5", 1.0),
+    ("The final answer is **42**.", "42", 1.0),
+    (r"\boxed{42}" + "\n\nI verified that the final answer is consistent with the constraints.", "42", 1.0),
+    (r"$\boxed{42}$" + "\nChecking whether the final answer is an integer: yes.", "42", 1.0),
+    ("The final answer is B.", r"\text{(B)}", 1.0),
 ]
 
 
@@ -162,6 +182,18 @@ def test_conversational_and_trl_kwargs():
     assert logged["extracted_answer"] == [r"\frac{1}{3}", "7", "8"]
 
 
+def test_hedges_and_prose_after_the_answer():
+    got = accuracy_reward([c for c, _, _ in HEDGE_CASES], [g for _, g, _ in HEDGE_CASES])
+    assert [(c, r) for (c, _, e), r in zip(HEDGE_CASES, got, strict=True) if r != e] == []
+
+
+def test_a_gold_that_is_none_or_nan_is_an_error_not_the_text_none():
+    assert accuracy_reward([r"\boxed{None}"], ["None"]) == [1.0]  # the text "None" is a gold like any
+    for missing in (None, float("nan")):
+        with pytest.raises(ValueError, match=r"gold answer 1 of the batch is (None|nan).*no gold"):
+            accuracy_reward([r"\boxed{5}", r"\boxed{None}"], ["5", missing])
+
+
 def test_solution_column_fallback_and_missing_gold():
     assert accuracy_reward(["<answer>5</answer>"], solution=["5"]) == [1.0]
     with pytest.raises(ValueError, match="answer"):
@@ -191,6 +223,11 @@ def test_extraction_helpers():
     assert extract_prediction(r"The final answer is: $$x^{2}$$") == ("x^{2}", "final")
     assert extract_prediction(r"The final answer is 3.5. I hope it is correct.") == ("3.5", "final")
     assert extract_prediction(r"The final answer is $\$5$") == (r"\$5", "final")  # an escaped $ is no end
+    # prose after "final answer is" is no marker: not a sentence, but a digit, a \command or one word
+    assert extract_prediction(r"\boxed{4}. The final answer is right.") == ("4", "boxed")
+    assert extract_prediction(r"\boxed{4}. The final answer is not obvious.") == ("4", "boxed")
+    assert extract_prediction(r"The final answer is (C).") == ("(C)", "final")
+    assert extract_prediction(r"The final answer is \pi over two.") == (r"\pi over two", "final")
     assert extract_prediction(r"\boxed{\{1, 2\}}") == (r"\{1, 2\}", "boxed")  # escaped braces
     assert extract_prediction(r"\boxed{3} then <answer>4 (cut off") == ("3", "boxed")  # unclosed: no marker
     assert extract_prediction(r"\boxed{3} then \boxed{4 (cut off") == ("3", "boxed")

@@ -22,6 +22,7 @@ chosen template is the only instruction the policy sees.
 
 from __future__ import annotations
 
+import math
 import os
 import re
 from collections.abc import Callable, Sequence
@@ -40,8 +41,15 @@ QUESTION_CANDIDATES = ("prompt", "question", "problem")
 ANSWER_CANDIDATES = ("answer", "solution", "ground_truth", "final_answer")
 
 
+def missing_gold(value: Any) -> bool:
+    """Whether a gold cell is empty (None or NaN): ``str()`` would make it a parseable "None"/"nan"."""
+    return value is None or (isinstance(value, float) and math.isnan(value))
+
+
 def answer_to_str(value: Any) -> str:
     """A gold answer as text: integral floats lose their ``.0`` (AMC23 stores 27.0 for 27)."""
+    if missing_gold(value):
+        raise ValueError(f"a gold answer is {value!r}: the row has no gold; fix or drop it")
     if isinstance(value, float) and value.is_integer():
         return str(int(value))
     return str(value).strip()
@@ -189,6 +197,12 @@ def normalise(
         ds = ds.select(range(min(limit, len(ds))))
         questions = questions[: len(ds)]
     raw_answers = _read_column(ds, spec.answer_column)
+    missing = [i for i, a in enumerate(raw_answers) if missing_gold(a)]
+    if missing:
+        raise ValueError(
+            f"{spec.hub_id}: {len(missing)} row(s) have no gold answer (None/NaN in column "
+            f"{spec.answer_column!r}), first rows {missing[:5]}; fix or drop them"
+        )
     answers = [spec.answer_fn(a) for a in raw_answers]
     columns = {
         "prompt": [apply_template(q, template) for q in questions],

@@ -362,7 +362,8 @@ def summarise(jobs: list[BenchmarkJob], config: EvalConfig) -> dict[str, Any]:
     benchmarks: dict[str, Any] = {}
     for job in jobs:
         recs = [job.records[i] for i in range(len(job.prompts))]
-        scored = [r for r in recs if any(v is not None for v in r["verdicts"])]
+        # a None verdict means an unparseable gold: the problem is unscored, whatever its other verdicts
+        scored = [r for r in recs if r["verdicts"] and all(v is not None for v in r["verdicts"])]
         scored_ids = {r["index"] for r in scored}
         cs = np.array([r["c"] for r in scored], dtype=np.int64)
         entry: dict[str, Any] = {

@@ -132,6 +132,12 @@ def check_chat_template(tokenizer: Any, config: EvalConfig) -> None:
         raise ValueError(f"--chat: the tokenizer of {config.model!r} has no chat template")
 
 
+def add_special_tokens(config: EvalConfig) -> bool:
+    """Whether tokenizing a formatted prompt adds the tokenizer's special tokens: not under ``--chat``,
+    whose rendered template already holds them (a second BOS otherwise, as TRL avoids)."""
+    return not config.chat
+
+
 def format_prompts(tokenizer: Any, prompts: list[str], config: EvalConfig) -> list[str]:
     """The prompts as given, or (``--chat``) each as one user message under the chat template."""
     if not config.chat:
@@ -171,7 +177,8 @@ class TransformersSampler:
     def prompt_lengths(self, prompts: list[str]) -> list[int]:
         """Token count of each prompt as the model sees it (chat template included)."""
         formatted = format_prompts(self.tokenizer, prompts, self.config)
-        return [len(ids) for ids in self.tokenizer(formatted)["input_ids"]]
+        special = add_special_tokens(self.config)
+        return [len(ids) for ids in self.tokenizer(formatted, add_special_tokens=special)["input_ids"]]
 
     def prompt_budget(self) -> int | None:
         """Tokens a prompt may keep under ``--truncate-prompts`` (left truncation); None: no truncation."""
@@ -190,7 +197,12 @@ class TransformersSampler:
         prompts = format_prompts(self.tokenizer, prompts, cfg)
         budget = self.prompt_budget()
         enc = self.tokenizer(
-            prompts, return_tensors="pt", padding=True, truncation=budget is not None, max_length=budget
+            prompts,
+            return_tensors="pt",
+            padding=True,
+            truncation=budget is not None,
+            max_length=budget,
+            add_special_tokens=add_special_tokens(cfg),
         ).to(self.device)
         input_ids = enc["input_ids"].repeat_interleave(n, dim=0)  # (P*n, L)
         attention_mask = enc["attention_mask"].repeat_interleave(n, dim=0)  # (P*n, L)
@@ -231,7 +243,8 @@ class VLLMSampler:
 
     def prompt_lengths(self, prompts: list[str]) -> list[int]:  # pragma: no cover - GPU
         formatted = format_prompts(self.tokenizer, prompts, self.config)
-        return [len(ids) for ids in self.tokenizer(formatted)["input_ids"]]
+        special = add_special_tokens(self.config)
+        return [len(ids) for ids in self.tokenizer(formatted, add_special_tokens=special)["input_ids"]]
 
     def generate(self, prompts: list[str], n: int, seed: int) -> list[list[str]]:  # pragma: no cover - GPU
         cfg = self.config
@@ -250,7 +263,11 @@ class VLLMSampler:
             )
             for j in range(len(prompts))
         ]
-        outs = self.llm.generate(format_prompts(self.tokenizer, prompts, cfg), params, use_tqdm=False)
+        formatted: list[Any] = format_prompts(self.tokenizer, prompts, cfg)
+        if not add_special_tokens(cfg):  # token prompts: vLLM would add the tokenizer's BOS to the text
+            ids = self.tokenizer(formatted, add_special_tokens=False)["input_ids"]
+            formatted = [{"prompt_token_ids": list(p)} for p in ids]
+        outs = self.llm.generate(formatted, params, use_tqdm=False)
         return [[o.text for o in out.outputs] for out in outs]
 
 

@@ -5,7 +5,9 @@ One rule for every prompt format (``answer-tag``, ``boxed``, none):
 1. Candidate *markers* in the completion are ``<answer>…</answer>``, ``\\boxed{…}`` / ``\\fbox{…}``
    (balanced braces; brace-less ``\\boxed 5`` / ``\\boxed\\frac43`` runs to the next ``$``, ``\\]``, ``\\)``
    or line end) and "final answer is X" (X a ``$…$``, ``$$…$$``, ``\\(…\\)`` or ``\\[…\\]`` span, else
-   the text up to the end of the sentence or line).
+   the text up to the end of the sentence or line when it can be an answer: it holds a digit or a LaTeX
+   command, or is one short word such as ``B`` or ``yes``; prose such as "the final answer is
+   consistent with the constraints" after a ``\\boxed{42}`` is no marker and does not override the box).
 2. The marker that **ends last** wins, so a final "the final answer is $5$" after intermediate
    ``\\boxed{}``s is scored on 5, and an ``<answer>`` tag after a stray ``\\boxed{3}`` on the tag.
 3. The rule is applied again inside the winner's content (``<answer>\\boxed{4}</answer>`` → ``4``;
@@ -39,7 +41,7 @@ _FINAL_RE = re.compile(r"final answer is\s*:?[ \t]*", re.IGNORECASE)
 _MATH_SPANS = (("$$", "$$"), ("\\[", "\\]"), ("\\(", "\\)"), ("$", "$"))
 _BRACELESS_END = re.compile(r"\$|\\\]|\\\)|\n")
 _SENTENCE_END = re.compile(r"\.(?:\s|$)|\n|$")
-_NUMBER_RE = re.compile(r"[+-]?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?|[+-]?\.\d+")
+NUMBER_RE = re.compile(r"[+-]?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?|[+-]?\.\d+")
 _MAX_DEPTH = 4
 
 
@@ -108,6 +110,15 @@ def _find_closing(text: str, delim: str, start: int) -> int:
     return j
 
 
+def _answer_like(prose: str) -> bool:
+    """Whether the undelimited text after "final answer is" can be an answer: a digit or a LaTeX command
+    in it, or one short word (at most 3 letters: ``B``, ``(C)``, ``yes``); not prose ("correct", "not
+    obvious", "consistent with the constraints")."""
+    s = prose.strip()
+    short_word = len(s.split()) == 1 and sum(c.isalpha() for c in s) <= 3
+    return bool(s) and (any(c.isdigit() for c in s) or "\\" in s or short_word)
+
+
 def _final_markers(text: str) -> list[tuple[int, int, int]]:
     """(marker end, content start, content end) of every "final answer is X"."""
     out = []
@@ -122,7 +133,7 @@ def _final_markers(text: str) -> list[tuple[int, int, int]]:
         else:
             stop = _SENTENCE_END.search(text, i)
             j = stop.start() if stop else len(text)
-            if text[i:j].strip():
+            if _answer_like(text[i:j]):
                 out.append((j, i, j))
     return out
 
@@ -278,6 +289,6 @@ def as_number(text: str) -> Fraction | None:
     s = s.strip("$").strip()
     if s.startswith("\\boxed{") and s.endswith("}"):
         s = s[len("\\boxed{") : -1].strip()
-    if not _NUMBER_RE.fullmatch(s):
+    if not NUMBER_RE.fullmatch(s):
         return None
     return Fraction(s.replace(",", ""))

@@ -25,6 +25,7 @@ math-verify's full normalisation; hangs cost one reward instead of the run.
 from __future__ import annotations
 
 import logging
+import math
 import re
 import threading
 from collections.abc import Callable, Sequence
@@ -54,6 +55,9 @@ def _gold_list(answer: Sequence[Any] | None, kwargs: dict[str, Any], n: int) -> 
         )
     if len(answer) != n:
         raise ValueError(f"got {n} completions but {len(answer)} gold answers")
+    for i, a in enumerate(answer):
+        if a is None or (isinstance(a, float) and math.isnan(a)):  # str() would give a parseable "None"
+            raise ValueError(f"gold answer {i} of the batch is {a!r}: the row has no gold; fix or drop it")
     return [str(a) for a in answer]
 
 
@@ -100,9 +104,9 @@ def make_accuracy_reward(
         for i, (gold, text) in enumerate(zip(golds, texts, strict=True)):
             pred, _ = extract_prediction(text)
             extracted.append(pred)
-            if not text.strip():
-                continue  # empty completion: 0.0
             gold_num, pred_num = as_number(gold), as_number(pred)
+            if not text.strip() and gold_num is not None:
+                continue  # empty completion: 0.0 (other golds go to the pool: an unparseable one is None)
             if gold_num is not None and pred_num is not None:
                 rewards[i] = float(gold_num == pred_num)
             else:

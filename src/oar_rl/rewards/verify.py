@@ -7,8 +7,13 @@
   (Hub golds such as MATH-500's ``\\left( 3, \\frac{\\pi}{2} \\right)`` are bare LaTeX), parsed with
   math-verify's full LaTeX normalisation (which repairs brace-less ``\\frac43``, ``\\frac 59``, ``\\sqrt5``),
   then without the wrapper as a fallback. A gold that yields no mathematical object gives ``None``.
-* The prediction is the extracted answer (`oar_rl.rewards.extract.extract_prediction`). Every parse of
-  it is tried against the gold; any that verifies scores 1.0.
+* The prediction is the extracted answer (`oar_rl.rewards.extract.extract_prediction`), scored on its
+  most literal parse that yields math (the wrapped one; the unwrapped text when the wrapped one has
+  none). Both parses are tried, any that verifies scoring 1.0, only for an answer with one number and
+  prose words (``5 dollars``: in math mode the words become a product of letters, the unwrapped parse
+  reads the number). Trying both for every answer, as before, scored hedges such as ``2 or 5``,
+  ``7, 5``, ``x = 3, y = 5`` or ``\\pm 5`` right against the gold 5: the unwrapped parse picks their
+  last number.
 * A completion without any answer marker is parsed as a whole, LaTeX only inside ``$…$``/``\\[…\\]``
   (TRL's choice: no guessing numbers out of prose).
 * ``verify(gold, pred)`` is called with the gold first (math-verify is asymmetric).
@@ -22,9 +27,12 @@ from __future__ import annotations
 
 import functools
 import os
+import re
 import time
 
-from oar_rl.rewards.extract import extract_prediction, normalise_answer
+from oar_rl.rewards.extract import NUMBER_RE, extract_prediction, normalise_answer
+
+_PROSE_WORD = re.compile(r"(?<![\\A-Za-z])[A-Za-z]{2,}")  # two or more letters, not a \command
 
 
 def _wrap_math(text: str) -> str:
@@ -42,6 +50,13 @@ def _configs() -> tuple:
     latex = LatexExtractionConfig(boxed_match_priority=0)  # full normalisation (malformed operators too)
     anchored = LatexExtractionConfig(boxed_match_priority=0, try_extract_without_anchor=False)
     return [latex, ExprExtractionConfig()], [anchored]
+
+
+def _unit_words(text: str) -> bool:
+    """Whether an extracted answer is one number with prose words (``5 dollars``, ``The answer is 5``):
+    the only answers whose unwrapped parse is tried beside the wrapped one (no hedge between numbers)."""
+    s = normalise_answer(text)
+    return len(NUMBER_RE.findall(s)) == 1 and _PROSE_WORD.search(s) is not None
 
 
 def parse_answer(text: str, inner_timeout: int) -> list[list]:
@@ -68,6 +83,7 @@ def score_math(gold: str, text: str, inner_timeout: int) -> float | None:
     pred, marker = extract_prediction(text)
     if marker is not None or not pred:
         preds = parse_answer(pred, inner_timeout) if pred else []
+        preds = preds if _unit_words(pred) else preds[:1]  # no hedge: the most literal parse only
     else:
         _, whole_text = _configs()
         parsed = parse(
