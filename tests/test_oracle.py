@@ -86,6 +86,43 @@ def test_causal_recall_hand_case():
     assert rec == {0.1: 0.5, 0.5: 0.5, 0.6: 1.0, 1.0: 1.0}
 
 
+def test_causal_recall_breaks_ties_at_random_in_expectation():
+    """Tied scores: the exact mean over every order of the tokens (slow reference: all permutations used
+    as the tie-breaker), not the earliest tokens first; a one-hot signal such as first-error's gets the
+    labelled token plus chance for the rest."""
+    import itertools
+
+    gen = torch.Generator().manual_seed(3)
+    ks = (0.2, 0.4, 0.5, 0.8, 1.0)
+    for _ in range(20):
+        C = 6
+        scores = torch.randint(0, 3, (1, C), generator=gen).float()  # many ties
+        labels = torch.rand(1, C, generator=gen) < 0.4
+        labels[0, int(torch.randint(0, C, (1,), generator=gen))] = True
+        mask = torch.ones(1, C, dtype=torch.bool)
+        mask[0, C - 1] = bool(torch.rand(1, generator=gen) < 0.5)
+        valid = [t for t in range(C) if mask[0, t]]
+        want = dict.fromkeys(ks, 0.0)
+        perms = list(itertools.permutations(valid))
+        for perm in perms:  # ties broken by this order of the valid tokens
+            order = sorted(valid, key=lambda t: (-float(scores[0, t]), perm.index(t)))
+            pivots = [t for t in valid if labels[0, t]]
+            for k in ks:
+                keep = max(1, round(k * len(valid)))
+                want[k] += sum(t in order[:keep] for t in pivots) / len(pivots) / len(perms)
+        got = causal_recall(scores, labels, mask, ks)
+        for k in ks:
+            assert got[k] == pytest.approx(want[k], abs=1e-9)
+    one_hot = torch.zeros(1, 10)
+    one_hot[0, 9] = 1.0  # the signal's one token, the last; the row's label: the first token and the last
+    labels = torch.zeros(1, 10, dtype=torch.bool)
+    labels[0, [0, 9]] = True
+    # top-2: token 9, then one of the 9 tied tokens: token 0 with probability 1/9
+    assert causal_recall(one_hot, labels, torch.ones(1, 10, dtype=torch.bool), (0.2,))[0.2] == pytest.approx(
+        (1 + 1 / 9) / 2
+    )
+
+
 def test_causal_recall_skips_rows_without_pivots_and_ignores_padding():
     scores = torch.tensor([[3.0, 2.0, 1.0, 9.0], [1.0, 2.0, 3.0, 4.0]])
     labels = torch.tensor([[False, False, True, True], [False, False, False, False]])

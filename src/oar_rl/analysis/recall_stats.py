@@ -42,7 +42,13 @@ def causal_recall(
     Args:
         scores: (N, C) importance (any monotone transform gives the same result). labels: (N, C) bool
             oracle pivots. mask: (N, C) valid tokens. ks: fractions in (0, 1]; top-K% keeps
-            max(1, round(k·T)) tokens of a row with T valid tokens. Ties are broken by position.
+            max(1, round(k·T)) tokens of a row with T valid tokens.
+
+    Ties at the cut are broken uniformly at random and the *expected* recall is returned (exact, as
+    `oar_rl.metrics.pivot_recall_at_k`): with n_tie tokens tied at the K-th score, p_tie of them labelled,
+    and `slots` places left, the tie adds slots · p_tie / n_tie hits. (Breaking ties by position, as
+    before, favoured early tokens: a signal that scores one token and ties the rest, such as
+    first-error, had its top-K% filled with the row's first tokens.)
 
     Returns:
         {k: mean recall}; NaN-free (rows without a pivot are skipped; 0.0 if no row has one).
@@ -60,17 +66,18 @@ def causal_recall(
     has_pivot = labels.any(dim=1)  # (N,)
     if not bool(has_pivot.any()):
         return {float(k): 0.0 for k in ks}
-    ranked = torch.where(mask, scores.float(), torch.tensor(float("-inf"))).argsort(
-        dim=1, descending=True, stable=True
-    )
-    rank = torch.empty_like(ranked)
-    rank.scatter_(1, ranked, torch.arange(scores.shape[1]).expand_as(ranked))  # (N, C) rank of each token
+    s = torch.where(mask, scores.float(), torch.tensor(float("-inf")))  # (N, C)
+    ranked = s.sort(dim=1, descending=True).values  # (N, C)
     counts = mask.sum(dim=1)  # (N,)
-    pivots = labels.sum(dim=1).clamp_min(1)  # (N,)
+    pivots = labels.sum(dim=1).clamp_min(1).double()  # (N,)
     out = {}
     for k in ks:
         keep = torch.clamp(torch.round(float(k) * counts.double()).long(), min=1)  # (N,)
-        hit = (labels & (rank < keep[:, None])).sum(dim=1)  # (N,)
+        cut = ranked.gather(1, (keep - 1).clamp(max=s.shape[1] - 1)[:, None])  # (N, 1): the K-th score
+        above, tied = mask & (s > cut), mask & (s == cut)  # (N, C)
+        slots = (keep - above.sum(dim=1)).double()  # (N,)
+        n_tie = tied.sum(dim=1).clamp_min(1).double()  # (N,)
+        hit = (labels & above).sum(dim=1).double() + slots * (labels & tied).sum(dim=1).double() / n_tie
         out[float(k)] = float((hit / pivots)[has_pivot].mean())
     return out
 
