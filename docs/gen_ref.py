@@ -287,6 +287,8 @@ def study_tables(study_dir: Path) -> str:
     """The markdown tables of one `oar-rl study` directory, from its study.json and lr_tuning.json."""
     import json
 
+    from oar_rl.study.stats import wins_text
+
     study = json.loads((study_dir / "study.json").read_text())
     main = study["groups"]["main"]
     steps = study["protocol"]["steps"]
@@ -341,7 +343,7 @@ def study_tables(study_dir: Path) -> str:
             str(r["final_sampled"]["n"]),
             ci(r["final_sampled"]),
             ci(d, signed=True) if paired else "–",
-            f"{d['wins']}/{len(d['seeds'])}" if paired else "–",
+            wins_text(d) if paired else "–",
             f"{100 * d['mde80']:.1f}" if paired and d.get("mde80") is not None else "–",
             f"{100 * r['final_greedy']['mean']:.1f}%",
             "–" if name == "grpo" else (f"not within {steps}" if reach is None else str(reach)),

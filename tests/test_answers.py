@@ -55,6 +55,14 @@ def test_answers_come_from_the_run_files_and_wait_for_every_confirmation_seed(tm
     _put(long, CREDIT_LONG, "confirm", {"entropy": 2.0, "random": 0.0, "oar-g": -2.0, "position": 0.0}, half)
     res = answers.answers(short, long)
     assert res["q1"]["long"]["answer"].startswith("pending (entropy, random, oar-g, position lack")
+    # blinded while it runs: no number of the long confirmation anywhere, only its progress
+    assert res["q1"]["long"]["confirm"] == [] and "long confirm" not in res["q3"]
+    assert all(not r["long"]["seeds"] for r in res["q2"]["confirm"])
+    assert res["landed"]["long"] == {"grpo": 5, "entropy": 5, "random": 5, "oar-g": 5, "position": 5}
+    assert (
+        "| entropy | 1 | +4.0 " in (text := answers.markdown(res))
+        and "running: 5 of 10 seeds landed |" in text
+    )
     _put(long, CREDIT_LONG, "confirm", {"entropy": 2.0, "random": 0.0, "oar-g": -2.0, "position": 0.0},
          CREDIT_LONG.confirm_seeds)  # fmt: skip
     res = answers.answers(short, long)

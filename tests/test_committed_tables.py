@@ -145,24 +145,31 @@ def _run(folder: Path, variant: str, seed: int, acc: float, secs: float = 10.0, 
 
 
 def test_leaderboard_shows_screen_only_rules_and_adds_a_regime_when_its_runs_land(tmp_path):
-    """A rule found only in a screen says so with its seed count; a regime without run files is named
-    below the table, and gets its own column group once its run files exist."""
+    """A rule found only in a screen says so with its seed count; a confirmation still running is
+    blinded (the rule's row comes from its screen, with the confirmation's progress); a regime without
+    run files is named below the table, and gets its own column group once its run files exist."""
     from experiments.leaderboard import leaderboard as lb
 
     short = lb.Regime("short", "test", confirmed=(lb.Source("c", "confirmation", "x.md"),),
                       screens=(lb.Source("s", "screen", "x.md"),))  # fmt: skip
     long = lb.Regime("long", "test", confirmed=(lb.Source("long/c", "confirmation", "x.md"),))
-    for seed, (g, r) in enumerate([(0.80, 0.82), (0.70, 0.71)]):
+    for seed in range(10):  # oar-g: 2 and 1 points ahead on alternate seeds
+        g = 0.8 - 0.01 * seed
         _run(tmp_path / "c", "grpo", seed, g)
-        _run(tmp_path / "c", "oar-g", seed, r, secs=20.0)
+        _run(tmp_path / "c", "oar-g", seed, g + (0.02 if seed % 2 == 0 else 0.01), secs=20.0)
+    for seed in range(2):  # my-rule's confirmation has 2 of its 10 seeds: not read
+        _run(tmp_path / "c", "my-rule", seed, 0.99)
     for seed in range(5):
         _run(tmp_path / "s", "grpo", seed, 0.5)
         _run(tmp_path / "s", "my-rule", seed, 0.5 + 0.01 * (seed + 1))
     text = lb.page(tmp_path, (short, long))
     assert text.count("<th colspan='9'>") == 1 and "Regime **long** (test): no run files yet" in text
     row = next(line for line in text.splitlines() if "<code>my-rule</code>" in line)
-    assert "<td>+3.0 (+1.0, +5.0)</td><td>screen only, 5 seeds</td><td>screen</td>" in row  # t(4) = 2.776
-    assert "<td>+1.5 (-4.9, +7.9)</td><td>2</td><td>confirmation</td>" in text  # oar-g: 2, 1 pp; t(1) = 12.71
+    assert (
+        "<td>+3.0 (+1.0, +5.0)</td><td>screen only, 5 seeds</td><td>screen (confirmation running: 2 of 10 "
+        "seeds)</td>" in row
+    )  # t(4) = 2.776
+    assert "<td>+1.5 (+1.1, +1.9)</td><td>10</td><td>confirmation</td>" in text  # t(9) = 2.262, sd 0.527
     assert "<td>2.00×</td></tr>" in text  # oar-g's train time against GRPO's
     _run(tmp_path / "long" / "c", "grpo", 0, 0.4)
     _run(tmp_path / "long" / "c", "oar-g", 0, 0.5)

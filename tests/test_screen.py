@@ -80,6 +80,80 @@ def test_decision_rule_breaks_ties_by_cost_not_by_order():
     assert "| oar-g[negative] | 1 | 5 |" in markdown(rows, "t", "n")
 
 
+def test_decision_rule_ties_are_ties_at_float_rounding_too():
+    """Equal totals against different baselines give means that differ in the 15th digit: still a tie,
+    which the cheaper arm wins; a seed level with its baseline is a tie, not a loss, in the table."""
+    accs = {a.name: list(BASE) for a in ARMS}
+    accs["oar-g[negative]"] = [b + 2 for b in BASE]
+    accs["grpo[lr=2e-4]"] = [82.4, 83.6, 83.4, 81.0, 81.5]
+    accs["first-error"] = [80.2, 81.7, 85.6, 82.9, 81.2]  # +3.6 points in all ...
+    accs["oar-g[lr=2e-4]"] = [84.0, 87.0, 85.0, 81.8, 75.7]  # ... here too, with other float rounding
+    rows = summarize(_runs(accs), list(ARMS))
+    by = {r["arm"]: r for r in rows}
+    a, b = by["first-error"]["paired"]["mean"], by["oar-g[lr=2e-4]"]["paired"]["mean"]
+    assert a == pytest.approx(b, abs=1e-9) and a > b  # rounding apart: the costlier first-error ahead
+    assert ARM_BY_NAME["oar-g[lr=2e-4]"].cost < ARM_BY_NAME["first-error"].cost
+    assert winners(rows, CREDIT_SCREEN) == ["oar-g[negative]", "oar-g[lr=2e-4]"]
+    accs["oar-p"] = [80.0, 82.0, 82.0, 83.0, 83.0]  # level with GRPO on seeds 2000, 2002 and 2003
+    oar_p = summarize(_runs(accs), [ARM_BY_NAME["grpo"], ARM_BY_NAME["oar-p"]])[1]
+    assert (oar_p["paired"]["wins"], oar_p["paired"]["ties"]) == (1, 3)
+    assert "| grpo | 1/5 (3 tied) |" in markdown([oar_p], "t", "n")
+    from oar_rl.study.stats import paired_difference
+
+    noise = paired_difference({1: 0.1 + 0.2, 2: 0.5}, {1: 0.3, 2: 0.4})  # 5.6e-17 apart: level
+    assert (noise["wins"], noise["ties"]) == (1, 1)
+
+
+def test_runs_on_seeds_outside_the_plan_or_in_another_runs_file_are_refused(tmp_path):
+    """A stray seed must not stand in for a missing one, nor a copied file count twice."""
+    from oar_rl.study.runner import RunStore, StudyError
+    from oar_rl.study.screen import load_runs
+
+    store = RunStore(tmp_path / "screen" / "runs", protocol("screen"))
+    rec = {"variant": "grpo", "final": {"sampled": 0.5}, "train_seconds": 1.0, "history": []}
+    for seed in CREDIT_SCREEN.screen_seeds:
+        store.put("grpo", seed, rec | {"seed": seed})
+    assert sorted(load_runs(tmp_path, "screen", CREDIT_SCREEN)["grpo"]) == list(CREDIT_SCREEN.screen_seeds)
+    first = tmp_path / "screen" / "runs" / RunStore.filename("grpo", CREDIT_SCREEN.screen_seeds[0])
+    copy = first.with_name("grpo copy.json")
+    copy.write_bytes(first.read_bytes())
+    with pytest.raises(
+        StudyError, match=r"grpo copy.json holds the run 'grpo/seed2000', whose file is grpo.seed2000"
+    ):
+        load_runs(tmp_path, "screen", CREDIT_SCREEN)
+    copy.unlink()
+    store.put("grpo", 7, rec | {"seed": 7})
+    with pytest.raises(StudyError, match=r"'grpo/seed7' is on seed 7, not one of the plan's screen seeds"):
+        load_runs(tmp_path, "screen", CREDIT_SCREEN)
+
+
+def test_a_confirmation_is_blinded_until_every_arm_has_its_seeds(tmp_path):
+    import json
+
+    from oar_rl.study.runner import RunStore
+    from oar_rl.study.screen import write_report
+
+    (tmp_path / "screen").mkdir()
+    (tmp_path / "screen" / "study.json").write_text(json.dumps({"winners": ["first-error", "oar-g"]}))
+    store = RunStore(tmp_path / "confirm" / "runs", protocol("confirm"))
+    seeds = CREDIT_SCREEN.confirm_seeds
+    for i, seed in enumerate(seeds):
+        for arm, acc in (("grpo", 0.5), ("first-error", 0.61), ("oar-g", 0.47)):
+            if arm == "oar-g" and i == len(seeds) - 1:
+                continue  # one run short
+            rec = {"variant": arm, "seed": seed, "final": {"sampled": acc + 0.001 * i, "greedy": acc},
+                   "train_seconds": 1.0, "history": []}  # fmt: skip
+            store.put(arm, seed, rec)
+    rec = write_report(tmp_path, "confirm", CREDIT_SCREEN)
+    text = (tmp_path / "confirm.md").read_text()
+    assert rec["blinded"] and rec["rows"] == [] and rec["landed"]["oar-g"] == list(seeds[:-1])
+    assert "Running: 29 of 30 runs landed" in text and "| oar-g | 9/10 |" in text and "61" not in text
+    last = {"variant": "oar-g", "seed": seeds[-1], "final": {"sampled": 0.5, "greedy": 0.5}}
+    store.put("oar-g", seeds[-1], last | {"train_seconds": 1.0, "history": []})
+    assert not write_report(tmp_path, "confirm", CREDIT_SCREEN).get("blinded")
+    assert "| first-error | 10 | " in (tmp_path / "confirm.md").read_text()
+
+
 def test_decision_rule_pairs_each_arm_with_its_own_baseline():
     """oar-g[tr] is +2.5 above its own baseline (grpo[tr]) but 2.5 below GRPO; oar-g[lr=2e-4] is 1.5
     above GRPO but 1.5 below its own baseline: paired with GRPO instead, the winners would differ."""

@@ -2,7 +2,9 @@
 
 1. **Does any rule beat GRPO, in either regime?** Per regime, each confirmed rule's paired difference to
    GRPO on the test split (the pre-registered criterion: its 95% t-interval lies above 0), beside its
-   screen row (validation split, 5 seeds). A regime whose confirmation lacks seeds says "pending".
+   screen row (validation split, 5 seeds). A regime whose confirmation lacks seeds says "pending", and
+   its confirmation is blinded until complete: only how many seeds of each arm have landed is shown (in
+   every answer), so that the pre-registered criterion is read once, on the complete set.
 2. **Does OAR's sign or size change with the regime?** OAR-G's (and first-error's) mean gap to GRPO in
    each regime, on the screen and on the confirmation, with the Welch interval of long − short (the
    regimes' seeds are unrelated); the screens' pre-registered verdict is `regimes.py`'s.
@@ -22,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from experiments.credit_long.regimes import ci_text, folder_args
+from oar_rl.study.stats import wins_text
 
 COMMANDS = {
     ("short", "screen"): "python -m experiments.credit_screen run   (stages 1-4: --stages N)",
@@ -100,6 +103,12 @@ def answers(short_dir: Path, long_dir: Path) -> dict[str, Any]:
     plans = {"short": CREDIT_SCREEN, "long": CREDIT_LONG}
     dirs = {"short": Path(short_dir), "long": Path(long_dir)}
     runs = {(g, k): load_runs(dirs[g], k, plans[g]) for g in REGIMES for k in KINDS}
+    landed: dict[str, dict[str, int]] = {}
+    for g in REGIMES:  # a confirmation is read once, complete: until then only its progress is shown
+        confirmed, n = _confirmed(dirs[g], plans[g]), len(plans[g].confirm_seeds)
+        landed[g] = {a: len(runs[g, "confirm"].get(a, {})) for a in confirmed}
+        if not confirmed or min(landed[g].values()) < n:
+            runs[g, "confirm"] = {}
     q1 = {}
     for g in REGIMES:
         plan = plans[g]
@@ -125,7 +134,8 @@ def answers(short_dir: Path, long_dir: Path) -> dict[str, Any]:
         if "position" in runs[g, k]
     }
     prot = [p | {"command": COMMANDS[g, p["kind"]]} for g in REGIMES for p in protocols(dirs[g])]
-    return {"q1": q1, "q2": q2, "q3": q3, "protocols": prot}
+    n = {g: len(plans[g].confirm_seeds) for g in REGIMES}
+    return {"q1": q1, "q2": q2, "q3": q3, "protocols": prot, "landed": landed, "confirm_seeds": n}
 
 
 def _confirmed(root: Path, plan) -> list[str]:
@@ -157,9 +167,12 @@ def markdown(res: dict[str, Any]) -> str:
                   "| rule | screen stage | screen Δ (seeds) | confirmation Δ (seeds) |",
                   "|---|---:|---:|---:|"]  # fmt: skip
         conf = {r["arm"]: r for r in q["confirm"]}
+        seeds = res["landed"][g]
         for r in q["screen"]:
             c = conf.get(r["arm"])
             cell = _cell(c["paired"]) if c else "–"
+            if not c and r["arm"] in seeds:  # blinded while running
+                cell = f"running: {seeds[r['arm']]} of {res['confirm_seeds'][g]} seeds landed"
             lines.append(f"| {r['arm']} | {r['stage']} | {_cell(r['paired'])} | {cell} |")
         lines.append("")
     lines += ["## 2. Does OAR's sign or size change with the regime?", "",
@@ -167,6 +180,8 @@ def markdown(res: dict[str, Any]) -> str:
               "|---|---|---:|---:|---:|"]  # fmt: skip
     for kind in KINDS:
         for gr in res["q2"][kind]:
+            if not (gr["short"]["seeds"] and gr["long"]["seeds"]):  # a confirmation still running
+                continue
             short, long = (f"{ci_text(gr[g])} (n={gr[g]['n']})" for g in REGIMES)
             lines.append(f"| {gr['rule']} | {kind} | {short} | {long} | {ci_text(gr['growth'])} |")
     lines += ["", f"The screens' pre-registered verdict (`python -m experiments.credit_long.regimes`): "
@@ -176,7 +191,7 @@ def markdown(res: dict[str, Any]) -> str:
               "|---|---:|---:|---:|"]  # fmt: skip
     for where, d in res["q3"].items():
         if d is not None:
-            lines.append(f"| {where} | {ci_text(d)} | {len(d['seeds'])} | {d['wins']}/{len(d['seeds'])} |")
+            lines.append(f"| {where} | {ci_text(d)} | {len(d['seeds'])} | {wins_text(d)} |")
     lines += ["", "## Blame and pivot recall on the long regime, with the position control", "",
               "Measured apart from training (the warm start's rollouts), each with its command in its file: "
               "`results/blame-long/blame.md` (weight on the first error vs the last result; `oar-rl blame "

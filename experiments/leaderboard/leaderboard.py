@@ -10,7 +10,9 @@ shown as empty columns), each rule's:
 - **Δ vs GRPO**: the paired difference of final sampled accuracy to GRPO's on the same seeds
   (percentage points, Student-t 95% interval over seeds, `oar_rl.study.stats.paired_difference`),
   computed here from the run files of the first *confirmed* source that holds the rule's default
-  variant (no overrides), in the regime's order; a rule found only in a screen shows "screen only".
+  variant (no overrides) on all its seeds, in the regime's order (a confirmation still running is
+  blinded: its numbers are not read, its progress is noted); a rule found only in a screen shows
+  "screen only".
 - **blame**: on wrong rollouts, the mean reshaping weight ω̃ on the first erroneous result vs on the
   carried last result (GRPO's is 1 on every token), and their difference with its bootstrap interval,
   under the rule's own reshaping (`oar-rl blame`'s record).
@@ -143,18 +145,26 @@ def _train_ratio(mine: Mapping[int, dict[str, Any]], grpo: Mapping[int, dict[str
 
 SCREEN_SEEDS = 5
 """Seeds per arm of a complete screen (both pre-registered screens); fewer: the screen is still running."""
+CONFIRM_SEEDS = 10
+"""Seeds per arm of a complete confirmation; fewer: it is still running, blinded (its numbers are not
+read), and the rule's row comes from its screen."""
 
 
 def accuracy_cells(root: Path, regime: Regime, rule: str) -> list[str]:
     """Δ vs GRPO, seeds, evidence and the train-time ratio of `rule` in `regime`."""
     from oar_rl.study.stats import paired_difference
 
+    running = ""  # "confirmation running: k of 10 seeds", for the screen's row
     for source, confirmed in [(s, True) for s in regime.confirmed] + [(s, False) for s in regime.screens]:
         runs = load_runs(root, source.runs)
         mine, grpo = _default(runs, rule), _default(runs, "grpo")
+        if confirmed and min(len(mine), len(grpo)) < CONFIRM_SEEDS:
+            if mine:
+                running = f" (confirmation running: {len(set(mine) & set(grpo))} of {CONFIRM_SEEDS} seeds)"
+            continue
         if not mine or not grpo:
             continue
-        link = source.label
+        link = source.label + ("" if confirmed else running)
         ratio = _train_ratio(mine, grpo)
         if rule == "grpo":
             return ["(reference)", str(len(mine)), link if confirmed else f"screen only: {link}", ratio]

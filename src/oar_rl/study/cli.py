@@ -36,6 +36,7 @@ from oar_rl.study.runner import (
     train_and_evaluate,
     tune_learning_rate,
 )
+from oar_rl.study.stats import wins_text
 from oar_rl.tasks import get_task
 
 __all__ = ["build_parser", "main", "run_study", "settings_from_args"]
@@ -328,7 +329,7 @@ def _summary_lines(study: dict[str, Any]) -> list[str]:
             if d and d["mean"] is not None:
                 dci = f" [{100 * d['low']:+.1f}, {100 * d['high']:+.1f}]" if d["low"] is not None else ""
                 mde = f", MDE {100 * d['mde80']:.1f}" if d.get("mde80") is not None else ""
-                wins = f"{d['wins']}/{len(d['seeds'])} seeds better"
+                wins = f"{wins_text(d)} seeds better"
                 diff = f"   vs GRPO {100 * d['mean']:+.1f}{dci} ({wins}{mde})"
             lines.append(f"{group:<6} {name:<20} {100 * f['mean']:5.1f}%{ci}{diff}")
     return lines

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from oar_rl.io import savefig_atomic, write_text_atomic
-from oar_rl.study.stats import curve_ci, mean_ci, paired_difference, steps_to_reach, t_quantile
+from oar_rl.study.stats import curve_ci, mean_ci, paired_difference, steps_to_reach, t_quantile, wins_text
 
 REFERENCE = "grpo"
 ACCURACY = (0.0, 1.0)
@@ -324,7 +324,7 @@ def render(study: Mapping[str, Any], plots: Mapping[str, Path]) -> str:
                     _pct(r["final_greedy"]),
                     _pct(d, signed=True) if d else "(reference)" if name == REFERENCE else "–",
                     f"{100 * d['mde80']:.1f}" if d and d.get("mde80") is not None else "–",
-                    f"{d['wins']}/{len(d['seeds'])}" if d else "–",
+                    wins_text(d) if d else "–",
                     _reach(r),
                 ]
             )

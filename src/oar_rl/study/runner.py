@@ -79,12 +79,21 @@ class RunStore:
         return re.sub(r"[^A-Za-z0-9._-]+", "_", name) + f".seed{seed}.json"
 
     def check_all(self) -> dict[str, dict[str, Any]]:
-        """Every stored run by key; StudyError naming the differences if one has another protocol."""
-        out = {}
+        """Every stored run by key; StudyError naming the differences if one has another protocol, and
+        naming the file if it is not where its key puts it (a copied or renamed run would otherwise
+        replace another, or count twice)."""
+        out: dict[str, dict[str, Any]] = {}
         for path in sorted(self.root.glob("*.json")) if self.root.is_dir() else []:
             rec = _read_json(path)
             assert rec is not None
             _check_same(path, rec, self.protocol)
+            name, _, seed = str(rec.get("key", "")).rpartition("/seed")
+            home = self.filename(name, int(seed)) if name and seed.isdigit() else None
+            if path.name != home:
+                raise StudyError(
+                    f"{path} holds the run {rec.get('key')!r}, whose file is {home or 'unknown'}: a copied "
+                    "or renamed run file; move it back or delete it"
+                )
             out[rec["key"]] = rec
         return out
 

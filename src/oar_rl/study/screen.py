@@ -44,6 +44,7 @@ from oar_rl.study.screen_report import (
     contrasts_markdown,
     diagnostics_markdown,
     markdown,
+    progress_markdown,
 )
 
 __all__ = ["Arm", "ScreenPlan", "confirm_arms", "load_plan", "main", "protocol", "run_all", "write_report"]
@@ -171,11 +172,19 @@ def run_all(out: Path, plan: ScreenPlan, cache_dir: str | None) -> None:
 
 
 def load_runs(out: Path, kind: str, plan: ScreenPlan) -> dict[str, dict[int, dict[str, Any]]]:
-    """{arm: {seed: run record}} of every finished run under `out/<kind>/runs` (protocol checked)."""
-    from oar_rl.study.runner import RunStore
+    """{arm: {seed: run record}} of every finished run under `out/<kind>/runs` (protocol checked). A run
+    on a seed outside the plan's seeds for `kind` is an error naming it: the decision rule and the
+    tables count the plan's seeds only, never a stray one in place of a missing one."""
+    from oar_rl.study.runner import RunStore, StudyError
 
+    seeds = set(plan.confirm_seeds if kind == "confirm" else plan.screen_seeds)
     runs: dict[str, dict[int, dict[str, Any]]] = {}
     for rec in RunStore(out / kind / "runs", protocol(kind, plan)).check_all().values():
+        if int(rec["seed"]) not in seeds:
+            raise StudyError(
+                f"{out / kind / 'runs'}: the run {rec['key']!r} is on seed {rec['seed']}, not one of the "
+                f"plan's {kind} seeds {sorted(seeds)}; move it out of the folder"
+            )
         runs.setdefault(rec["variant"], {})[int(rec["seed"])] = rec
     return runs
 
@@ -235,7 +244,8 @@ def winners(
             f"the screen is not complete: {', '.join(missing)} lack paired runs on {seeds} seeds"
         )
     cand = [r for r in rows if r["baseline"] is not None]
-    cand.sort(key=lambda r: (-r["paired"]["mean"], plan.arm(r["arm"]).cost))
+    # means rounded below float noise: equal totals are a tie, and the tie goes to the cheaper arm
+    cand.sort(key=lambda r: (-round(r["paired"]["mean"], 9), plan.arm(r["arm"]).cost))
     return [r["arm"] for r in cand[:k]]
 
 
@@ -339,14 +349,15 @@ def write_report(out: Path, kind: str, plan: ScreenPlan) -> dict[str, Any]:
     for the screen, the winners once it is complete), the contrasts and the diagnostics."""
     runs = load_runs(out, kind, plan)
     arms = [a for a in plan.arms if a.name in runs] if kind == "screen" else confirm_arms(out, plan)
-    rows = summarize(runs, arms)
     seeds = plan.screen_seeds if kind == "screen" else plan.confirm_seeds
-    record: dict[str, Any] = {
-        "kind": kind,
-        "protocol": protocol(kind, plan),
-        "rows": rows,
-        "seeds": list(seeds),
-    }
+    record: dict[str, Any] = {"kind": kind, "protocol": protocol(kind, plan), "seeds": list(seeds)}
+    landed = {a.name: sorted(runs.get(a.name, {})) for a in arms}
+    if kind == "confirm" and any(len(got) < len(seeds) for got in landed.values()):  # blinded until done
+        record.update(rows=[], blinded=True, landed=landed)
+        write_text_atomic(out / kind / "study.json", json.dumps(record, indent=1, sort_keys=True))
+        write_text_atomic(out / f"{kind}.md", progress_markdown(landed, list(seeds), f"Credit {kind}"))
+        return record
+    rows = record["rows"] = summarize(runs, arms)
     problems = plan.eval[kind][1]
     note = (
         f"Validation split, {problems} problems × 4 samples at T = 1 per run; seeds {_seed_range(seeds)}; "
@@ -461,7 +472,10 @@ def main(argv: list[str] | None = None, plan: ScreenPlan | None = None, prog: st
         kinds.append("confirm")  # the confirmation so far (it resumes where it stopped)
     for kind in kinds:
         rec = write_report(out, kind, plan)
-        print(markdown(rec["rows"], f"Credit {kind}", ""), file=sys.stderr)
+        if rec.get("blinded"):
+            print(progress_markdown(rec["landed"], rec["seeds"], f"Credit {kind}"), file=sys.stderr)
+        else:
+            print(markdown(rec["rows"], f"Credit {kind}", ""), file=sys.stderr)
         print(f"{kind}: {time.perf_counter() - t0:.0f} s; wrote {out}/{kind}.md", file=sys.stderr)
     return 0
 

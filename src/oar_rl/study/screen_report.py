@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from oar_rl.study.stats import wins_text
+
 DIAGNOSTIC_LABELS: tuple[tuple[str, str], ...] = (
     ("oar/ess_ratio", "ESS ratio"),
     ("oar/top10_mass", "top-10% |A| mass"),
@@ -30,7 +32,7 @@ def contrasts_markdown(rows: list[dict[str, Any]]) -> str:
         p = r["paired"]
         lines.append(
             f"| {r['hypothesis']} | {r['arm']} − {r['versus']} | {len(p['seeds'])} | "
-            f"{fmt_ci(p, signed=True)} | {p['wins']}/{len(p['seeds'])} |"
+            f"{fmt_ci(p, signed=True)} | {wins_text(p)} |"
         )
     return "\n".join(lines) + "\n"
 
@@ -63,6 +65,22 @@ def fmt_ci(ci: dict[str, Any] | None, signed: bool = False) -> str:
     return f"{f.format(ci['mean'])} ({lo}, {hi})"
 
 
+def progress_markdown(landed: dict[str, list[int]], seeds: list[int], title: str) -> str:
+    """A confirmation still running: which seeds of each arm have landed, and no number (`blinded`)."""
+    done, total = sum(map(len, landed.values())), len(seeds) * len(landed)
+    lines = [
+        f"# {title}",
+        "",
+        f"Running: {done} of {total} runs landed. The confirmation's figures are withheld until every arm "
+        f"has its {len(seeds)} seeds: the pre-registered criterion is read once, on the complete set.",
+        "",
+        "| arm | seeds landed |",
+        "|---|---:|",
+    ]
+    lines += [f"| {arm} | {len(got)}/{len(seeds)} |" for arm, got in landed.items()]
+    return "\n".join(lines) + "\n"
+
+
 def markdown(rows: list[dict[str, Any]], title: str, note: str) -> str:
     """The table; with greedy accuracies (the confirmation) two greedy columns follow the sampled ones
     and the stage column is left out."""
@@ -76,7 +94,7 @@ def markdown(rows: list[dict[str, Any]], title: str, note: str) -> str:
     lines = [f"# {title}", "", note, "", head, rule + "---:|"]
     for r in rows:
         p, pg = r.get("paired"), r.get("paired_greedy")
-        wins = "{}/{}".format(p["wins"], len(p["seeds"])) if p else "–"
+        wins = wins_text(p) if p else "–"
         secs = "{:.0f}".format(r["train_seconds"]) if r["train_seconds"] else "–"
         cells = [r["arm"]] + ([] if greedy else [str(r["stage"])])
         cells += [str(len(r["seeds"])), fmt_ci(r["accuracy"]), fmt_ci(p, signed=True) if p else "–"]

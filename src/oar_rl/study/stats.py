@@ -87,6 +87,16 @@ def mean_ci(
     return out
 
 
+TIE_TOLERANCE = 1e-9
+"""Relative size under which a paired difference is a tie (float rounding, not a result)."""
+
+
+def wins_text(d: Mapping[str, Any]) -> str:
+    """ "k/n" seeds ahead of a paired difference, with its ties when there are any: "1/5 (1 tied)"."""
+    ties = int(d.get("ties", 0))
+    return f"{d['wins']}/{len(d['seeds'])}" + (f" ({ties} tied)" if ties else "")
+
+
 def paired_difference(
     treatment: Mapping[int, float],
     reference: Mapping[int, float],
@@ -97,7 +107,9 @@ def paired_difference(
 
     Pairing by seed removes what the seed shares between the two runs (the prompt order, the warm
     start, the test problems). Returns `mean_ci` of the differences plus {"seeds", "diffs"}, "wins"
-    (seeds where the treatment is strictly better) and "p": the two-sided p-value of the paired t-test
+    (seeds where the treatment is better), "ties" (seeds where it is level: a difference at float
+    rounding's scale, as two gaps of equal counts against different baselines give, is a tie, not a win
+    or a loss; :func:`wins_text`) and "p": the two-sided p-value of the paired t-test
     (`scipy.stats.ttest_rel`; None with fewer than 2 seeds or differences that do not vary, where the
     test is undefined; a spread at float rounding's scale counts as none). `bounds`: the differences'
     possible range (for two accuracies (-1, 1)), as in `mean_ci`.
@@ -111,7 +123,9 @@ def paired_difference(
 
         test = ttest_rel([float(treatment[s]) for s in seeds], [float(reference[s]) for s in seeds])
         p = float(test.pvalue)
-    out.update(seeds=seeds, diffs=diffs, wins=sum(d > 0 for d in diffs), p=p)
+    tol = TIE_TOLERANCE * max([1.0, *(abs(float(v)) for v in (*treatment.values(), *reference.values()))])
+    wins, ties = sum(d > tol for d in diffs), sum(abs(d) <= tol for d in diffs)
+    out.update(seeds=seeds, diffs=diffs, wins=wins, ties=ties, p=p)
     out["mde80"] = minimum_detectable_effect(out["sd"], len(diffs), level) if out["sd"] is not None else None
     return out
 
