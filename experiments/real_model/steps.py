@@ -8,7 +8,7 @@ Sentences end at a "." that is followed by a space or by the end of R. A token b
 holding its first character (`oar_rl.answer_span`'s character ranges of the ids as written).
 
 Two recalls per step k, over the references with at least one oracle pivot in step k
-(`causal_recall`, so rows without one are skipped; ties by position):
+(`causal_recall`, so rows without one are skipped; ties at the cut broken at random, in expectation):
 
 - **ranked among all of R** (`all`): the share of the row's step-k pivots among the top-K% tokens of the
   whole reasoning. The ranking the trainer uses: a signal that boosts only the tokens next to the
