@@ -47,9 +47,11 @@ def recall_analysis(
     probe: str,
     prompts_pool: int | None = None,
     scored_tokens: str = "reasoning",
+    methods: tuple[str, ...] | None = None,
 ) -> dict[str, Any]:
-    """Recall curves of every signal on `n` correct warm-start trajectories of the test prompts (at most
-    `prompts_pool` prompts are sampled, one completion each; default 10·n, within [20, 1000])."""
+    """Recall curves of every signal (`methods`, default the built-in scorers) on `n` correct warm-start
+    trajectories of the test prompts (at most `prompts_pool` prompts are sampled, one completion each;
+    default 10·n, within [20, 1000])."""
     from oar_rl.analysis.attribute import METHODS, sample_trajectories
     from oar_rl.analysis.recall import label_matrix, oracle_labels, scores_per_probe
     from oar_rl.probes import PROBES
@@ -74,7 +76,7 @@ def recall_analysis(
         model,
         tokenizer,
         correct,
-        METHODS,
+        METHODS if methods is None else methods,
         PROBES,
         model_free_probe=probe,
         seed=seed,
@@ -157,7 +159,9 @@ def recall_markdown(result: dict[str, Any]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     """Recall of the warm start's signals, as the study computes it, into `--out` (JSON, Markdown, PNGs)."""
+    from oar_rl.analysis.attribute import METHODS, parse_methods
     from oar_rl.argparsing import add, new_parser
+    from oar_rl.credit_modules import add_flag
     from oar_rl.io import ensure_writable_dir, write_text_atomic
     from oar_rl.study.report import plot_recall
     from oar_rl.tasks import DEFAULT_TASK, get_task
@@ -167,9 +171,17 @@ def main(argv: list[str] | None = None) -> int:
     add(p, "--n", type=int, default=40, help="correct warm-start trajectories (the study's default)")
     add(p, "--seed", type=int, default=1234, help="sampling and scoring seed (the study's eval_seed)")
     add(p, "--probe", default=None, help="probe of the model-free signals (default: the task's)")
+    add(p, "--methods", default=",".join(METHODS),
+        help="signals to score beside the controls, comma-separated: the built-in scorers (default) or "
+        "any standalone rule (oar-p-span, entropy-80-20, rules of --credit-module)")  # fmt: skip
+    add_flag(p)
     add(p, "--threads", type=int, default=1, help="torch threads")
     add(p, "--out", default="results/testbed-recall")
     a = p.parse_args(list(sys.argv[1:] if argv is None else argv))
+    try:
+        methods = tuple(parse_methods(a))
+    except ValueError as e:
+        p.error(str(e))
     torch.set_num_threads(a.threads)
     t0 = time.perf_counter()
     task = get_task(a.task)
@@ -177,7 +189,7 @@ def main(argv: list[str] | None = None) -> int:
     ws = task.load_warm_start("default", None)
     result = recall_analysis(
         task, ws.model, ws.tokenizer, n=a.n, max_new_tokens=task.max_completion_length, seed=a.seed,
-        probe=a.probe or task.probe,
+        probe=a.probe or task.probe, methods=methods,
     )  # fmt: skip
     result["seconds"] = round(time.perf_counter() - t0, 1)
     result["command"] = "python -m oar_rl.study.recall " + " ".join(sys.argv[1:] if argv is None else argv)
