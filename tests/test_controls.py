@@ -97,3 +97,20 @@ def test_step_index_assigns_each_reasoning_token_to_its_sentence():
     step2 = "".join(p for p, s in zip(pieces, steps.tolist(), strict=False) if s == 2)
     assert (step1, step2) == ("Okay. First, the pears go down: 15-8=7.", " Then 7-2=5.")
     assert steps[end:].tolist() == [0] * (len(ids) + 2 - end)
+
+
+def test_study_recall_scores_any_standalone_rule_beside_the_controls(tmp_path, capsys):
+    """`python -m oar_rl.study.recall --methods` takes the screened rules (span-level OAR-P here), each
+    with its paired differences to both controls; a bad name exits 2 naming the valid ones."""
+    import json
+
+    from oar_rl.study.recall import main
+
+    with pytest.raises(SystemExit) as e:
+        main(["--methods", "oar-p,nope", "--out", str(tmp_path)])
+    assert e.value.code == 2 and "unknown value(s) ['nope']; valid: oar-p," in capsys.readouterr().err
+    assert main(["--n", "2", "--methods", "oar-p-span", "--out", str(tmp_path)]) == 0
+    truth = json.loads((tmp_path / "recall.json").read_text())["ground_truth"]
+    names = set(truth["recall"])
+    assert {"position", "random"} <= names and any(n.startswith("oar-p-span") for n in names)
+    assert any(k.startswith("oar-p-span") and k.endswith("− position") for k in truth["paired_difference"])

@@ -179,7 +179,7 @@ def main(argv: list[str] | None = None) -> int:
     add(p, "--out", default="results/testbed-recall")
     a = p.parse_args(list(sys.argv[1:] if argv is None else argv))
     try:
-        methods = tuple(parse_methods(a))
+        methods = tuple(dict.fromkeys([*parse_methods(a), "random"]))  # the random control, always
     except ValueError as e:
         p.error(str(e))
     torch.set_num_threads(a.threads)
