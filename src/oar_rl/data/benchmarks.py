@@ -22,7 +22,6 @@ chosen template is the only instruction the policy sees.
 
 from __future__ import annotations
 
-import math
 import os
 import re
 from collections.abc import Callable, Sequence
@@ -31,6 +30,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from oar_rl.data.templates import apply_template
+from oar_rl.rewards.extract import missing_gold
 
 if TYPE_CHECKING:
     from datasets import Dataset
@@ -39,11 +39,6 @@ DATA_DIR_ENV = "OAR_RL_DATA_DIR"
 LOCAL_EXTENSIONS: dict[str, str] = {".jsonl": "json", ".json": "json", ".parquet": "parquet"}
 QUESTION_CANDIDATES = ("prompt", "question", "problem")
 ANSWER_CANDIDATES = ("answer", "solution", "ground_truth", "final_answer")
-
-
-def missing_gold(value: Any) -> bool:
-    """Whether a gold cell is empty (None or NaN): ``str()`` would make it a parseable "None"/"nan"."""
-    return value is None or (isinstance(value, float) and math.isnan(value))
 
 
 def answer_to_str(value: Any) -> str:

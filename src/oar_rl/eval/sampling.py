@@ -138,6 +138,14 @@ def add_special_tokens(config: EvalConfig) -> bool:
     return not config.chat
 
 
+def prompt_ids(tokenizer: Any, prompts: list[str], config: EvalConfig) -> list[list[int]]:
+    """The token ids of each prompt as the model sees it (chat template included, one BOS)."""
+    formatted = format_prompts(tokenizer, prompts, config)
+    return [
+        list(ids) for ids in tokenizer(formatted, add_special_tokens=add_special_tokens(config))["input_ids"]
+    ]
+
+
 def format_prompts(tokenizer: Any, prompts: list[str], config: EvalConfig) -> list[str]:
     """The prompts as given, or (``--chat``) each as one user message under the chat template."""
     if not config.chat:
@@ -176,9 +184,7 @@ class TransformersSampler:
 
     def prompt_lengths(self, prompts: list[str]) -> list[int]:
         """Token count of each prompt as the model sees it (chat template included)."""
-        formatted = format_prompts(self.tokenizer, prompts, self.config)
-        special = add_special_tokens(self.config)
-        return [len(ids) for ids in self.tokenizer(formatted, add_special_tokens=special)["input_ids"]]
+        return [len(ids) for ids in prompt_ids(self.tokenizer, prompts, self.config)]
 
     def prompt_budget(self) -> int | None:
         """Tokens a prompt may keep under ``--truncate-prompts`` (left truncation); None: no truncation."""
@@ -242,9 +248,7 @@ class VLLMSampler:
         return int(self.llm.llm_engine.model_config.max_model_len), "vLLM max_model_len"
 
     def prompt_lengths(self, prompts: list[str]) -> list[int]:  # pragma: no cover - GPU
-        formatted = format_prompts(self.tokenizer, prompts, self.config)
-        special = add_special_tokens(self.config)
-        return [len(ids) for ids in self.tokenizer(formatted, add_special_tokens=special)["input_ids"]]
+        return [len(ids) for ids in prompt_ids(self.tokenizer, prompts, self.config)]
 
     def generate(self, prompts: list[str], n: int, seed: int) -> list[list[str]]:  # pragma: no cover - GPU
         cfg = self.config
@@ -263,11 +267,9 @@ class VLLMSampler:
             )
             for j in range(len(prompts))
         ]
-        formatted: list[Any] = format_prompts(self.tokenizer, prompts, cfg)
-        if not add_special_tokens(cfg):  # token prompts: vLLM would add the tokenizer's BOS to the text
-            ids = self.tokenizer(formatted, add_special_tokens=False)["input_ids"]
-            formatted = [{"prompt_token_ids": list(p)} for p in ids]
-        outs = self.llm.generate(formatted, params, use_tqdm=False)
+        # token prompts: given text, vLLM would add the tokenizer's special tokens to a chat template's own
+        ids = [{"prompt_token_ids": p} for p in prompt_ids(self.tokenizer, prompts, cfg)]
+        outs = self.llm.generate(ids, params, use_tqdm=False)
         return [[o.text for o in out.outputs] for out in outs]
 
 

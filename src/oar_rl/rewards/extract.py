@@ -28,6 +28,7 @@ are removed. `as_number` is the exact cheap path for plain numbers.
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Sequence
 from fractions import Fraction
@@ -43,6 +44,11 @@ _BRACELESS_END = re.compile(r"\$|\\\]|\\\)|\n")
 _SENTENCE_END = re.compile(r"\.(?:\s|$)|\n|$")
 NUMBER_RE = re.compile(r"[+-]?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?|[+-]?\.\d+")
 _MAX_DEPTH = 4
+
+
+def missing_gold(value: Any) -> bool:
+    """Whether a gold cell is empty (None or NaN): ``str()`` would make it a parseable "None"/"nan"."""
+    return value is None or (isinstance(value, float) and math.isnan(value))
 
 
 def completion_text(completion: str | Sequence[dict[str, Any]]) -> str:

@@ -25,14 +25,13 @@ math-verify's full normalisation; hangs cost one reward instead of the run.
 from __future__ import annotations
 
 import logging
-import math
 import re
 import threading
 from collections.abc import Callable, Sequence
 from typing import Any
 
 from oar_rl.rewards import pool as _pool
-from oar_rl.rewards.extract import as_number, completion_text, extract_prediction
+from oar_rl.rewards.extract import as_number, completion_text, extract_prediction, missing_gold
 
 logger = logging.getLogger(__name__)
 
@@ -56,7 +55,7 @@ def _gold_list(answer: Sequence[Any] | None, kwargs: dict[str, Any], n: int) -> 
     if len(answer) != n:
         raise ValueError(f"got {n} completions but {len(answer)} gold answers")
     for i, a in enumerate(answer):
-        if a is None or (isinstance(a, float) and math.isnan(a)):  # str() would give a parseable "None"
+        if missing_gold(a):
             raise ValueError(f"gold answer {i} of the batch is {a!r}: the row has no gold; fix or drop it")
     return [str(a) for a in answer]
 
