@@ -98,16 +98,17 @@ def answers(short_dir: Path, long_dir: Path) -> dict[str, Any]:
     from experiments.credit_long.plan import CREDIT_LONG
     from experiments.credit_long.regimes import cross_regime
     from experiments.credit_screen.plan import CREDIT_SCREEN
-    from oar_rl.study.screen import load_runs
+    from oar_rl.study.screen import blinded, load_runs
 
     plans = {"short": CREDIT_SCREEN, "long": CREDIT_LONG}
     dirs = {"short": Path(short_dir), "long": Path(long_dir)}
     runs = {(g, k): load_runs(dirs[g], k, plans[g]) for g in REGIMES for k in KINDS}
     landed: dict[str, dict[str, int]] = {}
     for g in REGIMES:  # a confirmation is read once, complete: until then only its progress is shown
-        confirmed, n = _confirmed(dirs[g], plans[g]), len(plans[g].confirm_seeds)
-        landed[g] = {a: len(runs[g, "confirm"].get(a, {})) for a in confirmed}
-        if not confirmed or min(landed[g].values()) < n:
+        confirmed = _confirmed(dirs[g], plans[g])
+        held = blinded(runs[g, "confirm"], confirmed, plans[g].confirm_seeds)
+        landed[g] = {a: len(s) for a, s in (held or {}).items()}
+        if not confirmed or held is not None:
             runs[g, "confirm"] = {}
     q1 = {}
     for g in REGIMES:

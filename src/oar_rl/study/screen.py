@@ -189,6 +189,15 @@ def load_runs(out: Path, kind: str, plan: ScreenPlan) -> dict[str, dict[int, dic
     return runs
 
 
+def blinded(
+    runs: dict[str, dict[int, dict[str, Any]]], arms: list[str], seeds
+) -> dict[str, list[int]] | None:
+    """{arm: its landed seeds} while some arm of a confirmation lacks one of `seeds` (its figures are then
+    withheld: the pre-registered criterion is read once, on the complete set); None once it is complete."""
+    landed = {a: sorted(runs.get(a, {})) for a in arms}
+    return landed if any(len(got) < len(seeds) for got in landed.values()) else None
+
+
 def _accuracies(runs_of: dict[int, dict[str, Any]], key: str) -> dict[int, float]:
     """{seed: final accuracy in %} of one arm's runs, "sampled" or "greedy" (runs without it left out)."""
     return {s: 100 * r["final"][key] for s, r in runs_of.items() if r["final"].get(key) is not None}
@@ -351,8 +360,8 @@ def write_report(out: Path, kind: str, plan: ScreenPlan) -> dict[str, Any]:
     arms = [a for a in plan.arms if a.name in runs] if kind == "screen" else confirm_arms(out, plan)
     seeds = plan.screen_seeds if kind == "screen" else plan.confirm_seeds
     record: dict[str, Any] = {"kind": kind, "protocol": protocol(kind, plan), "seeds": list(seeds)}
-    landed = {a.name: sorted(runs.get(a.name, {})) for a in arms}
-    if kind == "confirm" and any(len(got) < len(seeds) for got in landed.values()):  # blinded until done
+    landed = blinded(runs, [a.name for a in arms], seeds) if kind == "confirm" else None
+    if landed is not None:
         record.update(rows=[], blinded=True, landed=landed)
         write_text_atomic(out / kind / "study.json", json.dumps(record, indent=1, sort_keys=True))
         write_text_atomic(out / f"{kind}.md", progress_markdown(landed, list(seeds), f"Credit {kind}"))
