@@ -246,12 +246,20 @@ def run_task(
 
 
 def failures(result: dict[str, Any]) -> list[str]:
-    """What fails the audit: a gold disagreement or unreadable prompt anywhere, a prompt shared between
-    splits, a shared story or number chain where `STRUCTURE_FAILS`, demonstrations on other prompts."""
+    """What fails the audit: a gold disagreement or unreadable prompt anywhere, a reference solution that
+    fails a check, a teacher demonstration that deviates other than by a slip or a misread, a prompt shared
+    between splits, a shared story or number chain where `STRUCTURE_FAILS`, demonstrations on other
+    prompts."""
     t, out = result["task"], []
     for split, g in result["gold"].items():
         if g["disagreements"] or g["unreadable"]:
             out.append(f"{t} {split}: {g['disagreements']} gold disagreements, {g['unreadable']} unreadable")
+    for split, x in result["references"].items():
+        if x["bad_solutions"]:
+            out.append(f"{t} {split}: {x['bad_solutions']} reference solutions fail a check")
+    bad = result["teacher"]["counts"].get("bad", 0)
+    if bad:
+        out.append(f"{t}: {bad} demonstrations deviate other than by a slip or a misread")
     for name, k in result["overlap"]["gold_disagreements"].items():
         if k:
             out.append(f"{t} {name}: {k} gold disagreements")
@@ -264,17 +272,4 @@ def failures(result: dict[str, Any]) -> list[str]:
         for by, k in found.items():
             if k and (by == "prompt" or result["structure_overlap_fails"]):
                 out.append(f"{t} {pair}: {k} shared by {by}")
-    return out
-
-
-def warnings(result: dict[str, Any]) -> list[str]:
-    """Findings reported beside the verdict without failing it: reference solutions that fail a check,
-    teacher demonstrations with a deviation that is neither a slip nor a misread."""
-    t, out = result["task"], []
-    for split, x in result["references"].items():
-        if x["bad_solutions"]:
-            out.append(f"{t} {split}: {x['bad_solutions']} reference solutions fail a check")
-    bad = result["teacher"]["counts"].get("bad", 0)
-    if bad:
-        out.append(f"{t}: {bad} demonstrations deviate other than by a slip or a misread")
     return out

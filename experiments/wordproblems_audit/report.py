@@ -18,7 +18,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from experiments.wordproblems_audit.audit import TASKS, failures, run_task, warnings
+from experiments.wordproblems_audit.audit import TASKS, failures, run_task
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -162,7 +162,6 @@ def markdown(record: dict[str, Any]) -> str:
         "Reader: `experiments/wordproblems_audit/reader.py` (text only; never the generator's solver).",
         "",
         f"**Verdict: {'FAIL' if fails else 'pass'}**" + ("" if not fails else ": " + "; ".join(fails)),
-        *(["", "Warnings (not failing): " + "; ".join(record["warnings"])] if record["warnings"] else []),
         "",
     ]
     for r in record["tasks"]:
@@ -200,7 +199,6 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.perf_counter()
     results = [run_task(t, a.n, teacher_n=a.teacher_n) for t in tasks]
     fails = [f for r in results for f in failures(r)]
-    warns = [w for r in results for w in warnings(r)]
     cmd = f"python -m experiments.wordproblems_audit --n {a.n} --out {a.out}"
     cmd += "" if a.tasks == build_parser().get_default("tasks") else f" --tasks {a.tasks}"
     cmd += "" if a.teacher_n is None else f" --teacher-n {a.teacher_n}"
@@ -211,7 +209,6 @@ def main(argv: list[str] | None = None) -> int:
         "cpu": cpu_model(),
         "cpu_count": os.cpu_count(),
         "failures": fails,
-        "warnings": warns,
         "tasks": results,
     }
     out = Path(a.out)
@@ -223,6 +220,4 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{'FAIL' if fails else 'pass'} ({record['wall_seconds']} s): {out / 'audit.md'}")
     for f in fails:
         print("  " + f)
-    for w in warns:
-        print("  warning: " + w)
     return 1 if fails else 0
