@@ -240,6 +240,10 @@ def test_entropy_shaping_keeps_the_sign_of_every_advantage():
     for kappa in (1.0 + 1e-6, 2.0, 10.0):
         out = entropy_shaped_advantages(adv, ent, torch.ones(64, 9), alpha=5.0, kappa=kappa)
         assert bool((out * adv[:, None] > 0).all())
+        capped = 5.0 * ent >= adv.abs()[:, None] / kappa  # the bonus at its cap |A|/κ: the sign's edge
+        assert int(capped.sum()) > 500
+        want = (adv[:, None] + adv.abs()[:, None] / kappa).expand_as(out)
+        torch.testing.assert_close(out[capped], want[capped])
 
 
 def test_rescale_sum_where_float32_overflows():

@@ -21,6 +21,7 @@ from trl import GRPOConfig, GRPOTrainer
 
 from conftest import ANSWERS, PROMPTS, digit_reward, make_args, make_trainer
 from oar_rl.config import OARConfig
+from oar_rl.distributed import row_generators
 from oar_rl.importance import perturbation_importance
 from oar_rl.reshape import token_advantages
 from oar_rl.tiny import tiny_qwen2
@@ -367,6 +368,27 @@ def test_a_completion_whose_reward_raises_is_scored_none_and_training_goes_on(
     assert all(math.isfinite(h["loss"]) for h in trainer.state.log_history if "loss" in h)
 
 
+def test_random_credit_counts_a_batch_with_no_row_to_score(tmp_path, tokenizer, dataset):
+    """A rank whose batch has no row to score (all advantages 0) still counts the batch, so the next batch
+    of the same step draws the key every other rank draws for it (before: the count stood still there)."""
+    trainer = make_trainer(make_args(tmp_path, credit="random"), tokenizer, dataset)
+    trainer.model.train()  # as in a training step (evaluation draws from a stream of its own)
+    B, C = 4, 6
+    output = {
+        "prompt_ids": torch.ones(B, 3, dtype=torch.long), "prompt_mask": torch.ones(B, 3, dtype=torch.long),
+        "completion_ids": torch.ones(B, C, dtype=torch.long),
+        "completion_mask": torch.ones(B, C, dtype=torch.long),
+    }  # fmt: skip
+    mask = torch.ones(B, C, dtype=torch.bool)
+    trainer._assign_credit({**output, "advantages": torch.zeros(B)}, mask)  # nothing to score
+    assert trainer._oar_rng_keys["train"] == (0, 0)
+    credit = trainer._assign_credit({**output, "advantages": torch.tensor([1.0, -1.0, 0.5, 0.0])}, mask)
+    assert trainer._oar_rng_keys["train"] == (0, 1)  # the second batch of step 0
+    expected = row_generators(trainer.args.seed, 0, 1, [0, 1, 2])
+    want = torch.stack([torch.rand(C, generator=g) for g in expected])
+    assert torch.equal(credit.importance[:3], want)  # the random scores are that key's draws
+
+
 def test_evaluate_uses_token_credit_too(tmp_path, tokenizer, dataset):
     args = make_args(tmp_path, credit="oar-g", per_device_eval_batch_size=4)
     trainer = OARTrainer(
@@ -389,6 +411,7 @@ torch.set_num_threads(1)
 from datasets import Dataset
 from oar_rl.tiny import build_char_tokenizer, tiny_qwen2
 from oar_rl.config import OARConfig
+from oar_rl.distributed import row_generators
 from oar_rl.trainer import OARTrainer
 
 def digit_reward(completions, **kwargs):
