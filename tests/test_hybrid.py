@@ -15,15 +15,24 @@ V = 40
 
 
 def _ref_recall(scores, reference, mask, fraction):
-    """Plain-Python recall: per row sort (score desc, position asc), take ceil(f·n), pool the overlap."""
-    hit = total = 0
+    """Plain-Python expected recall under random tie-breaking, the two top sets drawn independently.
+
+    Under a uniformly random order of ties, token j (h valid tokens scored above it, m tied with it,
+    itself included) sits at place h + p with p uniform over 0..m-1, so P(j in top k) is the share of
+    those places below k; the expected overlap of two independent sets is the sum of the products.
+    """
+    hit = total = 0.0
     for s_row, r_row, m_row in zip(scores.tolist(), reference.tolist(), mask.tolist(), strict=True):
         valid = [j for j, m in enumerate(m_row) if m]
         k = math.ceil(len(valid) * fraction)
-        top_s = set(sorted(valid, key=lambda j: (-s_row[j], j))[:k])
-        top_r = set(sorted(valid, key=lambda j: (-r_row[j], j))[:k])
-        hit += len(top_s & top_r)
-        total += len(top_r)
+
+        def chance(row, j, valid=valid, k=k):
+            higher = sum(row[i] > row[j] for i in valid)
+            tied = sum(row[i] == row[j] for i in valid)
+            return sum(higher + p < k for p in range(tied)) / tied
+
+        hit += sum(chance(s_row, j) * chance(r_row, j) for j in valid)
+        total += k
     return hit / total
 
 
@@ -49,6 +58,17 @@ def test_top_fraction_and_recall_by_hand():
             if m.any():
                 assert topk_recall(a, b, m, f) == pytest.approx(_ref_recall(a, b, m, f))
     assert math.isnan(topk_recall(ours, ref, torch.zeros_like(mask), 0.2))
+    # one score per span: the span tied at the cut is no better or worse for where the reference's top
+    # token sits in it (breaking ties by position gave 1.0 for the first token, 0.0 for the last)
+    one = torch.ones(1, 5, dtype=torch.bool)
+    span = torch.tensor([[2.0, 2.0, 2.0, 2.0, 1.0]])  # k = ceil(0.2 * 5) = 1
+    for j in range(4):
+        reference = torch.zeros(1, 5)
+        reference[0, j] = 1.0
+        assert topk_recall(span, reference, one, 0.2) == pytest.approx(1 / 4)
+    assert topk_recall(span, span, one, 0.2) == pytest.approx(1 / 4)  # two independent draws of a tie
+    with pytest.raises(ValueError, match="NaN on 1 masked"):
+        topk_recall(torch.tensor([[float("nan"), 1.0, 0.0, 0.0, 0.0]]), span, one, 0.2)
     with pytest.raises(ValueError, match="fraction"):
         top_fraction_mask(ref, mask, 0.0)
 

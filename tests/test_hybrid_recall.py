@@ -19,6 +19,9 @@ def test_recall_counts_and_pooled_interval():
     hits, sizes = hr.recall_counts(got, ref, mask, 0.2)
     # row 0: ref top-2 {0, 1}, got top-2 {9, 0} -> 1 hit; row 1: ref top {4}, got top {0} -> 0
     assert hits.tolist() == [1, 0] and sizes.tolist() == [2, 1]
+    # a score that ties every token: each of the 2 reference tokens is in its top 2 of 10 with chance 1/5
+    tied, tied_sizes = hr.recall_counts(torch.ones(2, 10), ref, mask, 0.2)
+    assert tied.tolist() == pytest.approx([2 / 5, 1 / 5]) and tied_sizes.tolist() == [2, 1]
     res = hr.pooled_with_interval(hits, sizes, n_boot=500, seed=0)
     assert res["recall"] == pytest.approx(1 / 3) and res["rows"] == 2
     lo, hi = res["ci95"]

@@ -36,7 +36,7 @@ from typing import Any
 import torch
 
 from oar_rl.importance import gradient_importance, hybrid_importance, perturbation_importance
-from oar_rl.importance.hybrid import top_fraction_mask
+from oar_rl.importance.hybrid import top_fraction_probability
 from oar_rl.io import ensure_writable_dir, write_text_atomic
 
 MODELS = ("wordproblems", "smollm2-135m")
@@ -78,9 +78,13 @@ def load_trajectories(name: str, n: int, seed: int):
 
 
 def recall_counts(scores: torch.Tensor, reference: torch.Tensor, mask: torch.Tensor, k: float):
-    """Per row: (|top_k(scores) ∩ top_k(reference)|, |top_k(reference)|) over `mask` (ties by position)."""
-    ours, ref = top_fraction_mask(scores, mask, k), top_fraction_mask(reference, mask, k)
-    return (ours & ref).sum(dim=1), ref.sum(dim=1)
+    """Per row: (E|top_k(scores) ∩ top_k(reference)|, |top_k(reference)|) over `mask`.
+
+    Ties at either cut are broken at random, independently, and the expected overlap is counted (as
+    ``topk_recall``).
+    """
+    ours, ref = top_fraction_probability(scores, mask, k), top_fraction_probability(reference, mask, k)
+    return (ours * ref).sum(dim=1), ref.sum(dim=1)
 
 
 def pooled_with_interval(hits: torch.Tensor, sizes: torch.Tensor, n_boot: int, seed: int) -> dict[str, Any]:

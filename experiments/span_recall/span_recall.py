@@ -9,7 +9,8 @@ seeded), score every completion's reasoning tokens with exact OAR-P (`oar-p`) an
 trainer and `oar-rl blame` call them), and report
 
 - recall of exact OAR-P's per-row top 20% reasoning tokens in span-level OAR-P's top 20%
-  (`oar_rl.importance.hybrid.topk_recall`, pooled over rows; a span's tokens tie, broken by position),
+  (`oar_rl.importance.hybrid.topk_recall`, pooled over rows; a span's tokens tie: the expected figure
+  under random tie-breaking),
   with a percentile bootstrap over completions, beside the `position` rule's and the expected 0.20 of a
   random ranking;
 - masked copies (token-forwards are not counted) and the wall time of each scorer on the same batch,

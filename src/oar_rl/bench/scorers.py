@@ -28,7 +28,8 @@ divided by the measured forward throughput. measured/floor says how close the im
 that floor; ``oar-p-full`` is set against the same floor (it does Σ L_b per token instead).
 
 Recall: share of exact OAR-P's per-row top-20% tokens found in the top-20% of OAR-G, of OAR-GP and of
-span-level OAR-P (:func:`oar_rl.importance.hybrid.topk_recall`; a span's tokens tie, broken by position).
+span-level OAR-P (:func:`oar_rl.importance.hybrid.topk_recall`; a span's tokens tie: the expected
+figure under random tie-breaking).
 On a random-initialised model this describes that random network only; the embedded model gives the
 figure for a trained one.
 """

@@ -57,18 +57,53 @@ def top_fraction_mask(scores: Tensor, mask: Tensor, fraction: float) -> Tensor:
     return mask & (rank < k[:, None])
 
 
+def top_fraction_probability(scores: Tensor, mask: Tensor, fraction: float) -> Tensor:
+    """(B, C) float64: each token's chance of being in its row's top ceil(fraction · n) under random ties.
+
+    A token scored above the row's K-th score is in (1.0); the n_tie tokens tied at the K-th score share
+    the `slots` places left (slots / n_tie each); the others and tokens outside `mask` are out (0.0).
+    """
+    fraction = _check_fraction(fraction, "fraction")
+    mask = mask.bool()
+    B, C = mask.shape
+    if B == 0 or C == 0:
+        return torch.zeros(mask.shape, dtype=torch.float64, device=mask.device)
+    n = mask.sum(dim=1)  # (B,)
+    k = torch.ceil(n.double() * fraction).long().clamp(max=n)  # (B,)
+    keyed = torch.where(mask, scores.double(), -math.inf)  # (B, C)
+    ranked = keyed.sort(dim=1, descending=True).values  # (B, C)
+    cut = ranked.gather(1, (k - 1).clamp(min=0)[:, None])  # (B, 1): the K-th score
+    above, tied = mask & (keyed > cut), mask & (keyed == cut)  # (B, C)
+    slots = (k - above.sum(dim=1)).double()  # (B,)
+    share = slots / tied.sum(dim=1).clamp_min(1).double()  # (B,)
+    return above.double() + tied.double() * share[:, None]
+
+
 def topk_recall(scores: Tensor, reference: Tensor, mask: Tensor, fraction: float = 0.2) -> float:
     """Share of `reference`'s per-row top-`fraction` tokens that are also in `scores`' top-`fraction`.
 
-    Both top sets have ceil(fraction · n_row) tokens of `mask` (ties broken by position); the figure is
-    pooled over rows: Σ_rows |top(scores) ∩ top(reference)| / Σ_rows |top(reference)|. NaN if `mask`
-    is empty.
+    Both top sets have ceil(fraction · n_row) tokens of `mask`; the figure is pooled over rows:
+    Σ_rows |top(scores) ∩ top(reference)| / Σ_rows |top(reference)|. Ties at either cut are broken
+    uniformly at random, independently for the two sets, and the *expected* figure is returned (exact:
+    Σ_t P(t in top(scores)) · P(t in top(reference)), :func:`top_fraction_probability`). Breaking ties by
+    position, as before, made a signal that ties whole runs of tokens (span-level OAR-P, one score per
+    step) look better or worse by where in its steps the reference's top tokens fall. NaN if `mask` is
+    empty.
     """
+    if scores.shape != reference.shape or scores.shape != mask.shape:
+        raise ValueError(
+            f"scores, reference and mask must share a shape, got {tuple(scores.shape)}, "
+            f"{tuple(reference.shape)}, {tuple(mask.shape)}"
+        )
     mask = mask.bool()
-    ours = top_fraction_mask(scores, mask, fraction)
-    ref = top_fraction_mask(reference, mask, fraction)
-    total = int(ref.sum())
-    return float("nan") if total == 0 else int((ours & ref).sum()) / total
+    for name, t in (("scores", scores), ("reference", reference)):
+        bad = int(torch.isnan(t[mask]).sum())
+        if bad:
+            raise ValueError(f"topk_recall: {name} has NaN on {bad} masked tokens")
+    ours = top_fraction_probability(scores, mask, fraction)
+    ref = top_fraction_probability(reference, mask, fraction)
+    total = float(ref.sum())
+    return float("nan") if total == 0 else float((ours * ref).sum()) / total
 
 
 def splice_scores(grad: Tensor, pert: Tensor, selected: Tensor, scored: Tensor) -> Tensor:
