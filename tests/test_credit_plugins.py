@@ -144,8 +144,100 @@ def test_a_weights_rule_needs_no_trainer_edit(tmp_path, tokenizer, dataset, rule
 def test_bad_scores_stop_training_naming_the_rule(tmp_path, tokenizer, dataset, rule):
     rule("t-nan", lambda m, b, **kw: torch.full(b.completion_mask.shape, float("nan")), reshape="bilevel")
     trainer = make_trainer(make_args(tmp_path, credit="t-nan"), tokenizer, dataset)
-    with pytest.raises(ValueError, match=r"credit rule .t-nan.*must be finite on valid tokens; found nan"):
+    with pytest.raises(
+        ValueError, match=r"credit rule .t-nan.*must be finite on the scored tokens; found nan"
+    ):
         trainer.train()
+
+
+def test_a_scorer_that_keeps_its_graph_gets_no_gradient_through_the_advantages(
+    tmp_path, tokenizer, dataset, rule
+):
+    """A rule that runs the policy without no_grad: its scores are detached before they become advantages
+    (before, the graph reached TRL's loss: a wrong gradient, and with two micro-batches per generation
+    batch a second backward through a freed graph)."""
+    from oar_rl.model_parts import body_hidden
+
+    def hidden_norm(model, batch, **kw):
+        h = body_hidden(model, batch.attention_mask, input_ids=batch.input_ids)[:, batch.prompt_len :]
+        out = h.norm(dim=-1).float()
+        assert out.requires_grad  # the premise: the scorer hands back a graph
+        return out
+
+    rule("t-hnorm", hidden_norm, reshape="weights", needs_model=True)
+    args = make_args(tmp_path, credit="t-hnorm", steps_per_generation=2, gradient_accumulation_steps=2)
+    trainer = make_trainer(args, tokenizer, dataset)
+    records = capture(trainer)
+    trainer.train()  # raised "Trying to backward through the graph a second time" before
+    assert records and all(not r["out"]["advantages"].requires_grad for r in records)
+
+
+def _batch(mask):
+    from types import SimpleNamespace
+
+    return SimpleNamespace(completion_mask=torch.as_tensor(mask, dtype=torch.bool))
+
+
+def test_check_scores_rounding_signs_and_unread_tokens(rule):
+    valid = [[True, True, True, False]]
+    scored = torch.tensor([[True, True, False, False]])
+    uniform = rule("t-u", lambda m, b, **kw: None, reshape="uniform")
+    # rounding below zero is clamped (it reached rescale_sum/ess_ratio as a negative before)
+    out = credits.check_scores(uniform, torch.tensor([[-1e-7, 2.0, 5.0, 9.0]]), _batch(valid), scored)
+    assert out.tolist() == [[0.0, 2.0, 5.0, 0.0]]
+    # a value never read may be non-finite (it becomes 0); on a scored token it is an error
+    out = credits.check_scores(uniform, torch.tensor([[1.0, 2.0, float("nan"), 0.0]]), _batch(valid), scored)
+    assert out.tolist() == [[1.0, 2.0, 0.0, 0.0]]
+    with pytest.raises(ValueError, match=r"t-u.*finite on the scored tokens; found nan at row 0, position 1"):
+        credits.check_scores(uniform, torch.tensor([[1.0, float("nan"), 0.0, 0.0]]), _batch(valid), scored)
+    # 'weights' takes the scores as they are: one large score does not widen the tolerance
+    weights = rule("t-w", lambda m, b, **kw: None, reshape="weights")
+    with pytest.raises(ValueError, match=r"t-w.*needs non-negative scores.*found -0\.5"):
+        credits.check_scores(weights, torch.tensor([[1e6, -0.5, 0.0, 0.0]]), _batch(valid), scored)
+    # 'entropy' (Eq. 6): a negative score would turn the bonus into a penalty
+    entropy = rule("t-e", lambda m, b, **kw: None, reshape="entropy")
+    with pytest.raises(ValueError, match=r"t-e.*reshape='entropy' needs non-negative scores"):
+        credits.check_scores(entropy, torch.tensor([[1.0, -1.0, 0.0, 0.0]]), _batch(valid))
+    graph = torch.tensor([[1.0, 2.0, 3.0, 4.0]], requires_grad=True) * 2
+    assert not credits.check_scores(uniform, graph, _batch(valid), scored).requires_grad
+    with pytest.raises(ValueError, match=r"probe=True does not go with reshape='entropy'"):
+        register_credit("t-probe-entropy", lambda m, b, **kw: None, reshape="entropy", probe=True)
+    from oar_rl.reshape import entropy_shaped_advantages
+
+    with pytest.raises(ValueError, match=r"entropies must be >= 0 on valid tokens.*found -10\.0"):
+        entropy_shaped_advantages(torch.tensor([1.0]), torch.tensor([[0.5, -10.0]]), torch.ones(1, 2))
+
+
+def test_a_noisy_grail_rule_gets_the_generators_of_the_rows_it_scores(tmp_path, tokenizer, dataset, rule):
+    """GRAIL scores the selected rollouts only; a noisy rule gets their generators, in row order (before:
+    every row's, so rows and generators did not pair)."""
+    seen: list[list[torch.Generator]] = []
+
+    def noisy(model, batch, generator, **kw):
+        assert len(generator) == batch.completion_mask.shape[0]
+        seen.append(list(generator))
+        return torch.stack([torch.rand(batch.completion_mask.shape[1], generator=g) for g in generator])
+
+    rule("t-noisy-grail", noisy, reshape="grail", needs_model=True, noisy=True,
+         options=lambda c: {"generator": c.generator})  # fmt: skip
+    pattern = "([a-z])"  # the random policy writes no answer format: the last lowercase letter is the span
+    args = make_args(tmp_path, credit="t-noisy-grail", answer_pattern=pattern)
+    trainer = make_trainer(args, tokenizer, dataset)
+    drawn: list[list[torch.Generator]] = []
+    make_generators = trainer._credit_generators
+
+    def spy(rows, n):
+        drawn.append(make_generators(rows, n))
+        return drawn[-1]
+
+    trainer._credit_generators = spy
+    trainer.train()
+    assert seen and len(seen) == len(drawn)
+    for got, all_rows in zip(seen, drawn, strict=True):
+        ids = [id(g) for g in all_rows]
+        where = [ids.index(id(g)) for g in got]
+        assert where == sorted(where)  # a subsequence, in order
+    assert any(len(got) < len(all_rows) for got, all_rows in zip(seen, drawn, strict=True))
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -174,6 +266,30 @@ def test_credit_module_loads_once_and_config_validates_after_it(tmp_path):
         )
     with pytest.raises(ValueError, match="cannot import it"):
         load_credit_module("no_such_package.rules")
+
+
+def test_a_credit_module_imported_already_is_not_run_twice(tmp_path, monkeypatch):
+    """The guide lets users import their module themselves; --credit-module then finds its rules (before:
+    "registered no credit rule" for the dotted name, "already registered" for the file's path)."""
+    import sys
+
+    src = tmp_path / "t_own_rules.py"
+    src.write_text(
+        "import torch\nfrom oar_rl import register_credit\n"
+        "register_credit('t-own', lambda m, b, **kw: b.completion_mask.float(), reshape='weights')\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    try:
+        import t_own_rules  # noqa: F401
+
+        assert load_credit_module("t_own_rules").rules == ("t-own",)
+        LOADED.pop(str(src.resolve()))
+        assert load_credit_module(str(src)).rules == ("t-own",)  # the path of the same file
+    finally:
+        LOADED.pop(str(src.resolve()), None)
+        sys.modules.pop("t_own_rules", None)
+        if "t-own" in credits.CREDIT_MODES:
+            unregister_credit("t-own")
 
 
 def test_example_rule_runs_in_study_and_blame(tmp_path, capsys):

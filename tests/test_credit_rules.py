@@ -111,8 +111,16 @@ def test_registration_rejects_bad_fields(name, kw, match):
             r"scores have shape \(4, \d+\), expected \(B, C\) = \(4, \d+\)",
         ),
         (lambda m: m.long(), "bilevel", "dtype torch.int64, expected a floating-point"),
-        (lambda m: torch.where(m, float("nan"), 0.0), "bilevel", "must be finite on valid tokens; found nan"),
-        (lambda m: torch.where(m, float("inf"), 0.0), "weights", "must be finite on valid tokens; found inf"),
+        (
+            lambda m: torch.where(m, float("nan"), 0.0),
+            "bilevel",
+            "must be finite on the scored tokens; found nan",
+        ),
+        (
+            lambda m: torch.where(m, float("inf"), 0.0),
+            "weights",
+            "must be finite on the scored tokens; found inf",
+        ),
         (lambda m: -m.float(), "bilevel", "reshape='bilevel' needs non-negative scores .* found -1.0"),
         (lambda m: -m.float(), "weights", "reshape='weights' needs non-negative scores"),
         (lambda m: [1.0], "uniform", "returned list, expected a \\(B, C\\) float torch.Tensor"),

@@ -92,3 +92,24 @@ def test_lora_two_steps_train_only_the_adapter_on_adapted_importance(
     assert all("lora_" in n for n in changed), sorted(changed)
     assert any("lora_B" in n for n in changed)
     assert trainer.model.training  # scoring restored the training mode
+
+
+def test_a_prompt_learning_adapter_is_refused_by_model_based_credit(tmp_path):
+    """Prompt tuning adds virtual tokens in PeftModel.forward; the scorers run the base decoder without
+    them, so they would score another policy: refused (rules without a model pass are unaffected)."""
+    tokenizer = build_char_tokenizer()
+    config = peft.PromptTuningConfig(task_type="CAUSAL_LM", num_virtual_tokens=4)
+
+    def build(credit):
+        return OARTrainer(
+            model=tiny_qwen2(len(tokenizer), seed=0),
+            reward_funcs=digit_reward,
+            args=make_args(tmp_path, credit=credit),
+            train_dataset=Dataset.from_dict({"prompt": PROMPTS}),
+            processing_class=tokenizer,
+            peft_config=config,
+        )
+
+    with pytest.raises(ValueError, match=r"credit='oar-g' cannot score a PEFT prompt-learning adapter"):
+        build("oar-g")
+    assert isinstance(build("position").model, peft.PeftModel)

@@ -19,6 +19,7 @@ import sys
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from types import ModuleType
 
 FLAG = "--credit-module"
 
@@ -68,6 +69,9 @@ def load_credit_module(spec: str) -> CreditModule:
             raise ValueError(f"{FLAG} {spec}: no such file ({path})")
         if str(path) in LOADED:
             return LOADED[str(path)]
+        module = _imported_from(path)  # imported already (e.g. by the user's script): not run twice
+        if module is not None:
+            return _record(spec, path, module, before)
         name = f"oar_rl_credit_module_{path.stem}_{hashlib.sha1(str(path).encode()).hexdigest()[:8]}"
         loader = importlib.util.spec_from_file_location(name, path)
         if loader is None or loader.loader is None:
@@ -92,7 +96,27 @@ def load_credit_module(spec: str) -> CreditModule:
             raise ValueError(f"{FLAG} {spec}: the module has no source file to record")
         if str(path) in LOADED:
             return LOADED[str(path)]
-    rules = tuple(n for n in credits.CREDIT_MODES if n not in before)
+    return _record(spec, path, module, before)
+
+
+def _imported_from(path: Path) -> ModuleType | None:
+    """A module in `sys.modules` whose source file is `path`, or None."""
+    for module in list(sys.modules.values()):
+        file = getattr(module, "__file__", None)
+        if file and Path(file).resolve() == path:
+            return module
+    return None
+
+
+def _record(spec: str, path: Path, module: ModuleType, before: set[str]) -> CreditModule:
+    """The loaded module's record: the rules it registered now, or when it was imported before."""
+    from oar_rl import credits
+
+    rules = tuple(
+        n
+        for n, mode in credits.CREDIT_MODES.items()
+        if n not in before or credits._origin(mode) == module.__name__
+    )
     if not rules:
         raise ValueError(
             f"{FLAG} {spec}: the module registered no credit rule; call oar_rl.register_credit(...) in it "

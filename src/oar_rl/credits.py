@@ -57,10 +57,12 @@ RESHAPES: tuple[str, ...] = ("none", "uniform", "entropy", "bilevel", "grail", "
 - 'grail': GRAIL's weights;
 - 'weights': the scores *are* the final weights w_t on the scored tokens, A_t = A_i·w_t (the others
   keep 1; no renormalisation)."""
-NON_NEGATIVE: tuple[str, ...] = ("uniform", "bilevel", "weights")
-"""Reshapings that need scores >= 0 on the scored tokens (:func:`check_scores`; values above
-−:data:`NEGATIVE_TOLERANCE` × max(1, the batch's largest |score|) pass as float rounding, which Eq. 14
-clamps)."""
+NON_NEGATIVE: tuple[str, ...] = ("uniform", "entropy", "bilevel", "weights")
+"""Reshapings that need scores >= 0 on the scored tokens (:func:`check_scores`: values above
+−:data:`NEGATIVE_TOLERANCE` pass as float rounding and are clamped to 0; the tolerance is relative to
+max(1, the batch's largest |score|) where the reshaping normalises a row, absolute for 'weights' and
+'entropy', which take the scores as they are). Eq. 6's entropy bonus with a negative score would be a
+penalty, and could flip a row's sign."""
 NEGATIVE_TOLERANCE = 1e-6
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 
@@ -194,6 +196,12 @@ def register_credit(
         raise ValueError(f"credit rule {name!r}: scorer must be callable, got {type(scorer).__name__}")
     if options is not None and not callable(options):
         raise ValueError(f"credit rule {name!r}: options must be callable (ScoringContext -> dict)")
+    if probe and reshape == "entropy":
+        raise ValueError(
+            f"credit rule {name!r}: probe=True does not go with reshape='entropy' (Eq. 6 shapes every "
+            "token, and the trainer scores it without an answer span); use reshape='bilevel', 'uniform' "
+            "or 'weights' for a rule that reads the outcome probe"
+        )
     mode = CreditMode(
         name, help or f"credit rule registered by {getattr(scorer, '__module__', '?')}", reshape, scorer,
         bool(needs_model), bool(noisy), bool(probe), options, dict(config or {}), bool(standalone),
@@ -216,9 +224,14 @@ def _origin(mode: CreditMode) -> str:
 
 
 def check_scores(mode: CreditMode, scores: Any, batch: ScoringBatch, scored: Tensor | None = None) -> Tensor:
-    """`scores` as float32 (B, C), 0 on padding, after checking what the rule returned: a floating
-    tensor of the batch's shape, finite on valid tokens, and non-negative on the scored tokens (`scored`;
-    None: every valid token) where the rule's reshaping needs it. ValueError naming the rule otherwise."""
+    """`scores` as detached float32 (B, C), 0 on padding, after checking what the rule returned: a floating
+    tensor of the batch's shape, finite on the scored tokens (`scored`; None: every valid token), and
+    non-negative there where the rule's reshaping needs it. ValueError naming the rule otherwise.
+
+    Detached: a scorer may run the model with grad enabled (OAR-G needs it), but a graph left on its
+    scores would reach TRL's loss through the advantages (a wrong gradient, or a second backward through
+    a freed graph). Non-finite values on valid tokens that are not scored (never read) become 0; values
+    within the rounding tolerance below 0 become 0 (:data:`NON_NEGATIVE`)."""
     valid = batch.completion_mask
     what = f"credit rule {mode.name!r} (scorer {getattr(mode.scorer, '__qualname__', mode.scorer)!s})"
     if not isinstance(scores, Tensor):
@@ -230,25 +243,31 @@ def check_scores(mode: CreditMode, scores: Any, batch: ScoringBatch, scored: Ten
         )
     if not scores.is_floating_point():
         raise ValueError(f"{what}: scores have dtype {scores.dtype}, expected a floating-point dtype")
-    scores = scores.float().to(valid.device)
-    bad = ~torch.isfinite(scores) & valid
+    scores = scores.detach().float().to(valid.device)
+    where = valid if scored is None else scored.to(valid.device).bool() & valid
+    finite = torch.isfinite(scores)
+    bad = ~finite & where
     if bool(bad.any()):
         r, c = (int(i) for i in bad.nonzero()[0])
         raise ValueError(
-            f"{what}: scores must be finite on valid tokens; found {scores[r, c].item()} at row {r}, "
+            f"{what}: scores must be finite on the scored tokens; found {scores[r, c].item()} at row {r}, "
             f"position {c} ({int(bad.sum())} such tokens)"
         )
+    zero = torch.zeros((), device=scores.device)
+    scores = torch.where(valid & (finite | where), scores, zero)
     if mode.reshape in NON_NEGATIVE:
-        where = valid if scored is None else scored.to(valid.device) & valid
-        tol = NEGATIVE_TOLERANCE * max(1.0, float(scores[valid].abs().max()) if bool(valid.any()) else 1.0)
-        neg = (scores < -tol) & where
+        scale = 1.0
+        if mode.reshape not in ("weights", "entropy") and bool(where.any()):
+            scale = max(1.0, float(scores[where].abs().max()))
+        neg = (scores < -NEGATIVE_TOLERANCE * scale) & where
         if bool(neg.any()):
             r, c = (int(i) for i in neg.nonzero()[0])
             raise ValueError(
                 f"{what}: reshape={mode.reshape!r} needs non-negative scores on the scored tokens; found "
                 f"{scores[r, c].item()} at row {r}, position {c} ({int(neg.sum())} such tokens)"
             )
-    return torch.where(valid, scores, torch.zeros((), device=scores.device))
+        scores = torch.where(where, scores.clamp_min(0.0), scores)
+    return scores
 
 
 def run_scorer(

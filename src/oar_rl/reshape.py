@@ -284,7 +284,7 @@ def entropy_shaped_advantages(
 
     Args:
         advantages: (B,) sequence advantages. entropies: (B, C) token entropies H_t (detached here).
-        mask: (B, C) 0/1. alpha: >= 0. kappa: > 1.
+        mask: (B, C) 0/1. alpha: >= 0. kappa: > 1. Entropies must be >= 0 on valid tokens.
 
     Returns:
         (B, C) float32 token advantages; 0 on padding.
@@ -292,6 +292,13 @@ def entropy_shaped_advantages(
     _check_scores(entropies, "entropies")
     mask = _check_mask(mask, entropies.shape)
     _check_finite(entropies, mask, "entropies")
+    negative = (entropies < 0) & mask
+    if bool(negative.any()):  # a negative "entropy" makes the bonus a penalty, which can flip A's sign
+        row, col = (int(i) for i in negative.nonzero()[0])
+        raise ValueError(
+            f"entropies must be >= 0 on valid tokens (Eq. 6's bonus α·H_t); found "
+            f"{entropies[row, col].item()} at row {row}, position {col} ({int(negative.sum())} such tokens)"
+        )
     if not isinstance(advantages, torch.Tensor) or advantages.shape != entropies.shape[:1]:
         shape = tuple(advantages.shape) if isinstance(advantages, torch.Tensor) else type(advantages).__name__
         raise ValueError(f"advantages must be a (B,) tensor with B={entropies.shape[0]}, got {shape}")

@@ -77,6 +77,7 @@ Where this departs from the paper or from TRL, and why:
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -165,6 +166,19 @@ class OARTrainer(CreditLogging, GRPOTrainer):
                 "ds3_gather_for_generation=True (the importance passes run on gathered parameters; "
                 "sharded forwards are collective)."
             )
+        active_adapter = getattr(self.accelerator.unwrap_model(self.model), "active_peft_config", None)
+        if (
+            mode.needs_model
+            and mode.reshape != "none"
+            and getattr(active_adapter, "is_prompt_learning", False)
+        ):
+            raise ValueError(
+                f"credit={self.args.credit!r} cannot score a PEFT prompt-learning adapter "
+                f"({type(active_adapter).__name__}): the scorers run the base model's decoder, without the "
+                "adapter's virtual tokens, so they would score another policy than the one that sampled. "
+                "Use LoRA (or another adapter injected into the layers), or a credit mode without a model "
+                "pass (none, random, position)."
+            )
         # per stream ("train", "eval"): (optimizer step, generation batches at that step)
         self._oar_rng_keys: dict[str, tuple[int, int]] = {}
         self._oar_fallback_warned = False
@@ -237,7 +251,7 @@ class OARTrainer(CreditLogging, GRPOTrainer):
         if importance is None:  # no row to score (on this rank; it ran padding passes only)
             return TokenCredit(token_adv, weights, fallback, active, None if reshape == "grail" else signal)
         # --- the one place where scores become token advantages, for every credit mode ---
-        importance = importance.float().to(mask.device)  # (R, C)
+        importance = importance.detach().float().to(mask.device)  # (R, C); no graph reaches TRL's loss
         if reshape in ("uniform", "weights"):  # over the scored tokens; the others keep weight 1
             scored = sub_mask if scored_mask is None else scored_mask.to(mask.device) & sub_mask  # (R, C)
             # uniform: Eq. 17 on the raw scores; weights: the scores are the weights
@@ -317,6 +331,9 @@ class OARTrainer(CreditLogging, GRPOTrainer):
             fallback[rows] = ~answer_mask.any(dim=1)  # no span: weight 1
             batch = prepare_batch(model, *sub.values(), answer_mask, reasoning)
             selected, reasoning = grail_rows(batch, seq_adv, args.grail_rollouts)  # (R,), (R, C)
+            if generators:  # the scorer sees the selected rows only: their generators, in order
+                picked = [g for g, keep in zip(generators, selected.tolist(), strict=True) if keep]
+                ctx = dataclasses.replace(ctx, generator=picked)
             scores = score_rows(mode.scorer, model, batch, selected, **mode.kwargs(ctx))
             return check_scores(mode, scores, batch), reasoning
         span = probe in ANSWER_SPAN_PROBES  # a rule without a probe reads none (lt-logits)
