@@ -185,6 +185,10 @@ def test_check_scores_rounding_signs_and_unread_tokens(rule):
     # rounding below zero is clamped (it reached rescale_sum/ess_ratio as a negative before)
     out = credits.check_scores(uniform, torch.tensor([[-1e-7, 2.0, 5.0, 9.0]]), _batch(valid), scored)
     assert out.tolist() == [[0.0, 2.0, 5.0, 0.0]]
+    # 'bilevel' keeps them (Eq. 14 clamps), so the built-in rules score bit for bit as before
+    bilevel = rule("t-b", lambda m, b, **kw: None, reshape="bilevel")
+    out = credits.check_scores(bilevel, torch.tensor([[-1e-7, 2.0, 5.0, 9.0]]), _batch(valid), scored)
+    assert torch.equal(out, torch.tensor([[-1e-7, 2.0, 5.0, 0.0]]))
     # a value never read may be non-finite (it becomes 0); on a scored token it is an error
     out = credits.check_scores(uniform, torch.tensor([[1.0, 2.0, float("nan"), 0.0]]), _batch(valid), scored)
     assert out.tolist() == [[1.0, 2.0, 0.0, 0.0]]

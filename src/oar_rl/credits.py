@@ -58,11 +58,12 @@ RESHAPES: tuple[str, ...] = ("none", "uniform", "entropy", "bilevel", "grail", "
 - 'weights': the scores *are* the final weights w_t on the scored tokens, A_t = A_i·w_t (the others
   keep 1; no renormalisation)."""
 NON_NEGATIVE: tuple[str, ...] = ("uniform", "entropy", "bilevel", "weights")
-"""Reshapings that need scores >= 0 on the scored tokens (:func:`check_scores`: values above
-−:data:`NEGATIVE_TOLERANCE` pass as float rounding and are clamped to 0; the tolerance is relative to
-max(1, the batch's largest |score|) where the reshaping normalises a row, absolute for 'weights' and
-'entropy', which take the scores as they are). Eq. 6's entropy bonus with a negative score would be a
-penalty, and could flip a row's sign."""
+"""Reshapings that need scores >= 0 on the scored tokens (:func:`check_scores`). Values down to
+−:data:`NEGATIVE_TOLERANCE` pass as float rounding: relative to max(1, the batch's largest |score|) for
+'bilevel' and 'uniform', which normalise each row, absolute for 'weights' and 'entropy', which take the
+scores as they are. 'uniform' and 'weights' get them clamped to 0; 'bilevel' clamps them itself (Eq. 14)
+and 'entropy' keeps them (a bonus of −α·10⁻⁶ at most), so the built-in rules score bit for bit as before.
+Eq. 6's entropy bonus with a negative score would be a penalty, and could flip a row's sign."""
 NEGATIVE_TOLERANCE = 1e-6
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 
@@ -230,8 +231,8 @@ def check_scores(mode: CreditMode, scores: Any, batch: ScoringBatch, scored: Ten
 
     Detached: a scorer may run the model with grad enabled (OAR-G needs it), but a graph left on its
     scores would reach TRL's loss through the advantages (a wrong gradient, or a second backward through
-    a freed graph). Non-finite values on valid tokens that are not scored (never read) become 0; values
-    within the rounding tolerance below 0 become 0 (:data:`NON_NEGATIVE`)."""
+    a freed graph). Non-finite values on valid tokens that are not scored (never read) become 0; for
+    'uniform' and 'weights', values within the rounding tolerance below 0 become 0 (:data:`NON_NEGATIVE`)."""
     valid = batch.completion_mask
     what = f"credit rule {mode.name!r} (scorer {getattr(mode.scorer, '__qualname__', mode.scorer)!s})"
     if not isinstance(scores, Tensor):
@@ -266,7 +267,8 @@ def check_scores(mode: CreditMode, scores: Any, batch: ScoringBatch, scored: Ten
                 f"{what}: reshape={mode.reshape!r} needs non-negative scores on the scored tokens; found "
                 f"{scores[r, c].item()} at row {r}, position {c} ({int(neg.sum())} such tokens)"
             )
-        scores = torch.where(where, scores.clamp_min(0.0), scores)
+        if mode.reshape in ("uniform", "weights"):  # they take the values as they are: no Eq. 14 clamp
+            scores = torch.where(where, scores.clamp_min(0.0), scores)
     return scores
 
 

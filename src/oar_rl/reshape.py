@@ -269,6 +269,11 @@ def check_kappa(kappa: float, name: str = "kappa") -> None:
         )
 
 
+ENTROPY_ROUNDING = 1e-6
+"""How far below 0 an entropy may be and still count as rounding (logsumexp(z) − Σ softmax(z)·z of a peaked
+distribution can come out at −1e-7); kept as it is, as before, so a training run reproduces bit for bit."""
+
+
 def entropy_shaped_advantages(
     advantages: torch.Tensor,
     entropies: torch.Tensor,
@@ -284,7 +289,8 @@ def entropy_shaped_advantages(
 
     Args:
         advantages: (B,) sequence advantages. entropies: (B, C) token entropies H_t (detached here).
-        mask: (B, C) 0/1. alpha: >= 0. kappa: > 1. Entropies must be >= 0 on valid tokens.
+        mask: (B, C) 0/1. alpha: >= 0. kappa: > 1. Entropies must be >= 0 on valid tokens (down to
+            −:data:`ENTROPY_ROUNDING`).
 
     Returns:
         (B, C) float32 token advantages; 0 on padding.
@@ -292,11 +298,12 @@ def entropy_shaped_advantages(
     _check_scores(entropies, "entropies")
     mask = _check_mask(mask, entropies.shape)
     _check_finite(entropies, mask, "entropies")
-    negative = (entropies < 0) & mask
+    negative = (entropies < -ENTROPY_ROUNDING) & mask
     if bool(negative.any()):  # a negative "entropy" makes the bonus a penalty, which can flip A's sign
         row, col = (int(i) for i in negative.nonzero()[0])
         raise ValueError(
-            f"entropies must be >= 0 on valid tokens (Eq. 6's bonus α·H_t); found "
+            f"entropies must be >= 0 on valid tokens (Eq. 6's bonus α·H_t; −{ENTROPY_ROUNDING:g} passes as "
+            "float rounding); found "
             f"{entropies[row, col].item()} at row {row}, position {col} ({int(negative.sum())} such tokens)"
         )
     if not isinstance(advantages, torch.Tensor) or advantages.shape != entropies.shape[:1]:
