@@ -204,3 +204,43 @@ def test_arithmetic_delegates():
     assert list(ds["prompt"]) == list(ref["prompt"])[:3] and list(ds["answer"]) == list(ref["answer"])[:3]
     with pytest.raises(ValueError, match="answer-tag"):
         data.load("arithmetic", template="boxed")
+
+
+def test_olympiad_and_math_style_golds_are_the_final_answer_or_an_error(tmp_path):
+    """OlympiadBench's schema (`solution` a list of worked solutions, `final_answer` a list): the gold was
+    the worked solutions' text (answers were tried before final_answer), or str() of a list."""
+    path = tmp_path / "olympiad.jsonl"
+    rows = [
+        {"question": "q0", "solution": ["We have x=3, so $x=3$."], "final_answer": ["$3$"]},
+        {"question": "q1", "solution": ["Since a^2-1 is even, $a=7$ works."], "final_answer": ["$7$"]},
+    ]
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    assert list(data.load(str(path), template=None)["answer"]) == ["$3$", "$7$"]
+    rows[1]["final_answer"] = ["$2$", "$3$"]  # a multi-answer problem: which one to score is a guess
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    with pytest.raises(ValueError, match=r"row 1, column 'final_answer': a gold answer is a list of 2"):
+        data.load(str(path), template=None)
+    with pytest.raises(ValueError, match=r"a gold answer is a dict"):
+        benchmarks.answer_to_str({"a": 1})
+    # a MATH-style file with only worked solutions: refused unless the column is named
+    math = tmp_path / "math.jsonl"
+    long = "We expand the square and collect the terms, which gives a quadratic in x; so \\boxed{4}."
+    math.write_text("".join(json.dumps({"problem": f"p{i}", "solution": long}) + "\n" for i in range(3)))
+    with pytest.raises(ValueError, match=r"column 'solution' holds worked solutions .*answer_column="):
+        data.load(str(math), template=None)
+    assert data.load(str(math), template=None, answer_column="solution")["answer"][0] == long
+
+
+def test_a_split_less_data_dir_file_stands_for_the_default_split_only(tmp_path, monkeypatch):
+    """$OAR_RL_DATA_DIR/gsm8k.jsonl was returned for every split: `oar-rl train --dataset gsm8k` (split
+    train) would have trained on a copy of the test set."""
+    monkeypatch.setenv(benchmarks.DATA_DIR_ENV, str(tmp_path))
+    rows = [{"question": "Tom has 3 apples. How many?", "answer": "He has 3.\n#### 3"}]
+    (tmp_path / "gsm8k.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    assert list(data.load("gsm8k")["answer"]) == ["3"]  # the default split, test
+    assert list(data.load("gsm8k", "test")["answer"]) == ["3"]
+    with pytest.raises(ValueError, match=r"split 'train' asked for, but .* has only .*gsm8k\.jsonl"):
+        data.load("gsm8k", "train")
+    (tmp_path / "gsm8k").mkdir()
+    (tmp_path / "gsm8k" / "train.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows * 2))
+    assert len(data.load("gsm8k", "train")) == 2

@@ -302,6 +302,14 @@ def test_interrupt_resume_extend_and_refuse_a_changed_protocol(tmp_path, fake_st
     assert study_cli.main([*_args(out), "--scored-tokens", "before-answer"]) == 2
     assert "scored_tokens: 'reasoning' -> '<absent>'" in capsys.readouterr().err
     assert len(calls) == n
+    # a stored run trained at another rate than the study's for its method (the name does not say) is
+    # refused, not reused (a new --tune-lr sweep can move one method's rate; the protocol omits it)
+    run = out / "runs" / "oar-g.seed0.json"
+    rec = json.loads(run.read_text())
+    run.write_text(json.dumps({**rec, "learning_rate": 0.002}))
+    assert study_cli.main(_args(out)) == 2
+    assert "oar-g.seed0.json is not the run this study asks for" in capsys.readouterr().err
+    assert len(calls) == n
     assert study_cli.main([*_args(out), "--steps", "6", "--fresh"]) == 0  # --fresh starts clean
 
 

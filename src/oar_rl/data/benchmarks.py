@@ -38,15 +38,32 @@ if TYPE_CHECKING:
 DATA_DIR_ENV = "OAR_RL_DATA_DIR"
 LOCAL_EXTENSIONS: dict[str, str] = {".jsonl": "json", ".json": "json", ".parquet": "parquet"}
 QUESTION_CANDIDATES = ("prompt", "question", "problem")
-ANSWER_CANDIDATES = ("answer", "solution", "ground_truth", "final_answer")
+ANSWER_CANDIDATES = ("answer", "final_answer", "ground_truth", "solution")
+"""Tried in this order; ``final_answer`` before ``solution``, which holds worked solutions in MATH's and
+OlympiadBench's schemas (``solution`` is still the answer of DAPO-Math's processed schema)."""
+WORKED_SOLUTION_WORDS = 12
+"""An automatically chosen ``solution`` column whose typical row has more words than this holds worked
+solutions, not final answers: refused (name the column with answer_column= to use it anyway)."""
 
 
 def answer_to_str(value: Any) -> str:
-    """A gold answer as text: integral floats lose their ``.0`` (AMC23 stores 27.0 for 27)."""
+    """A gold answer as text: integral floats lose their ``.0`` (AMC23 stores 27.0 for 27); a one-element
+    list (OlympiadBench's ``final_answer``) is its element. ValueError for a missing gold, a list of
+    several answers (which one would be scored is a guess) and any other non-scalar value."""
+    if isinstance(value, (list, tuple)):
+        if len(value) != 1:
+            raise ValueError(
+                f"a gold answer is a list of {len(value)} answers {value!r}: scoring one of them would be "
+                "a guess; keep problems with one final answer, or join them into the form the model "
+                "should write"
+            )
+        value = value[0]
     if missing_gold(value):
         raise ValueError(f"a gold answer is {value!r}: the row has no gold; fix or drop it")
     if isinstance(value, float) and value.is_integer():
         return str(int(value))
+    if not isinstance(value, (str, int, float)):
+        raise ValueError(f"a gold answer is a {type(value).__name__} ({value!r}), expected text or a number")
     return str(value).strip()
 
 
@@ -198,7 +215,12 @@ def normalise(
             f"{spec.hub_id}: {len(missing)} row(s) have no gold answer (None/NaN in column "
             f"{spec.answer_column!r}), first rows {missing[:5]}; fix or drop them"
         )
-    answers = [spec.answer_fn(a) for a in raw_answers]
+    answers = []
+    for i, a in enumerate(raw_answers):
+        try:
+            answers.append(spec.answer_fn(a))
+        except ValueError as err:
+            raise ValueError(f"{spec.hub_id}: row {i}, column {spec.answer_column!r}: {err}") from err
     columns = {
         "prompt": [apply_template(q, template) for q in questions],
         "answer": answers,
@@ -242,6 +264,12 @@ def _gsm8k_style(ds: Dataset, column: str) -> bool:
     return False
 
 
+def _worked_solutions(ds: Dataset, column: str) -> bool:
+    """Whether the median row of a text column has more than :data:`WORKED_SOLUTION_WORDS` words."""
+    words = sorted(len(str(v).split()) for v in ds[column])
+    return bool(words) and words[len(words) // 2] > WORKED_SOLUTION_WORDS
+
+
 def local_spec(
     ds: Dataset, *, question_column: str | None = None, answer_column: str | None = None, name: str = "local"
 ) -> HubDataset:
@@ -256,6 +284,13 @@ def local_spec(
         raise ValueError(f"question and answer column are both {q!r}; columns found: {columns}")
     first = ds[0][q] if len(ds) else ""
     question_fn = chat_question if isinstance(first, list) else str
+    if answer_column is None and a == "solution" and _worked_solutions(ds, a):
+        raise ValueError(
+            f"column 'solution' holds worked solutions (typical row over {WORKED_SOLUTION_WORDS} words), "
+            f"not final answers, and no answer column was found among {list(ANSWER_CANDIDATES[:-1])}; "
+            f"columns found: {columns}; pass answer_column=... naming the final-answer column (or "
+            "'solution' to score against the solutions)"
+        )
     if "." not in a and _gsm8k_style(ds, a):
         return HubDataset(
             name, None, "train", q, a, gsm8k_answer, question_fn, raw_answer_column="raw_answer"
@@ -290,17 +325,33 @@ def load_local_file(path: str | os.PathLike | Sequence[str]) -> Dataset:
         raise ValueError(f"data file(s) {paths} hold no rows") from err
 
 
-def find_local_override(name: str, split: str) -> Path | None:
-    """``$OAR_RL_DATA_DIR/<name>/<split>.<ext>`` or ``$OAR_RL_DATA_DIR/<name>.<ext>``, if it exists."""
+def find_local_override(name: str, split: str, default_split: str) -> Path | None:
+    """``$OAR_RL_DATA_DIR/<name>/<split>.<ext>``, or for the dataset's default split also
+    ``$OAR_RL_DATA_DIR/<name>.<ext>``, if it exists. ValueError when only the split-less file exists and
+    another split is asked for (it stands for the default split: returning it for every split would,
+    say, train on a test set)."""
     root = os.environ.get(DATA_DIR_ENV)
     if not root:
         return None
-    for base in (Path(root) / name / split, Path(root) / name):
+
+    def first(base: Path) -> Path | None:
         for ext in LOCAL_EXTENSIONS:
             candidate = base.with_name(base.name + ext)
             if candidate.is_file():
                 return candidate
-    return None
+        return None
+
+    found = first(Path(root) / name / split)
+    if found is not None:
+        return found
+    plain = first(Path(root) / name)
+    if plain is not None and split != default_split:
+        raise ValueError(
+            f"{name}: split {split!r} asked for, but ${DATA_DIR_ENV} has only {plain}, which stands for "
+            f"the default split {default_split!r}; add {Path(root) / name / split}.jsonl (or .json, "
+            f".parquet) for the {split!r} split"
+        )
+    return plain
 
 
 def load_hub(
@@ -314,7 +365,7 @@ def load_hub(
     """A known Hub benchmark, from ``data_files`` / ``$OAR_RL_DATA_DIR`` when given, else from the Hub."""
     spec = HUB_DATASETS[name]
     split = split or spec.default_split
-    local = data_files if data_files is not None else find_local_override(name, split)
+    local = data_files if data_files is not None else find_local_override(name, split, spec.default_split)
     if local is not None:
         ds = load_local_file(local)
     else:

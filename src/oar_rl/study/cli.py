@@ -223,8 +223,15 @@ def _train_runs(
         )
         return rec
 
+    def expect(item: tuple[int, Any, int]) -> dict[str, Any]:  # the name carries neither
+        _, variant, _ = item
+        return {
+            "method": variant.method,
+            "learning_rate": dict(variant.overrides).get("learning_rate", settings.learning_rate),
+        }
+
     items = [(v.name, seed, (i, v, seed)) for i, (v, seed) in enumerate(plan, 1)]
-    return run_claimed(store, items, train, progress, settings.steps)
+    return run_claimed(store, items, train, progress, settings.steps, expect=expect)
 
 
 def _recall(
