@@ -372,3 +372,36 @@ def test_demo_is_the_quick_study_on_wordproblems(tmp_path, monkeypatch, capsys):
     assert "the quick study" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         cli.main(["demo", "--task", "arithmetic"])  # the demo is the word-problem study only
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["task-figures", "--problems", "0"], "--problems must be >= 1, got 0"),
+        (["task-figures", "--task", "wordproblems", "--model", "/no/such/model"], "no such directory"),
+        (["oracle", "--heatmaps", "-2"], r"--heatmaps must be >= 0 \(traces shown\), got -2"),
+        (["oracle", "--max-new-tokens", "0"], "--max-new-tokens must be >= 1, got 0"),
+        (["attribute", "--max-new-tokens", "-1"], "--max-new-tokens must be >= 1, got -1"),
+    ],
+)
+def test_analysis_commands_refuse_bad_values_before_loading_anything(argv, message, monkeypatch, capsys):
+    """These ended in tracebacks after the model had loaded (task-figures: after the whole measurement),
+    or were accepted (`--heatmaps -2` showed all traces but the last two)."""
+    from oar_rl.analysis import task_figures
+
+    def must_not_measure(*a, **k):
+        raise AssertionError("the measurement must not start on bad input")
+
+    monkeypatch.setattr(task_figures, "measure", must_not_measure)
+    assert cli.main(argv) == 2
+    assert re.search(message, capsys.readouterr().err)
+
+
+def test_task_figures_checks_out_before_measuring(tmp_path, monkeypatch, capsys):
+    from oar_rl.analysis import task_figures
+
+    monkeypatch.setattr(task_figures, "measure", lambda *a, **k: pytest.fail("measured before --out"))
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    assert cli.main(["task-figures", "--problems", "2", "--out", str(blocker)]) == 2
+    assert "--out" in capsys.readouterr().err

@@ -275,6 +275,39 @@ def test_changed_configuration_is_refused(tiny_model_dir, tmp_path, monkeypatch,
     assert (out / "eval_local.jsonl").read_text() == before
 
 
+def test_resume_refuses_a_changed_gold_another_model_version_and_a_changed_timeout(
+    tiny_model_dir, tmp_path, monkeypatch, capsys
+):
+    """Only the prompt was compared on resume: verdicts scored against an old gold, or produced by an
+    earlier model saved to the same directory, were kept."""
+    import shutil
+
+    bench = tmp_path / "bench.jsonl"
+    rows = [json.loads(line) for line in Path(LOCAL).read_text().splitlines() if line.strip()]
+    bench.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    model = tmp_path / "model"
+    shutil.copytree(tiny_model_dir, model)
+    out = tmp_path / "out"
+    args = [*_args(str(model), out), "--benchmarks", str(bench), "--limit", "1"]
+    assert main(args) == 0
+    assert main(args) == 0  # the same: resumes (nothing to do)
+    rows[0]["answer"] = 999
+    bench.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    assert main(args) == 2
+    assert "problem 0 was scored against the gold '2', the dataset now gives '999'" in capsys.readouterr().err
+    rows[0]["answer"] = 2
+    bench.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    weights = next(p for p in model.iterdir() if p.suffix == ".safetensors")
+    data = bytearray(weights.read_bytes())
+    data[-1] ^= 1  # another version of the weights, same size
+    weights.write_bytes(bytes(data))
+    assert main(args) == 2
+    assert "another version of the model" in capsys.readouterr().err
+    assert main([*args, "--out", str(tmp_path / "out2")]) == 0
+    assert main([*args, "--out", str(tmp_path / "out2"), "--verify-timeout", "3"]) == 2
+    assert "verify_timeout None -> 3.0" in capsys.readouterr().err
+
+
 def _no_sampling(monkeypatch):
     def fail(*args, **kwargs):
         raise AssertionError("sampling must not start on bad input")
@@ -291,6 +324,13 @@ def _no_sampling(monkeypatch):
         (["--top-p", "0"], r"--top-p must be in \(0, 1\], got 0.0"),
         (["--n", "0", "--k", "1"], "--n must be >= 1"),
         (["--benchmarks", "missing.jsonl"], "does not exist"),
+        (["--k", "1,1"], r"--k repeats a value: \[1, 1\]"),
+        (["--temperature", "nan"], "--temperature must be a finite number >= 0, got nan"),
+        (["--verify-timeout", "nan"], "--verify-timeout must be a finite number of seconds > 0, got nan"),
+        (
+            ["--benchmarks", "wordproblems", "--template", "boxed"],
+            "--template boxed does not apply to wordproblems",
+        ),
     ],
 )
 def test_bad_input_exits_2_before_sampling(change, message, tiny_model_dir, tmp_path, monkeypatch, capsys):

@@ -10,7 +10,7 @@ import pytest
 import torch
 from datasets import Dataset
 
-from oar_rl import cli, train
+from oar_rl import checkpoints, cli, train
 from oar_rl.tiny import build_char_tokenizer, tiny_qwen2
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -94,6 +94,24 @@ def test_train_tiny_recipe_saves_and_resumes(tiny_model_dir, tmp_path, capsys):
     # resume from the newest checkpoint and go one step further
     assert train.main([*common, *overrides, "--max_steps", "3", "--resume_from_checkpoint", "true"]) == 0
     assert trainer_state(out / "checkpoint-3")["global_step"] == 3
+
+    # resuming under other settings mixes two runs (the checkpoint's scheduler wins): refused, naming them
+    capsys.readouterr()
+    again = [*common, *overrides, "--max_steps", "4", "--resume_from_checkpoint", "latest"]
+    assert train.main([*again, "--learning_rate", "0.5", "--tau", "0.9"]) == 2
+    err = capsys.readouterr().err
+    assert "was saved under other settings (learning_rate: " in err and "tau: 0.4 -> 0.9" in err
+    # a fresh run into the directory of another: its logs.jsonl would mix, `latest` would pick its checkpoint
+    assert train.main([*common, *overrides]) == 2
+    assert (
+        "holds another run (checkpoint-3, checkpoint-2, checkpoint-1, logs.jsonl)" in capsys.readouterr().err
+    )
+    # a save cut short: `latest` skips it, naming it; named, it is refused
+    (out / "checkpoint-3" / "trainer_state.json").unlink()
+    with pytest.warns(UserWarning, match=r"skipping .*checkpoint-3, an incomplete checkpoint"):
+        assert checkpoints.resolve_checkpoint("latest", str(out)) == str(out / "checkpoint-2")
+    with pytest.raises(ValueError, match=r"not a complete checkpoint \(no trainer_state\.json\)"):
+        checkpoints.resolve_checkpoint(str(out / "checkpoint-3"), str(out))
 
 
 # ----------------------------------------------------------------------------------------------------

@@ -31,13 +31,13 @@ reward that fails on every completion of 3 consecutive batches stops the run wit
 from __future__ import annotations
 
 import importlib
-import os
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from oar_rl.checkpoints import check_fresh_output_dir, check_resume, resolve_checkpoint
 from oar_rl.fetch import resolve_model
 
 REWARD_NAMES: tuple[str, ...] = ("accuracy", "format")
@@ -299,22 +299,6 @@ def model_init_kwargs(model_args, training_args) -> dict[str, Any]:
     return kwargs
 
 
-def resolve_checkpoint(value: str | None, output_dir: str) -> str | None:
-    """None | 'true'/'latest' (newest checkpoint in output_dir) | 'false' | a checkpoint path."""
-    from transformers.trainer_utils import get_last_checkpoint
-
-    if value is None or str(value).lower() in ("", "false", "none"):
-        return None
-    if str(value).lower() in ("true", "latest"):
-        last = get_last_checkpoint(output_dir) if os.path.isdir(output_dir) else None
-        if last is None:
-            raise ValueError(f"--resume_from_checkpoint {value}: no checkpoint-* directory in {output_dir}")
-        return last
-    if not os.path.isdir(value):
-        raise ValueError(f"--resume_from_checkpoint {value}: not a directory")
-    return value
-
-
 def run_settings(given: str, model_args, data_args: DataArguments, args) -> dict[str, Any]:
     """The resolved settings `oar-rl train` prints at its start."""
     path = model_args.model_name_or_path
@@ -396,6 +380,10 @@ def main(argv: list[str] | None = None) -> int:
 
         check_trackers(training_args.report_to)  # before the model loads, not after
         checkpoint = resolve_checkpoint(training_args.resume_from_checkpoint, training_args.output_dir)
+        if checkpoint is None:
+            check_fresh_output_dir(training_args.output_dir)
+        else:
+            check_resume(checkpoint, training_args)
         training_args.model_init_kwargs = model_init_kwargs(model_args, training_args)
         train_dataset = load_train_dataset(data_args, reward_names)
         check_enough_prompts(len(train_dataset), training_args, data_args.dataset)

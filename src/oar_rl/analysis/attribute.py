@@ -374,6 +374,8 @@ def sampling_budget(max_new_tokens: int | None, task: Task, task_problems: bool)
     """`--max-new-tokens`, else `MAX_NEW_TOKENS`, raised to the task's completion length when the command
     samples the task's own problems (so a long correct solution is not cut off)."""
     if max_new_tokens is not None:
+        if max_new_tokens < 1:
+            raise ValueError(f"--max-new-tokens must be >= 1, got {max_new_tokens}")
         return max_new_tokens
     return max(MAX_NEW_TOKENS, task.max_completion_length) if task_problems else MAX_NEW_TOKENS
 
@@ -419,6 +421,7 @@ def main(argv: list[str] | None = None) -> int:
             raise ValueError("--completion needs --prompt")
         if a.traces < 1:
             raise ValueError(f"--traces must be >= 1, got {a.traces}")
+        sampling_budget(a.max_new_tokens, get_task(a.task), task_problems=a.prompt is None)  # checks it
         from oar_rl.answer_span import compile_answer_pattern
 
         compile_answer_pattern(a.answer_pattern)

@@ -274,6 +274,8 @@ def main(argv: list[str] | None = None) -> int:
             raise ValueError(
                 f"--trajectories and --max-prompts must be >= 1, got {a.trajectories} and {a.max_prompts}"
             )
+        if a.heatmaps < 0:
+            raise ValueError(f"--heatmaps must be >= 0 (traces shown), got {a.heatmaps}")
         task = get_task(a.task)
         a.split = a.split or task.default_split
         try:

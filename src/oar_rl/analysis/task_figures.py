@@ -25,6 +25,7 @@ import argparse
 import json
 import re
 import statistics
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -296,22 +297,32 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from oar_rl.io import write_text_atomic
+    """Exit 0: requirements met (or none); 1: a requirement not met; 2: bad input (named)."""
+    from oar_rl.io import ensure_writable_dir, write_text_atomic
 
     args = build_parser().parse_args(argv)
-    figures = measure(
-        args.task,
-        model_dir=args.model,
-        problems=args.problems,
-        samples=args.samples,
-        oracle_rows=args.oracle_rows,
-        seed=args.seed,
-    )
+    try:
+        for flag, value in (("--problems", args.problems), ("--samples", args.samples),
+                            ("--oracle-rows", args.oracle_rows)):  # fmt: skip
+            if value < 1:
+                raise ValueError(f"{flag} must be >= 1, got {value}")
+        if args.model is not None and not Path(args.model).is_dir():
+            raise ValueError(f"--model {args.model!r}: no such directory (a saved model of the task)")
+        out = ensure_writable_dir(args.out) if args.out else None  # before the measurement, not after
+        figures = measure(
+            args.task,
+            model_dir=args.model,
+            problems=args.problems,
+            samples=args.samples,
+            oracle_rows=args.oracle_rows,
+            seed=args.seed,
+        )
+    except (ValueError, OSError) as exc:
+        print(f"oar-rl task-figures: {exc}", file=sys.stderr)
+        return 2
     table = format_table(figures)
     print(table)
-    if args.out:
-        out = Path(args.out)
-        out.mkdir(parents=True, exist_ok=True)
+    if out is not None:
         write_text_atomic(out / "figures.json", json.dumps(figures, indent=1, sort_keys=True) + "\n")
         write_text_atomic(out / "figures.md", table + "\n")
     req = figures.get("requirements")

@@ -8,7 +8,9 @@
   are already in the answer-tag format the embedded model is warm-started on, so ``template`` must be
   ``"answer-tag"`` (the default; prompts unchanged) or None;
 * a local ``.jsonl`` / ``.json`` / ``.parquet`` file, with ``question_column`` / ``answer_column`` naming the
-  columns (defaults: the first of prompt/question/problem and of answer/solution/ground_truth/final_answer).
+  columns (defaults: the first of prompt/question/problem and of answer/final_answer/ground_truth/solution;
+  a one-element list gold is its element, a list of several is refused, and an automatically chosen
+  ``solution`` column of worked solutions is refused: name the answer column).
 """
 
 from __future__ import annotations

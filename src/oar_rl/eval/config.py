@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -97,8 +98,10 @@ class EvalConfig:
         bad = [k for k in self.k if k < 1 or k > self.n]
         if bad:
             raise ValueError(f"every k must be in [1, n={self.n}], got {bad}")
-        if self.temperature < 0:
-            raise ValueError(f"--temperature must be >= 0, got {self.temperature}")
+        if len(set(self.k)) != len(self.k):
+            raise ValueError(f"--k repeats a value: {list(self.k)}; give each k once")
+        if not (math.isfinite(self.temperature) and self.temperature >= 0):
+            raise ValueError(f"--temperature must be a finite number >= 0, got {self.temperature}")
         if not 0 < self.top_p <= 1:
             raise ValueError(f"--top-p must be in (0, 1], got {self.top_p}")
         if self.top_k < 0:
@@ -113,8 +116,12 @@ class EvalConfig:
             raise ValueError(f"unknown backend {self.backend!r}; valid backends: {', '.join(BACKENDS)}")
         if not self.benchmarks:
             raise ValueError("--benchmarks is empty")
-        if self.verify_timeout <= 0 or self.verify_workers < 1:
-            raise ValueError("--verify-timeout must be > 0 and --verify-workers >= 1")
+        if not (math.isfinite(self.verify_timeout) and self.verify_timeout > 0):
+            raise ValueError(
+                f"--verify-timeout must be a finite number of seconds > 0, got {self.verify_timeout}"
+            )
+        if self.verify_workers < 1:
+            raise ValueError(f"--verify-workers must be >= 1, got {self.verify_workers}")
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -14,9 +14,13 @@ Output directory (``--out``):
   already done; a torn last line (a crash mid-write) is ignored and dropped.
 * ``<benchmark>.meta.json`` -- the sampling configuration of that file and its hash. A rerun whose
   configuration differs (model, split, template, n, temperature, top-p, top-k, max-new-tokens, seed,
-  backend, batch size, dtype; truncate-prompts when set) is refused with an error naming the differing
-  fields -- results of two configurations never mix; use another ``--out``. ``--k`` and ``--limit`` are
-  not part of the hash: they only choose what is reported, so raising ``--limit`` extends an earlier run.
+  backend, batch size, dtype; truncate-prompts when set; verify-timeout off its default 10 s, since a
+  timeout scores 0) is refused with an error naming the differing fields -- results of two configurations
+  never mix; use another ``--out``. So is a rerun where a problem's prompt or gold answer changed, or
+  where a local model directory holds another model than the one sampled (its ``model_fingerprint``:
+  config.json and each weight file's name, size, first and last MiB; a Hub id is not fingerprinted).
+  ``--k`` and ``--limit`` are not part of the hash: they only choose what is reported, so raising
+  ``--limit`` extends an earlier run.
 * ``results.json`` and ``results.md`` -- pass@k per benchmark and the average (``results.md`` is shaped
   like the paper's Table 1: a P@k column per benchmark and k, then Avg = the mean of all those cells).
   Written atomically at the end.
@@ -41,13 +45,13 @@ import hashlib
 import json
 import os
 import sys
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from oar_rl.eval.config import BenchmarkJob, EvalConfig, build_parser
+from oar_rl.eval.estimators import mean_at_n, pass_at_k
 from oar_rl.eval.sampling import build_sampler, check_prompt_lengths, resolve_chat
 from oar_rl.fetch import resolve_model
 from oar_rl.io import write_text_atomic
@@ -66,71 +70,6 @@ HASHED_FIELDS: tuple[str, ...] = (
     "dtype",
     "chat",
 )
-
-# ----------------------------------------------------------------------------------------------------
-# estimators
-
-
-def _pass_at_k_one(n: int, c: int, k: int) -> float:
-    if n - c < k:
-        return 1.0
-    prod = 1.0
-    for i in range(n - c + 1, n + 1):
-        prod *= 1.0 - k / i
-    return 1.0 - prod
-
-
-def _check_int(name: str, value: Any) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
-        raise ValueError(f"{name} must be an integer, got {value!r}")
-    return int(value)
-
-
-def pass_at_k(n: int, c: int | Sequence[int] | np.ndarray, k: int) -> float | np.ndarray:
-    """Unbiased pass@k of one problem with ``c`` correct out of ``n`` samples (Chen et al., 2021).
-
-    ``1 - C(n-c, k)/C(n, k)`` computed as ``1 - prod_{i=n-c+1}^{n}(1 - k/i)``; 1.0 when ``n - c < k``.
-    ``c`` may be a list/array of per-problem counts: the result is then an array of the same shape.
-    Raises ValueError unless ``1 <= k <= n`` and ``0 <= c <= n``.
-    """
-    n, k = _check_int("n", n), _check_int("k", k)
-    if n < 1:
-        raise ValueError(f"n must be >= 1, got {n}")
-    if k < 1:
-        raise ValueError(f"k must be >= 1, got {k}")
-    if k > n:
-        raise ValueError(f"k={k} must be <= n={n} (cannot estimate pass@{k} from {n} samples)")
-    if isinstance(c, (Sequence, np.ndarray)) and not isinstance(c, str):
-        arr = np.asarray(c)
-        if arr.size and not np.issubdtype(arr.dtype, np.integer):
-            raise ValueError(f"c must hold integers, got dtype {arr.dtype}")
-        if arr.size and (arr.min() < 0 or arr.max() > n):
-            raise ValueError(f"every c must be in [0, n={n}], got min {arr.min()} max {arr.max()}")
-        # vectorised product form: prod over i in (n-c, n] of (1 - k/i), as a masked cumulative product
-        i = np.arange(1, n + 1, dtype=np.float64)  # (n,)
-        factors = 1.0 - k / i  # (n,)
-        keep = i[None, :] > (n - arr.reshape(-1, 1))  # (P, n)  i in (n-c, n]
-        prod = np.where(keep, factors[None, :], 1.0).prod(axis=1)  # (P,)
-        out = np.where(n - arr.reshape(-1) < k, 1.0, 1.0 - prod)
-        return out.reshape(arr.shape).astype(np.float64)
-    c = _check_int("c", c)
-    if not 0 <= c <= n:
-        raise ValueError(f"c must be in [0, n={n}], got {c}")
-    return _pass_at_k_one(n, c, k)
-
-
-def mean_at_n(c: int | Sequence[int] | np.ndarray, n: int) -> float:
-    """Mean accuracy over all samples: ``mean(c) / n`` (equals the average pass@1)."""
-    n = _check_int("n", n)
-    if n < 1:
-        raise ValueError(f"n must be >= 1, got {n}")
-    arr = np.atleast_1d(np.asarray(c))
-    if arr.size == 0:
-        raise ValueError("c is empty")
-    if arr.min() < 0 or arr.max() > n:
-        raise ValueError(f"every c must be in [0, n={n}], got min {arr.min()} max {arr.max()}")
-    return float(arr.mean() / n)
-
 
 # configuration, CLI and the job record: oar_rl.eval.config (EvalConfig, build_parser, BenchmarkJob)
 
@@ -231,6 +170,32 @@ def _model_id(model: str) -> str:
     return str(Path(model).resolve()) if Path(model).exists() else model
 
 
+WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth")
+_EDGE = 1 << 20
+
+
+def model_fingerprint(model: str) -> str | None:
+    """A local model directory's fingerprint: sha256 over config.json and, per weight file, its name, size
+    and first and last MiB (retraining into the same directory changes it; reading whole checkpoints
+    would cost more than it tells). None for a Hub id (not resolved here)."""
+    root = Path(model).expanduser()
+    if not root.is_dir():
+        return None
+    digest = hashlib.sha256()
+    config = root / "config.json"
+    if config.is_file():
+        digest.update(config.read_bytes())
+    for path in sorted(p for p in root.iterdir() if p.suffix in WEIGHT_SUFFIXES and p.is_file()):
+        size = path.stat().st_size
+        digest.update(f"{path.name}:{size}".encode())
+        with path.open("rb") as f:
+            digest.update(f.read(_EDGE))
+            if size > _EDGE:
+                f.seek(max(_EDGE, size - _EDGE))
+                digest.update(f.read(_EDGE))
+    return digest.hexdigest()[:16]
+
+
 def _derive_seed(seed: int, key: str, index: int, chunk: int) -> int:
     return int(hashlib.sha256(f"{seed}:{key}:{index}:{chunk}".encode()).hexdigest()[:8], 16)
 
@@ -257,6 +222,15 @@ def prepare(config: EvalConfig) -> list[BenchmarkJob]:
         raise ValueError(f"--out {config.out!r} exists and is not a directory")
     template = None if config.template == "none" else config.template
     parsed = [parse_benchmark(b) for b in config.benchmarks]
+    from oar_rl.tasks import task_names
+
+    own_format = [n for n, _, _ in parsed if n in task_names()]
+    if own_format and config.template == "boxed":
+        raise ValueError(
+            f"--template boxed does not apply to {', '.join(own_format)}: a task benchmark's prompts are "
+            "in the task's own format; leave --template at its default (or 'none') for them"
+        )
+    fingerprint = model_fingerprint(config.model)
     keys = [k for _, _, k in parsed]
     if len(set(keys)) != len(keys):
         raise ValueError(f"benchmarks repeat: {config.benchmarks}")
@@ -276,9 +250,11 @@ def prepare(config: EvalConfig) -> list[BenchmarkJob]:
         hashed = {f: getattr(config, f) for f in HASHED_FIELDS}
         if config.truncate_prompts:  # only when on, so that earlier runs keep their hash
             hashed["truncate_prompts"] = True
+        if config.verify_timeout != 10.0:  # a verdict can turn 0 on timeout; off the default only (as above)
+            hashed["verify_timeout"] = config.verify_timeout
         bench_id = str(Path(name).resolve()) if data.is_local_path(name) else name
         hashed.update(model=_model_id(config.model), benchmark=bench_id, split=split)
-        meta_data = {"config_hash": config_hash(hashed), "config": hashed}
+        meta_data = {"config_hash": config_hash(hashed), "config": hashed, "model_fingerprint": fingerprint}
         jsonl, meta = out / f"{key}.jsonl", out / f"{key}.meta.json"
         if meta.exists():
             old = json.loads(meta.read_text(encoding="utf-8"))
@@ -293,6 +269,13 @@ def prepare(config: EvalConfig) -> list[BenchmarkJob]:
                     + ", ".join(f"{f} {a!r} -> {b!r}" for f, (a, b) in diff.items())
                     + "); results never mix: use another --out or delete those files"
                 )
+            was = old.get("model_fingerprint")  # absent in files written before it was recorded
+            if was is not None and fingerprint is not None and was != fingerprint:
+                raise ValueError(
+                    f"{jsonl} holds results of another version of the model at {config.model} (its "
+                    f"config.json or weights changed: fingerprint {was} -> {fingerprint}); results never "
+                    "mix: use another --out or delete those files"
+                )
         if jsonl.exists() and not meta.exists():
             raise ValueError(f"{jsonl} exists without its {meta.name}; delete it or use another --out")
         records = read_records(jsonl)
@@ -300,6 +283,12 @@ def prepare(config: EvalConfig) -> list[BenchmarkJob]:
         for i, rec in records.items():
             if i < len(prompts) and rec.get("prompt") != prompts[i]:
                 raise ValueError(f"{jsonl}: problem {i} has a different prompt than the dataset now gives")
+            if i < len(answers) and "answer" in rec and rec["answer"] != answers[i]:
+                raise ValueError(
+                    f"{jsonl}: problem {i} was scored against the gold {rec['answer']!r}, the dataset now "
+                    f"gives {answers[i]!r}; its verdicts would be stale: use another --out or delete "
+                    "those files"
+                )
         jobs.append(BenchmarkJob(key, name, split, prompts, answers, records, jsonl, meta, meta_data))
     return jobs
 

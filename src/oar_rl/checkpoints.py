@@ -1,0 +1,137 @@
+"""`oar-rl train`'s output directory and checkpoints: which checkpoint a resume starts from, and the
+settings it must share with the run that saved it.
+
+Transformers' Trainer accepts any directory as `resume_from_checkpoint` and restores the optimizer and
+scheduler from it whatever the new arguments say, so a resume under other settings (another credit mode,
+τ, learning rate, ...) runs silently as a mixture of two runs; a fresh run into a directory that holds
+another run's checkpoints appends to its `logs.jsonl`, and `latest` would later pick the other run's
+checkpoint. Both are refused here, naming what differs. A checkpoint whose save was cut short (no
+`trainer_state.json` or no weights) is skipped by `latest`, with a warning, and refused when named.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import warnings
+from pathlib import Path
+from typing import Any
+
+STATE_FILE = "trainer_state.json"
+WEIGHT_FILES = (
+    "model.safetensors",
+    "model.safetensors.index.json",
+    "pytorch_model.bin",
+    "pytorch_model.bin.index.json",
+    "adapter_model.safetensors",
+    "adapter_model.bin",
+)
+RESULT_FIELDS = (
+    "learning_rate", "lr_scheduler_type", "warmup_ratio", "warmup_steps", "weight_decay", "seed",
+    "per_device_train_batch_size", "gradient_accumulation_steps", "num_generations", "steps_per_generation",
+    "num_iterations", "max_completion_length", "temperature", "top_p", "top_k", "beta", "epsilon",
+    "epsilon_high", "loss_type", "scale_rewards", "importance_sampling_level", "top_entropy_quantile",
+    "mask_truncated_completions", "reward_weights",
+)  # fmt: skip
+"""TRL/transformers fields a resume must keep (besides every field oar-rl adds, `OARConfig`'s own);
+`max_steps`, `num_train_epochs`, logging and saving may change (extending a run is what resume is for)."""
+_CHECKPOINT = re.compile(r"^checkpoint-(\d+)$")
+
+
+def missing_parts(path: str | os.PathLike) -> list[str]:
+    """What a complete checkpoint has and `path` lacks: trainer_state.json, and any of the weight files."""
+    root = Path(path)
+    missing = [] if (root / STATE_FILE).is_file() else [STATE_FILE]
+    if not any((root / name).is_file() for name in WEIGHT_FILES):
+        missing.append("weights (" + " or ".join(WEIGHT_FILES[::2]) + ")")
+    return missing
+
+
+def checkpoints(output_dir: str | os.PathLike) -> list[Path]:
+    """The `checkpoint-N` directories of `output_dir`, newest (largest N) first."""
+    root = Path(output_dir)
+    found = [(int(m.group(1)), p) for p in root.iterdir() if p.is_dir() and (m := _CHECKPOINT.match(p.name))]
+    return [p for _, p in sorted(found, key=lambda t: t[0], reverse=True)] if root.is_dir() else []
+
+
+def resolve_checkpoint(value: str | None, output_dir: str) -> str | None:
+    """None | 'true'/'latest' (the newest complete checkpoint in output_dir) | 'false' | a checkpoint path.
+
+    ValueError naming the problem: no checkpoint, or a named directory that is not a complete one."""
+    if value is None or str(value).lower() in ("", "false", "none"):
+        return None
+    if str(value).lower() in ("true", "latest"):
+        found = checkpoints(output_dir) if os.path.isdir(output_dir) else []
+        for path in found:
+            missing = missing_parts(path)
+            if not missing:
+                return str(path)
+            warnings.warn(
+                f"--resume_from_checkpoint {value}: skipping {path}, an incomplete checkpoint (no "
+                f"{', '.join(missing)}; a save cut short?)",
+                stacklevel=2,
+            )
+        what = "no complete checkpoint-* directory" if found else "no checkpoint-* directory"
+        raise ValueError(f"--resume_from_checkpoint {value}: {what} in {output_dir}")
+    if not os.path.isdir(value):
+        raise ValueError(f"--resume_from_checkpoint {value}: not a directory")
+    missing = missing_parts(value)
+    if missing:
+        raise ValueError(
+            f"--resume_from_checkpoint {value}: not a complete checkpoint (no {', '.join(missing)}); give a "
+            "checkpoint-N directory that `oar-rl train` saved, or 'latest'"
+        )
+    return value
+
+
+SPEED_ONLY = ("perturbation_batch_size", "perturbation_prefix_reuse")
+"""OARConfig fields that change how fast, not what, the scorers compute: free to change on resume."""
+
+
+def _compared(args: Any) -> dict[str, Any]:
+    from dataclasses import fields
+
+    from trl import GRPOConfig
+
+    from oar_rl.config import OARConfig
+
+    names = list(RESULT_FIELDS)
+    if isinstance(args, OARConfig):
+        inherited = {f.name for f in fields(GRPOConfig)}
+        names += [f.name for f in fields(OARConfig) if f.name not in inherited and f.name not in SPEED_ONLY]
+    return {n: getattr(args, n) for n in names if hasattr(args, n)}
+
+
+def check_resume(checkpoint: str, args: Any) -> None:
+    """ValueError listing the settings that differ between `args` and those saved with `checkpoint`
+    (its training_args.bin); silent when the checkpoint has none (not saved by a Trainer)."""
+    saved_path = Path(checkpoint) / "training_args.bin"
+    if not saved_path.is_file():
+        return
+    import torch
+
+    saved = torch.load(saved_path, weights_only=False)  # the user's own checkpoint, written by Trainer
+    old, new = _compared(saved), _compared(args)
+    diff = [f"{k}: {old[k]!r} -> {new[k]!r}" for k in new if k in old and old[k] != new[k]]
+    if diff:
+        raise ValueError(
+            f"--resume_from_checkpoint {checkpoint} was saved under other settings ({'; '.join(diff)}); a "
+            "resumed run keeps the checkpoint's optimizer and scheduler, so it would mix two runs. Resume "
+            "with the same settings, or start a fresh run in a new --output_dir"
+        )
+
+
+def check_fresh_output_dir(output_dir: str) -> None:
+    """ValueError when a run that does not resume would write into a directory holding another run's
+    checkpoints or log (its logs.jsonl would mix, and `latest` would pick the other run's checkpoint)."""
+    root = Path(output_dir)
+    if not root.is_dir():
+        return
+    held = [p.name for p in checkpoints(root)[:3]] + (
+        ["logs.jsonl"] if (root / "logs.jsonl").exists() else []
+    )
+    if held:
+        raise ValueError(
+            f"--output_dir {output_dir} holds another run ({', '.join(held)}): resume it with "
+            "--resume_from_checkpoint latest, or choose a new --output_dir (or delete that one)"
+        )
