@@ -68,6 +68,7 @@ TIERS: dict[str, int] = {
     "oar_rl.options": 4,  # the shared command-line flags (names the tasks and warm starts)
     # 5 applications: training, evaluation, the cost benchmark, the study and the analyses
     "oar_rl.train": 5,
+    "oar_rl.checkpoints": 5,  # oar-rl train's output directory and resume checks
     "oar_rl.eval": 5,
     "oar_rl.bench": 5,
     "oar_rl.study": 5,

@@ -289,6 +289,9 @@ def test_a_credit_module_imported_already_is_not_run_twice(tmp_path, monkeypatch
         assert load_credit_module("t_own_rules").rules == ("t-own",)
         LOADED.pop(str(src.resolve()))
         assert load_credit_module(str(src)).rules == ("t-own",)  # the path of the same file
+        unregister_credit("t-own")  # e.g. a notebook reloading a changed file: loading again re-runs it
+        LOADED.pop(str(src.resolve()))
+        assert load_credit_module(str(src)).rules == ("t-own",) and "t-own" in credits.CREDIT_MODES
     finally:
         LOADED.pop(str(src.resolve()), None)
         sys.modules.pop("t_own_rules", None)

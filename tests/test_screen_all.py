@@ -113,28 +113,3 @@ def test_a_claim_being_written_is_held_and_a_stale_unreadable_one_is_not(tmp_pat
     assert claimable(store, "x", 0)
     path.write_text(json.dumps({"pid": os.getpid(), "host": "another-machine"}))
     assert not claimable(store, "x", 0)  # another machine's claim is never taken over
-
-
-def test_a_stored_run_at_another_learning_rate_does_not_stand_in(tmp_path):
-    """A study's run file is named after its method, not its rate: a new --tune-lr sweep that moved one
-    method's rate reused the stored run, trained at the old one, silently."""
-    store = RunStore(tmp_path / "runs", {"p": 1})
-    store.put("oar-g", 0, {"method": "oar-g", "learning_rate": 1e-4})
-    trained: list = []
-
-    def train(payload):
-        trained.append(payload)
-        return {"method": "oar-g", "learning_rate": payload}
-
-    same = claims.run_claimed(
-        store, [("oar-g", 0, 1e-4)], train, None, 1, expect=lambda lr: {"learning_rate": lr}
-    )
-    assert same["oar-g/seed0"]["learning_rate"] == 1e-4 and not trained
-    with pytest.raises(
-        runner.StudyError,
-        match=r"oar-g\.seed0\.json is not the run .*learning_rate: stored 0\.0001, this study 0\.002",
-    ):
-        claims.run_claimed(
-            store, [("oar-g", 0, 2e-3)], train, None, 1, expect=lambda lr: {"learning_rate": lr}
-        )
-    assert not trained

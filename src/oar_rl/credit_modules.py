@@ -71,7 +71,7 @@ def load_credit_module(spec: str) -> CreditModule:
             return LOADED[str(path)]
         module = _imported_from(path)  # imported already (e.g. by the user's script): not run twice
         if module is not None:
-            return _record(spec, path, module, before)
+            return _record(spec, path, module, before, cached=True)
         name = f"oar_rl_credit_module_{path.stem}_{hashlib.sha1(str(path).encode()).hexdigest()[:8]}"
         loader = importlib.util.spec_from_file_location(name, path)
         if loader is None or loader.loader is None:
@@ -84,6 +84,7 @@ def load_credit_module(spec: str) -> CreditModule:
             sys.modules.pop(name, None)
             raise ValueError(f"{FLAG} {spec}: importing it failed: {type(err).__name__}: {err}") from err
     else:
+        cached = spec in sys.modules
         try:
             module = importlib.import_module(spec)
         except Exception as err:
@@ -96,7 +97,8 @@ def load_credit_module(spec: str) -> CreditModule:
             raise ValueError(f"{FLAG} {spec}: the module has no source file to record")
         if str(path) in LOADED:
             return LOADED[str(path)]
-    return _record(spec, path, module, before)
+        return _record(spec, path, module, before, cached)
+    return _record(spec, path, module, before, cached=False)
 
 
 def _imported_from(path: Path) -> ModuleType | None:
@@ -108,15 +110,25 @@ def _imported_from(path: Path) -> ModuleType | None:
     return None
 
 
-def _record(spec: str, path: Path, module: ModuleType, before: set[str]) -> CreditModule:
-    """The loaded module's record: the rules it registered now, or when it was imported before."""
+def _record(spec: str, path: Path, module: ModuleType, before: set[str], cached: bool) -> CreditModule:
+    """The loaded module's record: the rules it registered now, or when it was imported before. A module
+    imported before whose rules were unregistered since (`unregister_credit`) is reloaded once."""
     from oar_rl import credits
 
-    rules = tuple(
-        n
-        for n, mode in credits.CREDIT_MODES.items()
-        if n not in before or credits._origin(mode) == module.__name__
-    )
+    def rules_now() -> tuple[str, ...]:
+        return tuple(
+            n
+            for n, mode in credits.CREDIT_MODES.items()
+            if n not in before or credits._origin(mode) == module.__name__
+        )
+
+    rules = rules_now()
+    if not rules and cached:
+        try:  # its own loader (a file loaded by path has no finder for importlib.reload)
+            module.__spec__.loader.exec_module(module)
+        except Exception as err:
+            raise ValueError(f"{FLAG} {spec}: reloading it failed: {type(err).__name__}: {err}") from err
+        rules = rules_now()
     if not rules:
         raise ValueError(
             f"{FLAG} {spec}: the module registered no credit rule; call oar_rl.register_credit(...) in it "

@@ -58,12 +58,10 @@ RESHAPES: tuple[str, ...] = ("none", "uniform", "entropy", "bilevel", "grail", "
 - 'weights': the scores *are* the final weights w_t on the scored tokens, A_t = A_i·w_t (the others
   keep 1; no renormalisation)."""
 NON_NEGATIVE: tuple[str, ...] = ("uniform", "entropy", "bilevel", "weights")
-"""Reshapings that need scores >= 0 on the scored tokens (:func:`check_scores`). Values down to
-−:data:`NEGATIVE_TOLERANCE` pass as float rounding: relative to max(1, the batch's largest |score|) for
-'bilevel' and 'uniform', which normalise each row, absolute for 'weights' and 'entropy', which take the
-scores as they are. 'uniform' and 'weights' get them clamped to 0; 'bilevel' clamps them itself (Eq. 14)
-and 'entropy' keeps them (a bonus of −α·10⁻⁶ at most), so the built-in rules score bit for bit as before.
-Eq. 6's entropy bonus with a negative score would be a penalty, and could flip a row's sign."""
+"""Reshapings that need scores >= 0 on the scored tokens (:func:`check_scores`). Down to −1e-6 passes as
+rounding (relative to the batch's largest |score| for 'bilevel' and 'uniform', absolute for 'weights' and
+'entropy'): clamped to 0 for 'uniform' and 'weights', by Eq. 14 for 'bilevel', kept for 'entropy' (the
+built-in rules score as before); further below, Eq. 6's bonus would be a penalty."""
 NEGATIVE_TOLERANCE = 1e-6
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 

@@ -112,7 +112,7 @@ def run_claimed(
     *,
     idle: Callable[[], bool] | None = None,
     wait: bool = True,
-    expect: Callable[[Any], dict[str, Any]] | None = None,
+    check: Callable[[dict, Any], None] | None = None,
 ) -> dict[str, dict]:
     """Train every (name, seed, payload) of `items` that `store` lacks, several processes sharing the work.
 
@@ -121,9 +121,9 @@ def run_claimed(
     to claim waits for the others' runs, first calling `idle()` (other work; True if it did some) and
     sleeping only when that did nothing. With `wait=False` it returns at once instead (the records of
     the runs still held by others are then missing). `progress`: a `runner.Progress` or None. Returns
-    {key: record} for every item it has; `train(payload)` returns one record. `expect(payload)`: fields a
-    stored record must hold to stand for the item (e.g. its learning rate, which a run's name does not
-    carry); StudyError naming the file and the difference otherwise.
+    {key: record} for every item it has; `train(payload)` returns one record. `check(record, payload)`
+    raises when a stored record cannot stand for the item (e.g. it was trained at another learning rate,
+    which a run's name does not carry).
     """
     pending = list(items)
     done: dict[str, dict] = {}
@@ -131,8 +131,8 @@ def run_claimed(
         waiting = []
         for name, seed, payload in pending:
             rec = store.get(name, seed)
-            if rec is not None and expect is not None:
-                _check_expected(store, name, seed, rec, expect(payload))
+            if rec is not None and check is not None:
+                check(rec, payload)
             if rec is None:
                 claim = _try_claim(store, name, seed)
                 if claim is None:
@@ -156,18 +156,3 @@ def run_claimed(
                 _wait()
         pending = waiting
     return done
-
-
-def _check_expected(store: RunStore, name: str, seed: int, rec: dict, want: dict[str, Any]) -> None:
-    """StudyError when the stored run of (name, seed) holds other values than `want` (fields it lacks, as
-    in run files older than the field, are not compared)."""
-    from oar_rl.study.runner import StudyError
-
-    diff = [f"{k}: stored {rec[k]!r}, this study {v!r}" for k, v in want.items() if k in rec and rec[k] != v]
-    if diff:
-        raise StudyError(
-            f"{store.root / store.filename(name, seed)} is not the run this study asks for ("
-            + "; ".join(diff)
-            + "): e.g. a new --tune-lr sweep chose another learning rate for the method. Use a new --out, "
-            "or --fresh to discard these results."
-        )

@@ -223,15 +223,25 @@ def _train_runs(
         )
         return rec
 
-    def expect(item: tuple[int, Any, int]) -> dict[str, Any]:  # the name carries neither
-        _, variant, _ = item
-        return {
+    def check(rec: dict[str, Any], item: tuple[int, Any, int]) -> None:  # a run's name carries neither
+        _, variant, seed = item
+        want = {
             "method": variant.method,
             "learning_rate": dict(variant.overrides).get("learning_rate", settings.learning_rate),
-        }
+        }  # fields a run file lacks (older than the field) are not compared
+        diff = [
+            f"{k}: stored {rec[k]!r}, this study {v!r}" for k, v in want.items() if k in rec and rec[k] != v
+        ]
+        if diff:
+            raise StudyError(
+                f"{store.root / store.filename(variant.name, seed)} is not the run this study asks for ("
+                + "; ".join(diff)
+                + "): e.g. a new --tune-lr sweep chose another learning rate for the method. Use a new "
+                "--out, or --fresh to discard these results."
+            )
 
     items = [(v.name, seed, (i, v, seed)) for i, (v, seed) in enumerate(plan, 1)]
-    return run_claimed(store, items, train, progress, settings.steps, expect=expect)
+    return run_claimed(store, items, train, progress, settings.steps, check=check)
 
 
 def _recall(
