@@ -50,8 +50,10 @@ def missing_parts(path: str | os.PathLike) -> list[str]:
 def checkpoints(output_dir: str | os.PathLike) -> list[Path]:
     """The `checkpoint-N` directories of `output_dir`, newest (largest N) first."""
     root = Path(output_dir)
+    if not root.is_dir():
+        return []
     found = [(int(m.group(1)), p) for p in root.iterdir() if p.is_dir() and (m := _CHECKPOINT.match(p.name))]
-    return [p for _, p in sorted(found, key=lambda t: t[0], reverse=True)] if root.is_dir() else []
+    return [p for _, p in sorted(found, key=lambda t: t[0], reverse=True)]
 
 
 def resolve_checkpoint(value: str | None, output_dir: str) -> str | None:
