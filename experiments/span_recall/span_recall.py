@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
 import sys
 import time
@@ -127,7 +128,7 @@ def main(argv: list[str] | None = None) -> int:
         "seconds_all": times,
         "span_over_exact_time": med["oar-p-span"] / med["oar-p"],
         "machine": f"{platform.machine()} CPU, 1 torch thread, torch {torch.__version__}; "
-        "shared 2-core CPU (other jobs running): times are indicative",
+        f"load average {[round(x, 2) for x in os.getloadavg()]} at the end (other jobs raise the times)",
     }
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
