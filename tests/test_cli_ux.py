@@ -378,6 +378,7 @@ def test_demo_is_the_quick_study_on_wordproblems(tmp_path, monkeypatch, capsys):
     ("argv", "message"),
     [
         (["task-figures", "--problems", "0"], "--problems must be >= 1, got 0"),
+        (["task-figures", "--task", "bogus"], "bogus"),
         (["task-figures", "--task", "wordproblems", "--model", "/no/such/model"], "no such directory"),
         (["oracle", "--heatmaps", "-2"], r"--heatmaps must be >= 0 \(traces shown\), got -2"),
         (["oracle", "--max-new-tokens", "0"], "--max-new-tokens must be >= 1, got 0"),

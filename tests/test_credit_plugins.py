@@ -202,6 +202,9 @@ def test_check_scores_rounding_signs_and_unread_tokens(rule):
     entropy = rule("t-e", lambda m, b, **kw: None, reshape="entropy")
     with pytest.raises(ValueError, match=r"t-e.*reshape='entropy' needs non-negative scores"):
         credits.check_scores(entropy, torch.tensor([[1.0, -1.0, 0.0, 0.0]]), _batch(valid))
+    # float32 entropies of peaked distributions with logits near 50 come out at about -3.8e-6: kept
+    peaked = torch.tensor([[1.0, -3.8e-6, 0.0, 0.0]])
+    assert torch.equal(credits.check_scores(entropy, peaked, _batch(valid)), peaked)
     graph = torch.tensor([[1.0, 2.0, 3.0, 4.0]], requires_grad=True) * 2
     assert not credits.check_scores(uniform, graph, _batch(valid), scored).requires_grad
     with pytest.raises(ValueError, match=r"probe=True does not go with reshape='entropy'"):
@@ -210,6 +213,7 @@ def test_check_scores_rounding_signs_and_unread_tokens(rule):
 
     with pytest.raises(ValueError, match=r"entropies must be >= 0 on valid tokens.*found -10\.0"):
         entropy_shaped_advantages(torch.tensor([1.0]), torch.tensor([[0.5, -10.0]]), torch.ones(1, 2))
+    entropy_shaped_advantages(torch.tensor([1.0]), torch.tensor([[0.5, -3.8e-6]]), torch.ones(1, 2))
 
 
 def test_a_noisy_grail_rule_gets_the_generators_of_the_rows_it_scores(tmp_path, tokenizer, dataset, rule):

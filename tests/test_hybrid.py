@@ -67,7 +67,7 @@ def test_top_fraction_and_recall_by_hand():
         reference[0, j] = 1.0
         assert topk_recall(span, reference, one, 0.2) == pytest.approx(1 / 4)
     assert topk_recall(span, span, one, 0.2) == pytest.approx(1 / 4)  # two independent draws of a tie
-    with pytest.raises(ValueError, match="NaN on 1 masked"):
+    with pytest.raises(ValueError, match="NaN on 1 tokens of the mask"):
         topk_recall(torch.tensor([[float("nan"), 1.0, 0.0, 0.0, 0.0]]), span, one, 0.2)
     with pytest.raises(ValueError, match="fraction"):
         top_fraction_mask(ref, mask, 0.0)

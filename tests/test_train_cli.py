@@ -199,3 +199,21 @@ def test_train_on_local_file_with_named_columns(tiny_model_dir, tmp_path):
         train.main([*argv, *extra, "--credit", "random", "--reward_funcs", f"{__name__}.digit_reward"]) == 0
     )
     assert (tmp_path / "o" / "model.safetensors").exists()
+
+
+def test_sharded_checkpoints_are_complete_and_unreadable_args_are_a_warning(tmp_path):
+    """FSDP's SHARDED_STATE_DICT and DeepSpeed ZeRO keep the weights in a subdirectory (Trainer resumes from
+    them); a training_args.bin another version cannot unpickle does not block a resume."""
+    ckpt = tmp_path / "checkpoint-5"
+    (ckpt / "global_step5").mkdir(parents=True)
+    (ckpt / "trainer_state.json").write_text("{}")
+    assert checkpoints.missing_parts(ckpt) == []
+    assert checkpoints.resolve_checkpoint("latest", str(tmp_path)) == str(ckpt)
+    (ckpt / "global_step5").rmdir()
+    assert checkpoints.missing_parts(ckpt) == [
+        "weights (model.safetensors or pytorch_model.bin or adapter_model.safetensors, or a sharded state)"
+    ]
+    (ckpt / "training_args.bin").write_bytes(b"not a pickle")
+    with pytest.warns(UserWarning, match="cannot read its training_args.bin"):
+        checkpoints.check_resume(str(ckpt), object())
+    assert checkpoints.checkpoints(tmp_path / "missing") == []

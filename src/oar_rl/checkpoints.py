@@ -26,6 +26,8 @@ WEIGHT_FILES = (
     "adapter_model.safetensors",
     "adapter_model.bin",
 )
+SHARDED_WEIGHTS = ("pytorch_model_fsdp_*", "global_step*")
+"""Directories of sharded states Trainer resumes from: FSDP's SHARDED_STATE_DICT, DeepSpeed's ZeRO."""
 RESULT_FIELDS = (
     "learning_rate", "lr_scheduler_type", "warmup_ratio", "warmup_steps", "weight_decay", "seed",
     "per_device_train_batch_size", "gradient_accumulation_steps", "num_generations", "steps_per_generation",
@@ -42,8 +44,9 @@ def missing_parts(path: str | os.PathLike) -> list[str]:
     """What a complete checkpoint has and `path` lacks: trainer_state.json, and any of the weight files."""
     root = Path(path)
     missing = [] if (root / STATE_FILE).is_file() else [STATE_FILE]
-    if not any((root / name).is_file() for name in WEIGHT_FILES):
-        missing.append("weights (" + " or ".join(WEIGHT_FILES[::2]) + ")")
+    sharded = any(p.is_dir() for pattern in SHARDED_WEIGHTS for p in root.glob(pattern))
+    if not sharded and not any((root / name).is_file() for name in WEIGHT_FILES):
+        missing.append("weights (" + " or ".join(WEIGHT_FILES[::2]) + ", or a sharded state)")
     return missing
 
 
@@ -101,7 +104,12 @@ def _compared(args: Any) -> dict[str, Any]:
     if isinstance(args, OARConfig):
         inherited = {f.name for f in fields(GRPOConfig)}
         names += [f.name for f in fields(OARConfig) if f.name not in inherited and f.name not in SPEED_ONLY]
-    return {n: getattr(args, n) for n in names if hasattr(args, n)}
+    out = {n: getattr(args, n) for n in names if hasattr(args, n)}
+    if out.get("credit_module"):  # the same file given by another relative path is the same module
+        from oar_rl.credit_modules import _is_path
+
+        out["credit_module"] = [str(Path(m).resolve()) if _is_path(m) else m for m in out["credit_module"]]
+    return out
 
 
 def check_resume(checkpoint: str, args: Any) -> None:
@@ -112,7 +120,15 @@ def check_resume(checkpoint: str, args: Any) -> None:
         return
     import torch
 
-    saved = torch.load(saved_path, weights_only=False)  # the user's own checkpoint, written by Trainer
+    try:  # the user's own checkpoint, written by Trainer; another version's classes may not unpickle
+        saved = torch.load(saved_path, weights_only=False)
+    except Exception as err:
+        warnings.warn(
+            f"--resume_from_checkpoint {checkpoint}: cannot read its training_args.bin "
+            f"({type(err).__name__}: {err}), so the settings it was saved under are not compared with these",
+            stacklevel=2,
+        )
+        return
     old, new = _compared(saved), _compared(args)
     diff = [f"{k}: {old[k]!r} -> {new[k]!r}" for k in new if k in old and old[k] != new[k]]
     if diff:

@@ -43,7 +43,7 @@ from oar_rl.importance.perturbation import perturbation_scores
 from oar_rl.importance.rows import score_rows
 from oar_rl.importance.span import span_perturbation_scores
 from oar_rl.probes import ScoringBatch, prepare_batch
-from oar_rl.reshape import check_grail_options, grail_rollout_rows, grail_token_advantages
+from oar_rl.reshape import ENTROPY_ROUNDING, check_grail_options, grail_rollout_rows, grail_token_advantages
 
 Reshape = Literal["none", "uniform", "entropy", "bilevel", "grail", "weights"]
 RESHAPES: tuple[str, ...] = ("none", "uniform", "entropy", "bilevel", "grail", "weights")
@@ -59,9 +59,9 @@ RESHAPES: tuple[str, ...] = ("none", "uniform", "entropy", "bilevel", "grail", "
   keep 1; no renormalisation)."""
 NON_NEGATIVE: tuple[str, ...] = ("uniform", "entropy", "bilevel", "weights")
 """Reshapings that need scores >= 0 on the scored tokens (:func:`check_scores`). Down to −1e-6 passes as
-rounding (relative to the batch's largest |score| for 'bilevel' and 'uniform', absolute for 'weights' and
-'entropy'): clamped to 0 for 'uniform' and 'weights', by Eq. 14 for 'bilevel', kept for 'entropy' (the
-built-in rules score as before); further below, Eq. 6's bonus would be a penalty."""
+rounding (× the largest |score| of the scored tokens for 'bilevel', 'uniform'; absolute for 'weights'; for
+'entropy' −ENTROPY_ROUNDING): clamped to 0 for 'uniform' and 'weights', by Eq. 14 for 'bilevel', kept for
+'entropy' (built-in rules score as before); further below, Eq. 6's bonus would be a penalty."""
 NEGATIVE_TOLERANCE = 1e-6
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 
@@ -255,10 +255,10 @@ def check_scores(mode: CreditMode, scores: Any, batch: ScoringBatch, scored: Ten
     zero = torch.zeros((), device=scores.device)
     scores = torch.where(valid & (finite | where), scores, zero)
     if mode.reshape in NON_NEGATIVE:
-        scale = 1.0
-        if mode.reshape not in ("weights", "entropy") and bool(where.any()):
-            scale = max(1.0, float(scores[where].abs().max()))
-        neg = (scores < -NEGATIVE_TOLERANCE * scale) & where
+        tol = ENTROPY_ROUNDING if mode.reshape == "entropy" else NEGATIVE_TOLERANCE
+        if mode.reshape in ("uniform", "bilevel") and bool(where.any()):
+            tol *= max(1.0, float(scores[where].abs().max()))
+        neg = (scores < -tol) & where
         if bool(neg.any()):
             r, c = (int(i) for i in neg.nonzero()[0])
             raise ValueError(

@@ -308,18 +308,21 @@ def main(argv: list[str] | None = None) -> int:
                 raise ValueError(f"{flag} must be >= 1, got {value}")
         if args.model is not None and not Path(args.model).is_dir():
             raise ValueError(f"--model {args.model!r}: no such directory (a saved model of the task)")
+        from oar_rl.tasks import get_task
+
+        get_task(args.task)  # an unknown task, named with the valid ones
         out = ensure_writable_dir(args.out) if args.out else None  # before the measurement, not after
-        figures = measure(
-            args.task,
-            model_dir=args.model,
-            problems=args.problems,
-            samples=args.samples,
-            oracle_rows=args.oracle_rows,
-            seed=args.seed,
-        )
     except (ValueError, OSError) as exc:
         print(f"oar-rl task-figures: {exc}", file=sys.stderr)
         return 2
+    figures = measure(
+        args.task,
+        model_dir=args.model,
+        problems=args.problems,
+        samples=args.samples,
+        oracle_rows=args.oracle_rows,
+        seed=args.seed,
+    )
     table = format_table(figures)
     print(table)
     if out is not None:

@@ -3,7 +3,8 @@
 Each Hub dataset is one `HubDataset` (id, config, default split, question column, how to get the
 answer). Loading goes through `datasets.load_dataset`; the same normalisation runs on local files in
 the Hub schema, found through ``data_files=`` or the ``OAR_RL_DATA_DIR`` directory
-(``$OAR_RL_DATA_DIR/<name>/<split>.{jsonl,json,parquet}`` or ``$OAR_RL_DATA_DIR/<name>.{…}``), which is
+(``$OAR_RL_DATA_DIR/<name>/<split>.{jsonl,json,parquet}``, or ``$OAR_RL_DATA_DIR/<name>.{…}`` for the
+dataset's default split only), which is
 how the tests run without a network and how air-gapped machines use pre-downloaded copies.
 
 Output columns: ``prompt`` (the templated question, str), ``answer`` (the gold final answer, str),

@@ -65,6 +65,9 @@ def top_fraction_probability(scores: Tensor, mask: Tensor, fraction: float) -> T
     """
     fraction = _check_fraction(fraction, "fraction")
     mask = mask.bool()
+    nan = int(torch.isnan(scores[mask]).sum())
+    if nan:  # a NaN at the cut would silently count its row as 0
+        raise ValueError(f"top-K: the scores have NaN on {nan} tokens of the mask")
     B, C = mask.shape
     if B == 0 or C == 0:
         return torch.zeros(mask.shape, dtype=torch.float64, device=mask.device)
@@ -96,10 +99,6 @@ def topk_recall(scores: Tensor, reference: Tensor, mask: Tensor, fraction: float
             f"{tuple(reference.shape)}, {tuple(mask.shape)}"
         )
     mask = mask.bool()
-    for name, t in (("scores", scores), ("reference", reference)):
-        bad = int(torch.isnan(t[mask]).sum())
-        if bad:
-            raise ValueError(f"topk_recall: {name} has NaN on {bad} masked tokens")
     ours = top_fraction_probability(scores, mask, fraction)
     ref = top_fraction_probability(reference, mask, fraction)
     total = float(ref.sum())
