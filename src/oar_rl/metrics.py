@@ -12,6 +12,8 @@ Callers that average over a batch usually want rows with a non-zero sequence adv
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 from oar_rl.reshape import _check_finite, _check_mask, _check_scores
@@ -111,6 +113,32 @@ def pivot_advantage_share(
     return torch.where(total > 0, share, pivot_fraction(pivot, filler))
 
 
+def top_k_probability(scores: torch.Tensor, mask: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
+    """(B, C) float64: each token's chance of being among its row's `keep` (B,) highest-scoring tokens of
+    `mask` when ties are broken uniformly at random (the exact expectation, no draw).
+
+    A token scored above the row's keep-th score is in (1.0); the n_tie tokens tied at that score share
+    the `slots` places left (slots / n_tie each); the others and tokens outside `mask` are out (0.0).
+    The one tie rule of every top-K figure (:func:`pivot_recall_at_k`, `oar_rl.importance.hybrid.topk_recall`,
+    `oar_rl.analysis.recall_stats.causal_recall`).
+    """
+    mask = mask.bool()
+    nan = int(torch.isnan(scores[mask]).sum())
+    if nan:  # a NaN at the cut would silently count its row as 0
+        raise ValueError(f"top-K: the scores have NaN on {nan} tokens of the mask")
+    B, C = mask.shape
+    if B == 0 or C == 0:
+        return torch.zeros(mask.shape, dtype=torch.float64, device=mask.device)
+    keep = torch.minimum(keep.long(), mask.sum(dim=1))  # (B,)
+    keyed = torch.where(mask, scores.double(), -math.inf)  # (B, C)
+    ranked = keyed.sort(dim=1, descending=True).values  # (B, C)
+    cut = ranked.gather(1, (keep - 1).clamp(min=0)[:, None])  # (B, 1): the keep-th score
+    above, tied = mask & (keyed > cut), mask & (keyed == cut)  # (B, C)
+    slots = (keep - above.sum(dim=1)).double()  # (B,)
+    share = slots / tied.sum(dim=1).clamp_min(1).double()  # (B,)
+    return above.double() + tied.double() * share[:, None]
+
+
 def pivot_recall_at_k(
     scores: torch.Tensor, pivot_mask: torch.Tensor, filler_mask: torch.Tensor, fraction: float
 ) -> torch.Tensor:
@@ -128,15 +156,8 @@ def pivot_recall_at_k(
     _check_finite(scores, reason, "scores")
     if not 0.0 < float(fraction) <= 1.0:
         raise ValueError(f"fraction must be in (0, 1], got {fraction}")
-    s = torch.where(reason, scores.float(), torch.full_like(scores, float("-inf"), dtype=torch.float32))
     count = reason.sum(dim=1)  # (B,)
     k = torch.clamp(torch.round(float(fraction) * count.double()).long(), min=1)  # (B,)
-    ranked = s.sort(dim=1, descending=True).values  # (B, C)
-    cut = ranked.gather(1, (k - 1).clamp(max=s.shape[1] - 1)[:, None])  # (B, 1): the K-th score
-    above = reason & (s > cut)  # (B, C)
-    tied = reason & (s == cut)  # (B, C)
-    slots = (k - above.sum(dim=1)).float()  # (B,)
-    n_tie = tied.sum(dim=1).float()  # (B,)
-    hits = (above & pivot).sum(dim=1).float() + slots * (tied & pivot).sum(dim=1).float() / n_tie.clamp_min(1)
+    hits = (top_k_probability(scores.float(), reason, k) * pivot).sum(dim=1).float()  # (B,): expected hits
     n_pivot = pivot.sum(dim=1).float()  # (B,)
     return torch.where(n_pivot > 0, hits / n_pivot.clamp_min(1), torch.zeros_like(hits))

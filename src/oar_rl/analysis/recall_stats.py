@@ -26,6 +26,7 @@ from typing import Any
 import torch
 
 from oar_rl.importance.baselines import CONTROLS
+from oar_rl.metrics import top_k_probability
 
 KS = (0.05, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0)
 """The K fractions of `oar-rl oracle`'s table."""
@@ -66,18 +67,12 @@ def causal_recall(
     has_pivot = labels.any(dim=1)  # (N,)
     if not bool(has_pivot.any()):
         return {float(k): 0.0 for k in ks}
-    s = torch.where(mask, scores.float(), torch.tensor(float("-inf")))  # (N, C)
-    ranked = s.sort(dim=1, descending=True).values  # (N, C)
     counts = mask.sum(dim=1)  # (N,)
     pivots = labels.sum(dim=1).clamp_min(1).double()  # (N,)
     out = {}
     for k in ks:
         keep = torch.clamp(torch.round(float(k) * counts.double()).long(), min=1)  # (N,)
-        cut = ranked.gather(1, (keep - 1).clamp(max=s.shape[1] - 1)[:, None])  # (N, 1): the K-th score
-        above, tied = mask & (s > cut), mask & (s == cut)  # (N, C)
-        slots = (keep - above.sum(dim=1)).double()  # (N,)
-        n_tie = tied.sum(dim=1).clamp_min(1).double()  # (N,)
-        hit = (labels & above).sum(dim=1).double() + slots * (labels & tied).sum(dim=1).double() / n_tie
+        hit = (top_k_probability(scores.float(), mask, keep) * labels).sum(dim=1)  # (N,): expected hits
         out[float(k)] = float((hit / pivots)[has_pivot].mean())
     return out
 

@@ -29,6 +29,7 @@ from torch import Tensor, nn
 
 from oar_rl.importance.gradient import gradient_scores
 from oar_rl.importance.perturbation import perturbation_scores
+from oar_rl.metrics import top_k_probability
 from oar_rl.probes import Probe, ScoringBatch, prepare_probe_batch
 
 
@@ -58,28 +59,10 @@ def top_fraction_mask(scores: Tensor, mask: Tensor, fraction: float) -> Tensor:
 
 
 def top_fraction_probability(scores: Tensor, mask: Tensor, fraction: float) -> Tensor:
-    """(B, C) float64: each token's chance of being in its row's top ceil(fraction · n) under random ties.
-
-    A token scored above the row's K-th score is in (1.0); the n_tie tokens tied at the K-th score share
-    the `slots` places left (slots / n_tie each); the others and tokens outside `mask` are out (0.0).
-    """
+    """:func:`top_k_probability` with keep = ceil(fraction · n) of each row's n tokens in `mask`."""
     fraction = _check_fraction(fraction, "fraction")
-    mask = mask.bool()
-    nan = int(torch.isnan(scores[mask]).sum())
-    if nan:  # a NaN at the cut would silently count its row as 0
-        raise ValueError(f"top-K: the scores have NaN on {nan} tokens of the mask")
-    B, C = mask.shape
-    if B == 0 or C == 0:
-        return torch.zeros(mask.shape, dtype=torch.float64, device=mask.device)
-    n = mask.sum(dim=1)  # (B,)
-    k = torch.ceil(n.double() * fraction).long().clamp(max=n)  # (B,)
-    keyed = torch.where(mask, scores.double(), -math.inf)  # (B, C)
-    ranked = keyed.sort(dim=1, descending=True).values  # (B, C)
-    cut = ranked.gather(1, (k - 1).clamp(min=0)[:, None])  # (B, 1): the K-th score
-    above, tied = mask & (keyed > cut), mask & (keyed == cut)  # (B, C)
-    slots = (k - above.sum(dim=1)).double()  # (B,)
-    share = slots / tied.sum(dim=1).clamp_min(1).double()  # (B,)
-    return above.double() + tied.double() * share[:, None]
+    n = mask.bool().sum(dim=1)  # (B,)
+    return top_k_probability(scores, mask, torch.ceil(n.double() * fraction).long())
 
 
 def topk_recall(scores: Tensor, reference: Tensor, mask: Tensor, fraction: float = 0.2) -> float:
