@@ -251,7 +251,7 @@ class OARTrainer(CreditLogging, GRPOTrainer):
         if importance is None:  # no row to score (on this rank; it ran padding passes only)
             return TokenCredit(token_adv, weights, fallback, active, None if reshape == "grail" else signal)
         # --- the one place where scores become token advantages, for every credit mode ---
-        importance = importance.detach().float().to(mask.device)  # (R, C); no graph reaches TRL's loss
+        importance = importance.float().to(mask.device)  # (R, C); detached by check_scores
         if reshape in ("uniform", "weights"):  # over the scored tokens; the others keep weight 1
             scored = sub_mask if scored_mask is None else scored_mask.to(mask.device) & sub_mask  # (R, C)
             # uniform: Eq. 17 on the raw scores; weights: the scores are the weights
