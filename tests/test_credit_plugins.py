@@ -303,6 +303,44 @@ def test_a_credit_module_imported_already_is_not_run_twice(tmp_path, monkeypatch
             unregister_credit("t-own")
 
 
+def test_a_rule_whose_scorer_comes_from_another_module_belongs_to_the_module_registering_it(
+    tmp_path, monkeypatch
+):
+    """A module imported before `--credit-module` names it, whose rule's scorer is defined elsewhere (a
+    helper module, a functools.partial of another function): its rules are found, not re-run and refused
+    as "already registered" (the origin was the scorer's module before)."""
+    import sys
+
+    (tmp_path / "t_helper_scores.py").write_text(
+        "def ones(m, b, **kw):\n    return b.completion_mask.float()\n"
+        "def make():\n    from oar_rl import register_credit\n"
+        "    register_credit('t-made', ones, reshape='weights')\n"
+    )
+    src = tmp_path / "t_partial_rules.py"
+    src.write_text(
+        "import functools\nfrom oar_rl import register_credit\nimport t_helper_scores as h\n"
+        "register_credit('t-partial', functools.partial(h.ones), reshape='weights')\n"
+        "register_credit('t-helper', h.ones, reshape='weights')\nh.make()\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    names = ("t-partial", "t-helper", "t-made")
+    try:
+        import t_partial_rules  # noqa: F401
+
+        assert {credits.CREDIT_MODES[n].module for n in names} == {"t_partial_rules"}
+        assert load_credit_module("t_partial_rules").rules == names
+        LOADED.pop(str(src.resolve()))
+        assert load_credit_module(str(src)).rules == names
+    finally:
+        LOADED.pop(str(src.resolve()), None)
+        for mod in ("t_partial_rules", "t_helper_scores"):
+            sys.modules.pop(mod, None)
+        for n in names:
+            if n in credits.CREDIT_MODES:
+                unregister_credit(n)
+    assert credits.CREDIT_MODES["oar-g"].module == "oar_rl.credits"
+
+
 def test_example_rule_runs_in_study_and_blame(tmp_path, capsys):
     """The guide's example file through `oar-rl study` (tiny: 1 seed, 2 steps) and `oar-rl blame`."""
     from oar_rl.analysis import blame

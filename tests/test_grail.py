@@ -14,8 +14,9 @@ import oar_rl
 from conftest import ANSWERS, PROMPTS, make_args, make_trainer, pad_texts
 from oar_rl.answer_span import answer_span_mask
 from oar_rl.config import OARConfig
-from oar_rl.credits import compute_importance, grail_credit
+from oar_rl.credits import compute_importance
 from oar_rl.importance import grail_importance, reasoning_positions
+from oar_rl.importance.grail import grail_credit
 from oar_rl.reshape import grail_rollout_rows, grail_token_advantages, grail_weights
 from oar_rl.tiny import tiny_qwen2
 
@@ -282,18 +283,18 @@ def test_scorer_with_checkpointing_and_frozen_params(tokenizer, batch):
 
 
 def test_grail_credit_scores_only_selected_rows(monkeypatch, model, batch):
-    import oar_rl.credits as credits  # grail_credit scores through this module's name
+    import oar_rl.importance.grail as grail_module  # grail_credit scores through this module's name
 
     p_ids, p_mask, c_ids, c_mask, ans = batch
     adv = torch.tensor([-1.0, -1.0, 0.5, -0.3, 0.0, -2.0])
     calls: list[int] = []
-    real = credits.grail_scores
+    real = grail_module.grail_scores
 
     def spy(*args, **kwargs):
         calls.append(args[1].input_ids.shape[0])  # rows actually scored (args[1]: the ScoringBatch)
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(credits, "grail_scores", spy)
+    monkeypatch.setattr(grail_module, "grail_scores", spy)
     scores = grail_importance(model, p_ids, p_mask, c_ids, c_mask, answer_mask=ans)
     reasoning = reasoning_positions(c_mask, ans)
     for rollouts, n_scored in (("wrong", 1), ("correct", 1), ("all", 2)):

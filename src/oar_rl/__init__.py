@@ -31,7 +31,7 @@ _EXPORTS: dict[str, str] = {
     "reasoning_mask": "oar_rl.answer_span",
     # GRAIL (Pala, Toh & Poria 2026)
     "grail_importance": "oar_rl.importance",
-    "grail_credit": "oar_rl.credits",
+    "grail_credit": "oar_rl.importance.grail",
     "grail_weights": "oar_rl.reshape",
     "grail_token_advantages": "oar_rl.reshape",
     # analysis (paper §5.1)

@@ -13,8 +13,8 @@ Every scorer takes one :class:`oar_rl.probes.ScoringBatch` (ids, masks and answe
 validated once by `prepare_batch`); its keyword arguments come from the rule's `options` (built from a
 :class:`ScoringContext`: the `OARConfig` settings, the probe, the noise generators, the tokenizer), and
 its output is checked on every call (:func:`check_scores`: shape, finite, non-negative where the
-reshaping needs it), the error naming the rule. :func:`grail_credit` is GRAIL's scoring and reshaping
-of a standalone batch.
+reshaping needs it), the error naming the rule. :func:`~oar_rl.importance.grail.grail_credit` is
+GRAIL's scoring and reshaping of a standalone batch.
 
 The registration order is the order of :data:`CREDITS` (the study's method order; do not reorder).
 """
@@ -22,6 +22,7 @@ The registration order is the order of :data:`CREDITS` (the study's method order
 from __future__ import annotations
 
 import re
+import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -37,13 +38,13 @@ from oar_rl.importance.baselines import (
 )
 from oar_rl.importance.first_error import first_error_scores
 from oar_rl.importance.gradient import gradient_scores
-from oar_rl.importance.grail import batch_reasoning, grail_scores
+from oar_rl.importance.grail import grail_credit, grail_rows, grail_scores  # noqa: F401 (public here too)
 from oar_rl.importance.hybrid import hybrid_scores
 from oar_rl.importance.perturbation import perturbation_scores
 from oar_rl.importance.rows import score_rows
 from oar_rl.importance.span import span_perturbation_scores
 from oar_rl.probes import ScoringBatch, prepare_batch
-from oar_rl.reshape import ENTROPY_ROUNDING, check_grail_options, grail_rollout_rows, grail_token_advantages
+from oar_rl.reshape import ENTROPY_ROUNDING
 
 Reshape = Literal["none", "uniform", "entropy", "bilevel", "grail", "weights"]
 RESHAPES: tuple[str, ...] = ("none", "uniform", "entropy", "bilevel", "grail", "weights")
@@ -116,6 +117,9 @@ class CreditMode:
     default; a conflicting value given by the user is an error)."""
     standalone: bool = True
     """Scorable outside training by :func:`compute_importance` (attribute, oracle/recall, blame)."""
+    module: str = ""
+    """The module being imported when the rule was registered (its caller otherwise): the origin that
+    `--credit-module` matches rules to, whatever module the scorer itself comes from."""
 
     def kwargs(self, ctx: ScoringContext) -> dict[str, Any]:
         """The scorer's keyword arguments for `ctx` (see `options`)."""
@@ -204,6 +208,7 @@ def register_credit(
     mode = CreditMode(
         name, help or f"credit rule registered by {getattr(scorer, '__module__', '?')}", reshape, scorer,
         bool(needs_model), bool(noisy), bool(probe), options, dict(config or {}), bool(standalone),
+        _registering_module(),
     )  # fmt: skip
     CREDIT_MODES[name] = mode
     _refresh()
@@ -218,8 +223,17 @@ def unregister_credit(name: str) -> None:
     _refresh()
 
 
+def _registering_module() -> str:
+    """The innermost module whose top level is executing (an import registering rules), else the caller
+    of :func:`register_credit`."""
+    caller = frame = sys._getframe(2)
+    while frame is not None and frame.f_code.co_name != "<module>":
+        frame = frame.f_back
+    return (frame or caller).f_globals.get("__name__", "")
+
+
 def _origin(mode: CreditMode) -> str:
-    return getattr(mode.scorer, "__module__", None) or "oar_rl.credits"
+    return mode.module or getattr(mode.scorer, "__module__", None) or "oar_rl.credits"
 
 
 def check_scores(mode: CreditMode, scores: Any, batch: ScoringBatch, scored: Tensor | None = None) -> Tensor:
@@ -436,65 +450,3 @@ def compute_importance(
     if rows is not None:
         return score_rows(checked, model, batch, rows, **kwargs)
     return checked(model, batch, **kwargs)
-
-
-def grail_rows(batch: ScoringBatch, advantages: Tensor, rollouts: str) -> tuple[Tensor, Tensor]:
-    """(rows GRAIL scores (B,), tokens it reweights (B, C)) of a batch with an answer span: the rollouts
-    `rollouts` selects (:func:`~oar_rl.reshape.grail_rollout_rows`) that have a reasoning token, and the
-    reasoning tokens (:func:`~oar_rl.importance.reasoning_positions`)."""
-    reasoning = batch_reasoning(batch)  # (B, C)
-    return grail_rollout_rows(advantages.to(reasoning.device), rollouts) & reasoning.any(dim=1), reasoning
-
-
-def grail_credit(
-    model: nn.Module,
-    prompt_ids: Tensor,
-    prompt_mask: Tensor,
-    completion_ids: Tensor,
-    completion_mask: Tensor,
-    advantages: Tensor,
-    *,
-    answer_mask: Tensor,
-    mask: Tensor | None = None,
-    rollouts: str = "wrong",
-    mu: float = 1.0,
-    sigma: float = 0.5,
-    w_min: float = 0.5,
-    w_max: float = 5.0,
-    temperature: float = 1.0,
-    batch_size: int | None = None,
-) -> tuple[Tensor, Tensor]:
-    """GRAIL token advantages of a batch, scoring only the rows it reweights: the scores
-    (:func:`~oar_rl.importance.grail_importance`) then :func:`~oar_rl.reshape.grail_token_advantages`,
-    as the trainer does for ``credit="grail"``.
-
-    Args:
-        model, prompt_ids, prompt_mask, completion_ids, completion_mask, answer_mask, temperature,
-            batch_size: as :func:`~oar_rl.importance.grail_importance`.
-        advantages: (B,) sequence advantages A_i.
-        mask: (B, C) the tokens that get an advantage (e.g. completion mask without tool outputs);
-            None: `completion_mask`.
-        rollouts, mu, sigma, w_min, w_max: as :func:`oar_rl.reshape.grail_token_advantages`.
-
-    Returns:
-        (token_advantages (B, C), weights (B, C)), float32 on `mask`'s device, 0 on padding.
-    """
-    check_grail_options(mu, sigma, w_min, w_max, rollouts)  # before any forward pass
-    mask = completion_mask if mask is None else mask
-    batch = prepare_batch(model, prompt_ids, prompt_mask, completion_ids, completion_mask, answer_mask)
-    if not isinstance(advantages, Tensor) or advantages.shape != completion_mask.shape[:1]:
-        shape = tuple(advantages.shape) if isinstance(advantages, Tensor) else type(advantages).__name__
-        raise ValueError(f"advantages must be a (B,) tensor with B={completion_mask.shape[0]}, got {shape}")
-    selected, reasoning = grail_rows(batch, advantages, rollouts)  # (B,), (B, C)
-    scores = score_rows(grail_scores, model, batch, selected, temperature=temperature, batch_size=batch_size)
-    return grail_token_advantages(
-        advantages,
-        scores.to(mask.device),
-        mask,
-        reasoning.to(mask.device),
-        rollouts=rollouts,
-        mu=mu,
-        sigma=sigma,
-        w_min=w_min,
-        w_max=w_max,
-    )

@@ -90,8 +90,9 @@ from trl.models import unwrap_model_for_generation
 from oar_rl.answer_span import answer_masks
 from oar_rl.config import OARConfig
 from oar_rl.credit_logging import BOOST_EPS, CreditLogging
-from oar_rl.credits import CREDIT_MODES, ScoringContext, check_scores, grail_rows, run_scorer
+from oar_rl.credits import CREDIT_MODES, ScoringContext, check_scores, run_scorer
 from oar_rl.distributed import ScoringSync, row_generators, scoring_params
+from oar_rl.importance.grail import grail_rows
 from oar_rl.importance.rows import score_rows
 from oar_rl.probes import ANSWER_SPAN_PROBES, prepare_batch
 from oar_rl.reshape import entropy_shaped_advantages, grail_token_advantages, rescale_sum, token_advantages

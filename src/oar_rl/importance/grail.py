@@ -16,7 +16,7 @@ first span token; :func:`reasoning_positions`) and 0 elsewhere. The weights are 
 A_t = A_i·w_t on the rollouts selected (published: the wrong ones); every other valid token, and every
 row without a span, keeps weight 1. This module only scores: the trainer turns the scores into token
 advantages where it reshapes every credit mode (:func:`oar_rl.reshape.grail_token_advantages`), and
-:func:`oar_rl.credits.grail_credit` does both for a standalone batch.
+:func:`grail_credit` does both for a standalone batch.
 
 Implementation (shared with OAR-G, :mod:`oar_rl.importance.gradient`): the batch is laid out and
 validated by ``prepare_batch``; the model runs as TRL runs it (``body_hidden``: ``inputs_embeds``, the 2-D
@@ -79,8 +79,10 @@ from torch import Tensor, nn
 from tqdm.auto import tqdm
 
 from oar_rl.answer_span import check_answer_mask, has_answer_span, scored_positions
+from oar_rl.importance.rows import score_rows
 from oar_rl.model_parts import base_model, body_hidden, eval_mode, head_logits
 from oar_rl.probes import ScoringBatch, build_probe_spec, check_rows_per_pass, prepare_batch
+from oar_rl.reshape import check_grail_options, grail_rollout_rows, grail_token_advantages
 
 
 def reasoning_positions(completion_mask: Tensor, answer_mask: Tensor) -> Tensor:
@@ -185,3 +187,65 @@ def grail_scores(
             score = (g[:, P:].float() * emb[:, P:].float()).norm(dim=-1)  # (n, L - P)
             out[rows, : L - P] = score
     return out * reasoning
+
+
+def grail_rows(batch: ScoringBatch, advantages: Tensor, rollouts: str) -> tuple[Tensor, Tensor]:
+    """(rows GRAIL scores (B,), tokens it reweights (B, C)) of a batch with an answer span: the rollouts
+    `rollouts` selects (:func:`~oar_rl.reshape.grail_rollout_rows`) that have a reasoning token, and the
+    reasoning tokens (:func:`~oar_rl.importance.reasoning_positions`)."""
+    reasoning = batch_reasoning(batch)  # (B, C)
+    return grail_rollout_rows(advantages.to(reasoning.device), rollouts) & reasoning.any(dim=1), reasoning
+
+
+def grail_credit(
+    model: nn.Module,
+    prompt_ids: Tensor,
+    prompt_mask: Tensor,
+    completion_ids: Tensor,
+    completion_mask: Tensor,
+    advantages: Tensor,
+    *,
+    answer_mask: Tensor,
+    mask: Tensor | None = None,
+    rollouts: str = "wrong",
+    mu: float = 1.0,
+    sigma: float = 0.5,
+    w_min: float = 0.5,
+    w_max: float = 5.0,
+    temperature: float = 1.0,
+    batch_size: int | None = None,
+) -> tuple[Tensor, Tensor]:
+    """GRAIL token advantages of a batch, scoring only the rows it reweights: the scores
+    (:func:`~oar_rl.importance.grail_importance`) then :func:`~oar_rl.reshape.grail_token_advantages`,
+    as the trainer does for ``credit="grail"``.
+
+    Args:
+        model, prompt_ids, prompt_mask, completion_ids, completion_mask, answer_mask, temperature,
+            batch_size: as :func:`~oar_rl.importance.grail_importance`.
+        advantages: (B,) sequence advantages A_i.
+        mask: (B, C) the tokens that get an advantage (e.g. completion mask without tool outputs);
+            None: `completion_mask`.
+        rollouts, mu, sigma, w_min, w_max: as :func:`oar_rl.reshape.grail_token_advantages`.
+
+    Returns:
+        (token_advantages (B, C), weights (B, C)), float32 on `mask`'s device, 0 on padding.
+    """
+    check_grail_options(mu, sigma, w_min, w_max, rollouts)  # before any forward pass
+    mask = completion_mask if mask is None else mask
+    batch = prepare_batch(model, prompt_ids, prompt_mask, completion_ids, completion_mask, answer_mask)
+    if not isinstance(advantages, Tensor) or advantages.shape != completion_mask.shape[:1]:
+        shape = tuple(advantages.shape) if isinstance(advantages, Tensor) else type(advantages).__name__
+        raise ValueError(f"advantages must be a (B,) tensor with B={completion_mask.shape[0]}, got {shape}")
+    selected, reasoning = grail_rows(batch, advantages, rollouts)  # (B,), (B, C)
+    scores = score_rows(grail_scores, model, batch, selected, temperature=temperature, batch_size=batch_size)
+    return grail_token_advantages(
+        advantages,
+        scores.to(mask.device),
+        mask,
+        reasoning.to(mask.device),
+        rollouts=rollouts,
+        mu=mu,
+        sigma=sigma,
+        w_min=w_min,
+        w_max=w_max,
+    )
