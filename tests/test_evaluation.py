@@ -308,6 +308,66 @@ def test_resume_refuses_a_changed_gold_another_model_version_and_a_changed_timeo
     assert "verify_timeout None -> 3.0" in capsys.readouterr().err
 
 
+def _hub_cache(root: Path, repo: str, commit: str, files: Path) -> None:
+    """The Hugging Face cache's layout for `repo` at `commit` (refs/main points to it)."""
+    entry = root / ("models--" + repo.replace("/", "--"))
+    snap = entry / "snapshots" / commit
+    snap.mkdir(parents=True)
+    for f in files.iterdir():
+        (snap / f.name).write_bytes(f.read_bytes())
+    (entry / "refs").mkdir(exist_ok=True)
+    (entry / "refs" / "main").write_text(commit)
+
+
+def test_a_hub_model_is_pinned_to_one_commit_and_a_resume_at_another_is_refused(
+    tiny_model_dir, tmp_path, monkeypatch, capsys
+):
+    """A Hub id was not fingerprinted: a resume after the branch moved would sample the remaining problems
+    from the new upload. Offline here: the commit comes from the cache's refs (the Hub is asked online)."""
+    import shutil
+
+    from huggingface_hub import constants
+
+    cache = tmp_path / "hub"
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(cache))
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_HUB_CACHE", str(cache))
+    old, new = "a" * 40, "b" * 40
+    _hub_cache(cache, "org/tiny", old, Path(tiny_model_dir))
+    out = tmp_path / "out"
+    args = [*_args("org/tiny", out), "--limit", "1"]
+    assert main(args) == 0
+    assert f"commit {old}" in capsys.readouterr().out
+    meta = json.loads((out / "eval_local.meta.json").read_text())
+    assert meta["model_fingerprint"] == f"hub:{old}" and meta["config"]["model"] == "org/tiny"
+
+    changed = tmp_path / "changed"
+    shutil.copytree(tiny_model_dir, changed)
+    weights = next(p for p in changed.iterdir() if p.suffix == ".safetensors")
+    data = bytearray(weights.read_bytes())
+    data[-1] ^= 1
+    weights.write_bytes(bytes(data))
+    _hub_cache(cache, "org/tiny", new, changed)  # the branch moved
+    resume = [*args[:-2], "--limit", "2"]
+    assert main(resume) == 2
+    err = capsys.readouterr().err
+    assert f"hub:{old} -> hub:{new}" in err and "pin --revision" in err
+    assert main([*resume, "--revision", old]) == 0  # pinned to the commit it sampled from: resumes
+    assert len((out / "eval_local.jsonl").read_text().splitlines()) == 2
+    assert main([*args, "--out", str(tmp_path / "o2"), "--revision", "main"]) == 0
+    assert (
+        json.loads((tmp_path / "o2" / "eval_local.meta.json").read_text())["model_fingerprint"]
+        == f"hub:{new}"
+    )
+
+    _no_sampling(monkeypatch)
+    assert main([*args, "--out", str(tmp_path / "o3"), "--model", "org/missing"]) == 2
+    assert "cannot resolve the Hub model 'org/missing' at its default branch" in capsys.readouterr().err
+    assert main([*_args(str(tiny_model_dir), tmp_path / "o4"), "--revision", old]) == 2
+    assert "applies to a Hub id" in capsys.readouterr().err
+
+
 def _no_sampling(monkeypatch):
     def fail(*args, **kwargs):
         raise AssertionError("sampling must not start on bad input")

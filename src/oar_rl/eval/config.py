@@ -36,6 +36,14 @@ class EvalConfig:
 
     model: str = field(metadata={"help": "Model (the shared --model of oar_rl.options; resolved by main)."})
     out: str = field(metadata={"help": "Output directory (resumable; see the module docs)."})
+    revision: str | None = field(
+        default=None,
+        metadata={
+            "help": "Hub model only: a branch, tag or commit (default: the default branch). Resolved to a "
+            "commit before anything loads, pinned for the run and recorded; a resume at another commit "
+            "is refused."
+        },
+    )
     benchmarks: list[str] = field(
         default_factory=lambda: ["aime25", "aime24", "amc23", "math500", "gsm8k"],
         metadata={

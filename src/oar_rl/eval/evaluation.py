@@ -18,7 +18,9 @@ Output directory (``--out``):
   timeout scores 0) is refused with an error naming the differing fields -- results of two configurations
   never mix; use another ``--out``. So is a rerun where a problem's prompt or gold answer changed, or
   where a local model directory holds another model than the one sampled (its ``model_fingerprint``:
-  config.json and each weight file's name, size, first and last MiB; a Hub id is not fingerprinted).
+  config.json and each weight file's name, size, first and last MiB), or where a Hub id resolves to
+  another commit than the one sampled (``hub:<commit>``: the id and ``--revision`` are resolved once, before
+  anything loads, and every loader gets that commit; :mod:`oar_rl.eval.revision`).
   ``--k`` and ``--limit`` are not part of the hash: they only choose what is reported, so raising
   ``--limit`` extends an earlier run.
 * ``results.json`` and ``results.md`` -- pass@k per benchmark and the average (``results.md`` is shaped
@@ -174,13 +176,14 @@ WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth")
 _EDGE = 1 << 20
 
 
-def model_fingerprint(model: str) -> str | None:
+def model_fingerprint(model: str, revision: str | None = None) -> str | None:
     """A local model directory's fingerprint: sha256 over config.json and, per weight file, its name, size
     and first and last MiB (retraining into the same directory changes it; reading whole checkpoints
-    would cost more than it tells). None for a Hub id (not resolved here)."""
+    would cost more than it tells). A Hub id's is ``hub:<commit>``, its `revision` resolved to a commit
+    (:mod:`oar_rl.eval.revision`); None for a Hub id without one."""
     root = Path(model).expanduser()
     if not root.is_dir():
-        return None
+        return f"hub:{revision}" if revision else None
     digest = hashlib.sha256()
     config = root / "config.json"
     if config.is_file():
@@ -211,6 +214,17 @@ def prepare(config: EvalConfig) -> list[BenchmarkJob]:
         raise ValueError(f"model path {config.model!r} does not exist")
     if model_path.exists() and not (model_path / "config.json").is_file():
         raise ValueError(f"model path {config.model!r} has no config.json (save it with save_pretrained)")
+    if model_path.exists() and config.revision is not None:
+        raise ValueError(
+            f"--revision {config.revision!r} applies to a Hub id; {config.model!r} is a local path"
+        )
+    if not model_path.exists():  # pinned before anything loads: every loader gets this commit
+        from oar_rl.eval.revision import resolve_hub_commit
+
+        given, config.revision = config.revision, resolve_hub_commit(config.model, config.revision)
+        print(
+            f"[eval] {config.model} at {given or 'its default branch'}: commit {config.revision}", flush=True
+        )
     resolve_chat(config)  # None -> the chat template when the tokenizer has one; before hashing
     if config.backend == "vllm":
         import importlib.util
@@ -230,7 +244,7 @@ def prepare(config: EvalConfig) -> list[BenchmarkJob]:
             f"--template boxed does not apply to {', '.join(own_format)}: a task benchmark's prompts are "
             "in the task's own format; leave --template at its default (or 'none') for them"
         )
-    fingerprint = model_fingerprint(config.model)
+    fingerprint = model_fingerprint(config.model, config.revision)
     keys = [k for _, _, k in parsed]
     if len(set(keys)) != len(keys):
         raise ValueError(f"benchmarks repeat: {config.benchmarks}")
@@ -271,10 +285,12 @@ def prepare(config: EvalConfig) -> list[BenchmarkJob]:
                 )
             was = old.get("model_fingerprint")  # absent in files written before it was recorded
             if was is not None and fingerprint is not None and was != fingerprint:
+                what = "a Hub commit" if fingerprint.startswith("hub:") else "its config.json or weights"
                 raise ValueError(
-                    f"{jsonl} holds results of another version of the model at {config.model} (its "
-                    f"config.json or weights changed: fingerprint {was} -> {fingerprint}); results never "
-                    "mix: use another --out or delete those files"
+                    f"{jsonl} holds results of another version of the model at {config.model} ({what} "
+                    f"changed: fingerprint {was} -> {fingerprint}); results never mix: use another --out "
+                    "or delete those files"
+                    + (" (or pin --revision to the old commit)" if "hub:" in was else "")
                 )
         if jsonl.exists() and not meta.exists():
             raise ValueError(f"{jsonl} exists without its {meta.name}; delete it or use another --out")

@@ -115,7 +115,7 @@ def resolve_chat(config: EvalConfig) -> None:
     try:
         from transformers import AutoTokenizer
 
-        tokenizer = AutoTokenizer.from_pretrained(config.model)
+        tokenizer = AutoTokenizer.from_pretrained(config.model, revision=config.revision)
     except Exception as exc:
         raise ValueError(
             f"cannot load the tokenizer of {config.model!r} to see whether it has a chat template ({exc}); "
@@ -170,12 +170,16 @@ class TransformersSampler:
         if device == "auto":
             device = "cuda" if torch.cuda.is_available() else "cpu"
         self.device = torch.device(device)
-        self.tokenizer = AutoTokenizer.from_pretrained(config.model)
+        self.tokenizer = AutoTokenizer.from_pretrained(config.model, revision=config.revision)
         self.tokenizer.padding_side = "left"
         if self.tokenizer.pad_token is None:
             self.tokenizer.pad_token = self.tokenizer.eos_token
         dtype: Any = "auto" if config.dtype == "auto" else getattr(torch, config.dtype)
-        self.model = AutoModelForCausalLM.from_pretrained(config.model, dtype=dtype).to(self.device).eval()
+        self.model = (
+            AutoModelForCausalLM.from_pretrained(config.model, revision=config.revision, dtype=dtype)
+            .to(self.device)
+            .eval()
+        )
         check_chat_template(self.tokenizer, config)
 
     def position_limit(self) -> tuple[int, str] | None:
@@ -240,7 +244,10 @@ class VLLMSampler:
             raise ValueError("--backend vllm needs vLLM: pip install 'oar-rl[vllm]'") from exc
         self.config = config
         self._params = SamplingParams
-        self.llm = LLM(model=config.model, seed=config.seed, dtype=config.dtype)
+        self.llm = LLM(
+            model=config.model, revision=config.revision, tokenizer_revision=config.revision,
+            seed=config.seed, dtype=config.dtype,
+        )  # fmt: skip
         self.tokenizer = self.llm.get_tokenizer()
         check_chat_template(self.tokenizer, config)
 
