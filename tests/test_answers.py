@@ -54,7 +54,10 @@ def test_answers_come_from_the_run_files_and_wait_for_every_confirmation_seed(tm
     half = CREDIT_LONG.confirm_seeds[:5]
     _put(long, CREDIT_LONG, "confirm", {"entropy": 2.0, "random": 0.0, "oar-g": -2.0, "position": 0.0}, half)
     res = answers.answers(short, long)
-    assert res["q1"]["long"]["answer"].startswith("pending (entropy, random, oar-g, position lack")
+    assert (
+        res["q1"]["long"]["answer"]
+        == "pending (seeds landed: grpo 5, entropy 5, random 5, oar-g 5, position 5)"
+    )
     # blinded while it runs: no number of the long confirmation anywhere, only its progress
     assert res["q1"]["long"]["confirm"] == [] and "long confirm" not in res["q3"]
     assert all(not r["long"]["seeds"] for r in res["q2"]["confirm"])
@@ -65,6 +68,15 @@ def test_answers_come_from_the_run_files_and_wait_for_every_confirmation_seed(tm
     )
     _put(long, CREDIT_LONG, "confirm", {"entropy": 2.0, "random": 0.0, "oar-g": -2.0, "position": 0.0},
          CREDIT_LONG.confirm_seeds)  # fmt: skip
+    last = CREDIT_LONG.confirm_seeds[-1]
+    kept = (long / "confirm" / "runs" / f"grpo.seed{last}.json").read_text()
+    (long / "confirm" / "runs" / f"grpo.seed{last}.json").unlink()  # only the baseline lacks a seed
+    res = answers.answers(short, long)
+    assert (
+        res["q1"]["long"]["answer"]
+        == "pending (seeds landed: grpo 9, entropy 10, random 10, oar-g 10, position 10)"
+    )
+    (long / "confirm" / "runs" / f"grpo.seed{last}.json").write_text(kept)
     res = answers.answers(short, long)
     assert res["q1"]["long"]["answer"] == "yes: entropy"
 

@@ -152,6 +152,8 @@ def test_leaderboard_shows_screen_only_rules_and_adds_a_regime_when_its_runs_lan
 
     short = lb.Regime("short", "test", confirmed=(lb.Source("c", "confirmation", "x.md"),),
                       screens=(lb.Source("s", "screen", "x.md"),))  # fmt: skip
+    blind = lb.Regime("short", "test", confirmed=(lb.Source("c", "confirmation", "x.md", blinded=True),),
+                      screens=(lb.Source("s", "screen", "x.md"),))  # fmt: skip
     long = lb.Regime("long", "test", confirmed=(lb.Source("long/c", "confirmation", "x.md"),))
     for seed in range(10):  # oar-g: 2 and 1 points ahead on alternate seeds
         g = 0.8 - 0.01 * seed
@@ -171,6 +173,15 @@ def test_leaderboard_shows_screen_only_rules_and_adds_a_regime_when_its_runs_lan
     )  # t(4) = 2.776
     assert "<td>+1.5 (+1.1, +1.9)</td><td>10</td><td>confirmation</td>" in text  # t(9) = 2.262, sd 0.527
     assert "<td>2.00×</td></tr>" in text  # oar-g's train time against GRPO's
+    # a pre-registered confirmation is read whole or not at all: oar-g's 10 seeds wait for my-rule's
+    assert lb.accuracy_cells(tmp_path, blind, "oar-g") == ["n/a", "0", "no runs", "n/a"]
+    assert lb.accuracy_cells(tmp_path, blind, "my-rule")[2] == "screen (confirmation running: 2 of 10 seeds)"
+    for seed in range(2, 10):
+        _run(tmp_path / "c", "my-rule", seed, 0.99)
+    assert lb.accuracy_cells(tmp_path, blind, "oar-g")[:3] == ["+1.5 (+1.1, +1.9)", "10", "confirmation"]
+    assert lb.accuracy_cells(tmp_path, blind, "my-rule")[1:3] == ["10", "confirmation"]
+    for seed in range(2, 10):
+        (tmp_path / "c" / f"my-rule.seed{seed}.json").unlink()
     _run(tmp_path / "long" / "c", "grpo", 0, 0.4)
     _run(tmp_path / "long" / "c", "oar-g", 0, 0.5)
     text = lb.page(tmp_path, (short, long))

@@ -59,8 +59,11 @@ def rule_rows(runs: dict[str, dict[int, dict]], plan, arms: list[str], seeds: in
     return rows
 
 
-def beats(rows: list[dict[str, Any]], expected: list[str]) -> str:
-    """The regime's answer to question 1 from its confirmation's rows."""
+def beats(rows: list[dict[str, Any]], expected: list[str], landed: dict[str, int] | None = None) -> str:
+    """The regime's answer to question 1 from its confirmation's rows; while it is blinded, `landed`
+    ({arm: seeds landed}, the baseline included) says how far each arm is."""
+    if landed:
+        return f"pending (seeds landed: {', '.join(f'{a} {n}' for a, n in landed.items())})"
     done = {r["arm"]: r for r in rows if r["complete"]}
     missing = [a for a in expected if a not in done]
     if missing:
@@ -119,7 +122,7 @@ def answers(short_dir: Path, long_dir: Path) -> dict[str, Any]:
         q1[g] = {
             "screen": rule_rows(runs[g, "screen"], plan, screened, len(plan.screen_seeds)),
             "confirm": conf_rows,
-            "answer": beats(conf_rows, [a for a in confirmed if plan.arm(a).baseline is not None])
+            "answer": beats(conf_rows, [a for a in confirmed if plan.arm(a).baseline is not None], landed[g])
             if confirmed
             else "pending (no winners yet)",
         }

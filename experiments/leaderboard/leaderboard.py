@@ -10,9 +10,9 @@ shown as empty columns), each rule's:
 - **Δ vs GRPO**: the paired difference of final sampled accuracy to GRPO's on the same seeds
   (percentage points, Student-t 95% interval over seeds, `oar_rl.study.stats.paired_difference`),
   computed here from the run files of the first *confirmed* source that holds the rule's default
-  variant (no overrides) on all its seeds, in the regime's order (a confirmation still running is
-  blinded: its numbers are not read, its progress is noted); a rule found only in a screen shows
-  "screen only".
+  variant (no overrides) on all its seeds, in the regime's order (a pre-registered confirmation still
+  running is blinded: none of its numbers is read until every arm in it has all its seeds, its
+  progress is noted); a rule found only in a screen shows "screen only".
 - **blame**: on wrong rollouts, the mean reshaping weight ω̃ on the first erroneous result vs on the
   carried last result (GRPO's is 1 on every token), and their difference with its bootstrap interval,
   under the rule's own reshaping (`oar-rl blame`'s record).
@@ -52,6 +52,9 @@ class Source:
     runs: str
     label: str
     page: str
+    blinded: bool = False
+    """A pre-registered confirmation: none of its figures is read until every arm in the folder has all
+    its seeds (`CONFIRM_SEEDS`); a rule whose own seeds are in is not shown before the others' are."""
 
 
 @dataclass(frozen=True)
@@ -73,7 +76,12 @@ REGIMES: tuple[Regime, ...] = (
         "wordproblems",
         "short chains: the shipped word-problem warm start, 30 steps of 16 prompts × 8",
         confirmed=(
-            Source("results/credit-screen/confirm/runs", "confirmation, test split", "credit-screen.md"),
+            Source(
+                "results/credit-screen/confirm/runs",
+                "confirmation, test split",
+                "credit-screen.md",
+                blinded=True,
+            ),
             Source(
                 "results/study-wordproblems-v2/runs",
                 "v2 study, test split, scored set before-answer",
@@ -90,7 +98,9 @@ REGIMES: tuple[Regime, ...] = (
     Regime(
         "wordproblems-long",
         "long chains: the long-chain regime's screen and confirmation",
-        confirmed=(Source("results/credit-long/confirm/runs", "confirmation", "credit-long.md"),),
+        confirmed=(
+            Source("results/credit-long/confirm/runs", "confirmation", "credit-long.md", blinded=True),
+        ),
         screens=(Source("results/credit-long/screen/runs", "screen", "credit-long.md"),),
         blame="results/blame-long/blame.json",
         recall="results/testbed-recall-long/recall.json",
@@ -158,7 +168,8 @@ def accuracy_cells(root: Path, regime: Regime, rule: str) -> list[str]:
     for source, confirmed in [(s, True) for s in regime.confirmed] + [(s, False) for s in regime.screens]:
         runs = load_runs(root, source.runs)
         mine, grpo = _default(runs, rule), _default(runs, "grpo")
-        if confirmed and min(len(mine), len(grpo)) < CONFIRM_SEEDS:
+        running_arms = source.blinded and any(len(got) < CONFIRM_SEEDS for got in runs.values())
+        if confirmed and (min(len(mine), len(grpo)) < CONFIRM_SEEDS or running_arms):
             if mine:
                 running = f" (confirmation running: {len(set(mine) & set(grpo))} of {CONFIRM_SEEDS} seeds)"
             continue
