@@ -335,3 +335,14 @@ def test_plan_is_found_by_module_attr_or_file_and_a_bad_one_is_named(tmp_path, c
     assert e.value.code == 2 and "--plan 'credit-long' is neither module:ATTR" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         main(["report", "--out", str(tmp_path)])  # --plan is required: the package holds no plan
+
+
+def test_a_bound_next_to_zero_shows_which_side_it_is_on():
+    """'+0.0' hid whether a lower bound was above 0 (the pre-registered criterion); two decimals there."""
+    from oar_rl.study.screen_report import fmt_ci, signed_text
+
+    assert [signed_text(x) for x in (0.048, -0.03, 0.0, 0.05, 1.26, -2.04)] == [
+        "+0.05", "-0.03", "+0.0", "+0.1", "+1.3", "-2.0"
+    ]  # fmt: skip
+    assert fmt_ci({"mean": 0.4, "low": 0.048, "high": 0.8}, signed=True) == "+0.4 (+0.05, +0.8)"
+    assert fmt_ci({"mean": 99.3, "low": 99.0, "high": 99.6}) == "99.3 (99.0, 99.6)"

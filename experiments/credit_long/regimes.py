@@ -67,12 +67,14 @@ def verdict(rows: list[dict[str, Any]]) -> str:
 
 
 def ci_text(c: dict[str, Any] | None) -> str:
-    """A mean with its interval, "+1.2 (-0.3, +2.7)"; "–" for none."""
+    """A mean with its interval, "+1.2 (-0.3, +2.7)" (a bound next to 0: "+0.05"); "–" for none."""
+    from oar_rl.study.screen_report import signed_text
+
     if not c or c.get("mean") is None:
         return "–"
     if c.get("low") is None:
-        return f"{c['mean']:+.1f}"
-    return f"{c['mean']:+.1f} ({c['low']:+.1f}, {c['high']:+.1f})"
+        return signed_text(c["mean"])
+    return f"{signed_text(c['mean'])} ({signed_text(c['low'])}, {signed_text(c['high'])})"
 
 
 def markdown(result: dict[str, Any]) -> str:

@@ -142,9 +142,11 @@ def _default(runs: Mapping[str, Mapping[int, dict[str, Any]]], rule: str) -> Map
 
 
 def _pp(ci: Mapping[str, Any]) -> str:
+    from oar_rl.study.screen_report import signed_text
+
     if ci.get("low") is None:
-        return f"{ci['mean']:+.1f}"
-    return f"{ci['mean']:+.1f} ({ci['low']:+.1f}, {ci['high']:+.1f})"
+        return signed_text(ci["mean"])
+    return f"{signed_text(ci['mean'])} ({signed_text(ci['low'])}, {signed_text(ci['high'])})"
 
 
 def _train_ratio(mine: Mapping[int, dict[str, Any]], grpo: Mapping[int, dict[str, Any]]) -> str:

@@ -54,15 +54,22 @@ def diagnostics_markdown(rows: list[dict[str, Any]]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def signed_text(x: float) -> str:
+    """x with its sign and one decimal, or two where one would show a non-zero value as ±0.0 (an interval
+    bound next to 0 is what a reader checks: "+0.05", not "+0.0")."""
+    text = f"{x:+.1f}"
+    return f"{x:+.2f}" if text in ("+0.0", "-0.0") and x != 0 else text
+
+
 def fmt_ci(ci: dict[str, Any] | None, signed: bool = False) -> str:
     if not ci or ci.get("mean") is None:
         return "–"
-    f = "{:+.1f}" if signed else "{:.1f}"
+    f = signed_text if signed else "{:.1f}".format
     if ci.get("low") is None:
-        return f.format(ci["mean"])
-    lo = f.format(ci["low"]) + ("*" if "low" in ci.get("clipped", ()) else "")
-    hi = f.format(ci["high"]) + ("*" if "high" in ci.get("clipped", ()) else "")
-    return f"{f.format(ci['mean'])} ({lo}, {hi})"
+        return f(ci["mean"])
+    lo = f(ci["low"]) + ("*" if "low" in ci.get("clipped", ()) else "")
+    hi = f(ci["high"]) + ("*" if "high" in ci.get("clipped", ()) else "")
+    return f"{f(ci['mean'])} ({lo}, {hi})"
 
 
 def progress_markdown(landed: dict[str, list[int]], seeds: list[int], title: str) -> str:
