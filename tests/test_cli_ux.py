@@ -336,6 +336,15 @@ def test_results_md_names_the_embedded_model_not_its_hash(tmp_path):
     bench = {"gsm8k": {"pass@1": 0.5, "num_problems": 2, "num_scored": 2}}
     md = results_markdown({"config": cfg, "benchmarks": bench, "avg": 0.5})
     assert "| default (embedded) |" in md and tiny.DEFAULT_RECIPE.hash() not in md
+    assert "template=answer-tag, seed=0" in md  # an older results.json: no per-benchmark template
+    # the template as applied: task benchmarks are in their own format (results.md said answer-tag)
+    row = {"pass@1": 0.5, "num_problems": 2, "num_scored": 2}
+    bench = {"gsm8k": row | {"template": "answer-tag"}, "wordproblems": row | {"template": None}}
+    md = results_markdown({"config": cfg, "benchmarks": bench, "avg": 0.5})
+    assert "template=answer-tag (not wordproblems: task benchmarks, in their own format)" in md
+    del bench["gsm8k"]
+    md = results_markdown({"config": cfg, "benchmarks": bench, "avg": 0.5})
+    assert "template=none (task benchmarks, in their own format)" in md
 
 
 def test_train_warns_when_every_completion_is_clipped(tiny_model_dir, tmp_path):

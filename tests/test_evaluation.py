@@ -199,6 +199,7 @@ def test_eval_end_to_end_and_resume(tiny_model_dir, tmp_path, monkeypatch):
     assert main(_args(tiny_model_dir, full)) == 0
     results = json.loads((full / "results.json").read_text())
     bench = results["benchmarks"]["eval_local"]
+    assert bench["template"] == results["config"]["template"] != "none"  # a file benchmark gets the template
     records = [json.loads(x) for x in (full / "eval_local.jsonl").read_text().splitlines()]
     assert [r["index"] for r in records] == [0, 1, 2, 3]
     for r in records:

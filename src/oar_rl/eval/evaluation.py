@@ -54,6 +54,7 @@ import numpy as np
 
 from oar_rl.eval.config import BenchmarkJob, EvalConfig, build_parser
 from oar_rl.eval.estimators import mean_at_n, pass_at_k
+from oar_rl.eval.report import results_markdown
 from oar_rl.eval.sampling import build_sampler, check_prompt_lengths, resolve_chat
 from oar_rl.fetch import resolve_model
 from oar_rl.io import write_text_atomic
@@ -364,6 +365,9 @@ def sample_benchmark(job: BenchmarkJob, config: EvalConfig, sampler: Any, reward
 
 def summarise(jobs: list[BenchmarkJob], config: EvalConfig) -> dict[str, Any]:
     """The results dict written to results.json (fractions in [0, 1])."""
+    from oar_rl.tasks import task_names
+
+    own_format = set(task_names())  # a task benchmark's prompts are in its own format: no template
     benchmarks: dict[str, Any] = {}
     for job in jobs:
         recs = [job.records[i] for i in range(len(job.prompts))]
@@ -374,6 +378,7 @@ def summarise(jobs: list[BenchmarkJob], config: EvalConfig) -> dict[str, Any]:
         entry: dict[str, Any] = {
             "name": job.name,
             "split": job.split,
+            "template": None if job.name in own_format else config.template,
             "num_problems": len(recs),
             "num_scored": len(scored),
             "unscored": [r["index"] for r in recs if r["index"] not in scored_ids],
@@ -398,37 +403,6 @@ def summarise(jobs: list[BenchmarkJob], config: EvalConfig) -> dict[str, Any]:
         "average": average,
         "avg": float(np.mean(cells)) if cells else None,
     }
-
-
-def results_markdown(results: dict[str, Any]) -> str:
-    """A Table-1-shaped markdown table: one P@k column per benchmark and k, then Avg (percent)."""
-    cfg = results["config"]
-    ks = cfg["k"]
-    keys = list(results["benchmarks"])
-    head = ["Method", *[f"{key} P@{k}" for key in keys for k in ks], "Avg"]
-
-    def pct(x: float | None) -> str:
-        return "–" if x is None else f"{100 * x:.1f}"
-
-    from oar_rl.fetch import display_model_name
-
-    row = [display_model_name(cfg["model"])]
-    row += [pct(results["benchmarks"][key][f"pass@{k}"]) for key in keys for k in ks]
-    row.append(pct(results["avg"]))
-    lines = [
-        "| " + " | ".join(head) + " |",
-        "|" + "|".join(["---"] + ["---:"] * (len(head) - 1)) + "|",
-        "| " + " | ".join(row) + " |",
-        "",
-        f"Unbiased pass@k (Chen et al., 2021) in percent; n={cfg['n']} samples per problem, "
-        f"temperature={cfg['temperature']}, top_p={cfg['top_p']}, max_new_tokens={cfg['max_new_tokens']}, "
-        f"template={cfg['template']}, seed={cfg['seed']}. Avg = mean of the P@k cells.",
-        "",
-        "| benchmark | problems | scored |",
-        "|---|---:|---:|",
-        *[f"| {key} | {b['num_problems']} | {b['num_scored']} |" for key, b in results["benchmarks"].items()],
-    ]
-    return "\n".join(lines) + "\n"
 
 
 def evaluate(config: EvalConfig, *, sampler: Any = None) -> dict[str, Any]:
