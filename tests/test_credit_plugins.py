@@ -327,7 +327,9 @@ def test_a_rule_whose_scorer_comes_from_another_module_belongs_to_the_module_reg
     try:
         import t_partial_rules  # noqa: F401
 
-        assert {credits.CREDIT_MODES[n].module for n in names} == {"t_partial_rules"}
+        assert {credits.CREDIT_MODES[n].modules[0] for n in names} == {"t_partial_rules"}
+        assert credits.CREDIT_MODES["t-partial"].modules == ("t_partial_rules", "t_helper_scores")
+        assert credits.CREDIT_MODES["t-made"].help == "credit rule registered by t_partial_rules"
         assert load_credit_module("t_partial_rules").rules == names
         LOADED.pop(str(src.resolve()))
         assert load_credit_module(str(src)).rules == names
@@ -338,7 +340,34 @@ def test_a_rule_whose_scorer_comes_from_another_module_belongs_to_the_module_reg
         for n in names:
             if n in credits.CREDIT_MODES:
                 unregister_credit(n)
-    assert credits.CREDIT_MODES["oar-g"].module == "oar_rl.credits"
+    assert credits.CREDIT_MODES["oar-g"].modules[0] == "oar_rl.credits"
+
+
+def test_rules_registered_through_a_helper_s_function_belong_to_the_helper_too(tmp_path, monkeypatch):
+    """A script, or a package's __init__, that calls a function of the credit module which registers its
+    rules: `--credit-module` of that module finds them (its own module is the caller of register_credit)."""
+    import sys
+
+    pkg = tmp_path / "t_pkg"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("from t_pkg import rules\nrules.setup()\n")
+    (pkg / "rules.py").write_text(
+        "def ones(m, b, **kw):\n    return b.completion_mask.float()\n"
+        "def setup():\n    from oar_rl import register_credit\n"
+        "    register_credit('t-setup', ones, reshape='weights')\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    try:
+        import t_pkg  # noqa: F401
+
+        assert credits.CREDIT_MODES["t-setup"].modules == ("t_pkg", "t_pkg.rules")
+        assert load_credit_module("t_pkg.rules").rules == ("t-setup",)
+    finally:
+        LOADED.pop(str((pkg / "rules.py").resolve()), None)
+        for mod in ("t_pkg", "t_pkg.rules"):
+            sys.modules.pop(mod, None)
+        if "t-setup" in credits.CREDIT_MODES:
+            unregister_credit("t-setup")
 
 
 def test_example_rule_runs_in_study_and_blame(tmp_path, capsys):

@@ -119,7 +119,7 @@ def _record(spec: str, path: Path, module: ModuleType, before: set[str], cached:
         return tuple(
             n
             for n, mode in credits.CREDIT_MODES.items()
-            if n not in before or credits._origin(mode) == module.__name__
+            if n not in before or module.__name__ in mode.modules
         )
 
     rules = rules_now()

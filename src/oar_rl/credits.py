@@ -117,9 +117,10 @@ class CreditMode:
     default; a conflicting value given by the user is an error)."""
     standalone: bool = True
     """Scorable outside training by :func:`compute_importance` (attribute, oracle/recall, blame)."""
-    module: str = ""
-    """The module being imported when the rule was registered (its caller otherwise): the origin that
-    `--credit-module` matches rules to, whatever module the scorer itself comes from."""
+    modules: tuple[str, ...] = ()
+    """Where the rule comes from: the module being imported when it was registered, the module that
+    called :func:`register_credit`, and the scorer's own module (a ``functools.partial`` unwrapped), each
+    once, in that order. `--credit-module M` counts the rules whose origins include M as M's."""
 
     def kwargs(self, ctx: ScoringContext) -> dict[str, Any]:
         """The scorer's keyword arguments for `ctx` (see `options`)."""
@@ -205,10 +206,10 @@ def register_credit(
             "token, and the trainer scores it without an answer span); use reshape='bilevel', 'uniform' "
             "or 'weights' for a rule that reads the outcome probe"
         )
+    origins = _origins(scorer)
     mode = CreditMode(
-        name, help or f"credit rule registered by {getattr(scorer, '__module__', '?')}", reshape, scorer,
-        bool(needs_model), bool(noisy), bool(probe), options, dict(config or {}), bool(standalone),
-        _registering_module(),
+        name, help or f"credit rule registered by {origins[0]}", reshape, scorer, bool(needs_model),
+        bool(noisy), bool(probe), options, dict(config or {}), bool(standalone), origins,
     )  # fmt: skip
     CREDIT_MODES[name] = mode
     _refresh()
@@ -223,17 +224,21 @@ def unregister_credit(name: str) -> None:
     _refresh()
 
 
-def _registering_module() -> str:
-    """The innermost module whose top level is executing (an import registering rules), else the caller
-    of :func:`register_credit`."""
+def _origins(scorer: Callable[..., Tensor] | None) -> tuple[str, ...]:
+    """`CreditMode.modules` for a registration happening now (called from :func:`register_credit`)."""
     caller = frame = sys._getframe(2)
     while frame is not None and frame.f_code.co_name != "<module>":
         frame = frame.f_back
-    return (frame or caller).f_globals.get("__name__", "")
+    func = scorer
+    while callable(getattr(func, "func", None)):  # functools.partial, possibly nested
+        func = func.func
+    names = [(frame or caller).f_globals.get("__name__"), caller.f_globals.get("__name__")]
+    names.append(getattr(func, "__module__", None))
+    return tuple(dict.fromkeys(n for n in names if n)) or ("?",)
 
 
 def _origin(mode: CreditMode) -> str:
-    return mode.module or getattr(mode.scorer, "__module__", None) or "oar_rl.credits"
+    return mode.modules[0] if mode.modules else getattr(mode.scorer, "__module__", None) or "oar_rl.credits"
 
 
 def check_scores(mode: CreditMode, scores: Any, batch: ScoringBatch, scored: Tensor | None = None) -> Tensor:
