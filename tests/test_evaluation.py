@@ -354,7 +354,18 @@ def test_a_hub_model_is_pinned_to_one_commit_and_a_resume_at_another_is_refused(
     assert main(resume) == 2
     err = capsys.readouterr().err
     assert f"hub:{old} -> hub:{new}" in err and "pin --revision" in err
+    import transformers
+
+    revisions: list[str | None] = []
+    for cls in (transformers.AutoModelForCausalLM, transformers.AutoTokenizer):
+
+        def spy(*a, _load=cls.from_pretrained, **kw):
+            revisions.append(kw.get("revision"))
+            return _load(*a, **kw)
+
+        monkeypatch.setattr(cls, "from_pretrained", spy)
     assert main([*resume, "--revision", old]) == 0  # pinned to the commit it sampled from: resumes
+    assert revisions and set(revisions) == {old}  # every loader got the pinned commit, not the branch
     assert len((out / "eval_local.jsonl").read_text().splitlines()) == 2
     assert main([*args, "--out", str(tmp_path / "o2"), "--revision", "main"]) == 0
     assert (
@@ -362,11 +373,39 @@ def test_a_hub_model_is_pinned_to_one_commit_and_a_resume_at_another_is_refused(
         == f"hub:{new}"
     )
 
+    meta_path = tmp_path / "o2" / "eval_local.meta.json"  # a run recorded before fingerprints existed
+    meta_path.write_text(json.dumps(json.loads(meta_path.read_text()) | {"model_fingerprint": None}))
+    with pytest.warns(UserWarning, match="cannot be checked against it"):
+        assert main([*args, "--out", str(tmp_path / "o2"), "--revision", old]) == 0
+    assert json.loads(meta_path.read_text())["model_fingerprint"] == f"hub:{old}"  # checked from now on
+    assert main([*args, "--out", str(tmp_path / "o2")]) == 2
+
     _no_sampling(monkeypatch)
     assert main([*args, "--out", str(tmp_path / "o3"), "--model", "org/missing"]) == 2
     assert "cannot resolve the Hub model 'org/missing' at its default branch" in capsys.readouterr().err
     assert main([*_args(str(tiny_model_dir), tmp_path / "o4"), "--revision", old]) == 2
     assert "applies to a Hub id" in capsys.readouterr().err
+
+
+def test_vllm_gets_the_pinned_commit_for_model_and_tokenizer(tiny_model_dir, monkeypatch):
+    import sys
+    import types
+
+    from transformers import AutoTokenizer
+
+    made: dict = {}
+
+    class FakeLLM:
+        def __init__(self, **kw):
+            made.update(kw)
+
+        def get_tokenizer(self):
+            return AutoTokenizer.from_pretrained(tiny_model_dir)
+
+    monkeypatch.setitem(sys.modules, "vllm", types.SimpleNamespace(LLM=FakeLLM, SamplingParams=dict))
+    config = EvalConfig(model="org/tiny", out="x", backend="vllm", chat=False, revision="c" * 40)
+    eval_sampling.VLLMSampler(config)
+    assert made["model"] == "org/tiny" and made["revision"] == made["tokenizer_revision"] == "c" * 40
 
 
 def _no_sampling(monkeypatch):

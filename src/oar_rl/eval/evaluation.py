@@ -47,6 +47,7 @@ import hashlib
 import json
 import os
 import sys
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -293,6 +294,14 @@ def prepare(config: EvalConfig) -> list[BenchmarkJob]:
                     "or delete those files"
                     + (" (or pin --revision to the old commit)" if "hub:" in was else "")
                 )
+            if was is None and fingerprint is not None:  # recorded before models were fingerprinted
+                warnings.warn(
+                    f"{jsonl}: its {len(read_records(jsonl))} finished problems were sampled before oar-rl "
+                    f"recorded which version of {config.model} made them, so they cannot be checked against "
+                    f"it (now {fingerprint}); resuming records it, and later resumes are checked",
+                    stacklevel=2,
+                )
+                write_text_atomic(meta, json.dumps(old | {"model_fingerprint": fingerprint}, indent=2) + "\n")
         if jsonl.exists() and not meta.exists():
             raise ValueError(f"{jsonl} exists without its {meta.name}; delete it or use another --out")
         records = read_records(jsonl)
