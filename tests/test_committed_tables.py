@@ -167,14 +167,14 @@ def test_leaderboard_shows_screen_only_rules_and_adds_a_regime_when_its_runs_lan
     text = lb.page(tmp_path, (short, long))
     assert text.count("<th colspan='9'>") == 1 and "Regime **long** (test): no run files yet" in text
     row = next(line for line in text.splitlines() if "<code>my-rule</code>" in line)
-    assert (
-        "<td>+3.0 (+1.0, +5.0)</td><td>screen only, 5 seeds</td><td>screen (confirmation running: 2 of 10 "
-        "seeds)</td>" in row
-    )  # t(4) = 2.776
+    # t(4) = 2.776; an unblinded folder's 2 seeds are no confirmation (a finished study may have fewer)
+    assert "<td>+3.0 (+1.0, +5.0)</td><td>screen only, 5 seeds</td><td>screen</td>" in row
     assert "<td>+1.5 (+1.1, +1.9)</td><td>10</td><td>confirmation</td>" in text  # t(9) = 2.262, sd 0.527
     assert "<td>2.00×</td></tr>" in text  # oar-g's train time against GRPO's
     # a pre-registered confirmation is read whole or not at all: oar-g's 10 seeds wait for my-rule's
-    assert lb.accuracy_cells(tmp_path, blind, "oar-g") == ["n/a", "0", "no runs", "n/a"]
+    assert lb.accuracy_cells(tmp_path, blind, "oar-g") == [
+        "running", "confirmation running: 10 of 10 seeds", "confirmation", "n/a"
+    ]  # fmt: skip
     assert lb.accuracy_cells(tmp_path, blind, "my-rule")[2] == "screen (confirmation running: 2 of 10 seeds)"
     for seed in range(2, 10):
         _run(tmp_path / "c", "my-rule", seed, 0.99)
@@ -182,6 +182,23 @@ def test_leaderboard_shows_screen_only_rules_and_adds_a_regime_when_its_runs_lan
     assert lb.accuracy_cells(tmp_path, blind, "my-rule")[1:3] == ["10", "confirmation"]
     for seed in range(2, 10):
         (tmp_path / "c" / f"my-rule.seed{seed}.json").unlink()
+    # with its plan, an arm that has not started yet holds the others back too
+    from experiments.credit_long.plan import CREDIT_LONG
+
+    (tmp_path / "long2" / "screen").mkdir(parents=True)
+    (tmp_path / "long2" / "screen" / "study.json").write_text('{"winners": ["entropy", "first-error"]}')
+    planned = lb.Source("long2/confirm/runs", "confirmation", "x.md", blinded=True,
+                        plan="experiments.credit_long.plan:CREDIT_LONG")  # fmt: skip
+    regime = lb.Regime("long", "test", confirmed=(planned,))
+    for arm in ("grpo", "oar-g", "entropy", "position"):  # first-error: no file yet
+        for seed in CREDIT_LONG.confirm_seeds:
+            _run(tmp_path / "long2" / "confirm" / "runs", arm, seed, 0.5 + (0.02 if arm == "oar-g" else 0))
+    assert lb.accuracy_cells(tmp_path, regime, "oar-g") == [
+        "running", "confirmation running: 10 of 10 seeds", "confirmation", "n/a"
+    ]  # fmt: skip
+    for seed in CREDIT_LONG.confirm_seeds:
+        _run(tmp_path / "long2" / "confirm" / "runs", "first-error", seed, 0.5)
+    assert lb.accuracy_cells(tmp_path, regime, "oar-g")[1:3] == ["10", "confirmation"]
     _run(tmp_path / "long" / "c", "grpo", 0, 0.4)
     _run(tmp_path / "long" / "c", "oar-g", 0, 0.5)
     text = lb.page(tmp_path, (short, long))

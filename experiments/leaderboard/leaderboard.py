@@ -53,8 +53,28 @@ class Source:
     label: str
     page: str
     blinded: bool = False
-    """A pre-registered confirmation: none of its figures is read until every arm in the folder has all
-    its seeds (`CONFIRM_SEEDS`); a rule whose own seeds are in is not shown before the others' are."""
+    """A pre-registered confirmation: none of its figures is read until every arm has all its seeds
+    (`CONFIRM_SEEDS`); a rule whose own seeds are in is not shown before the others' are."""
+    plan: str | None = None
+    """With `blinded`: the study plan ("module:NAME", a `ScreenPlan`) whose confirmation arms must all be
+    complete, those without a run file yet included (`oar_rl.study.screen.confirm_arms` of the study
+    folder, two levels above `runs`); None: the arms with run files in the folder."""
+
+
+def _arms_running(root: Path, source: Source, runs: Mapping[str, Mapping[int, Any]]) -> bool:
+    """Whether a blinded source's confirmation still lacks a seed of some arm."""
+    if not source.blinded:
+        return False
+    if source.plan is None:
+        return any(len(got) < CONFIRM_SEEDS for got in runs.values())
+    import importlib
+
+    from oar_rl.study.screen import blinded, confirm_arms
+
+    module, _, name = source.plan.partition(":")
+    plan = getattr(importlib.import_module(module), name)
+    arms = [a.name for a in confirm_arms(root / Path(source.runs).parent.parent, plan)]
+    return blinded(dict(runs), arms, plan.confirm_seeds) is not None
 
 
 @dataclass(frozen=True)
@@ -81,6 +101,7 @@ REGIMES: tuple[Regime, ...] = (
                 "confirmation, test split",
                 "credit-screen.md",
                 blinded=True,
+                plan="experiments.credit_screen.plan:CREDIT_SCREEN",
             ),
             Source(
                 "results/study-wordproblems-v2/runs",
@@ -99,7 +120,13 @@ REGIMES: tuple[Regime, ...] = (
         "wordproblems-long",
         "long chains: the long-chain regime's screen and confirmation",
         confirmed=(
-            Source("results/credit-long/confirm/runs", "confirmation", "credit-long.md", blinded=True),
+            Source(
+                "results/credit-long/confirm/runs",
+                "confirmation",
+                "credit-long.md",
+                blinded=True,
+                plan="experiments.credit_long.plan:CREDIT_LONG",
+            ),
         ),
         screens=(Source("results/credit-long/screen/runs", "screen", "credit-long.md"),),
         blame="results/blame-long/blame.json",
@@ -166,14 +193,14 @@ def accuracy_cells(root: Path, regime: Regime, rule: str) -> list[str]:
     """Δ vs GRPO, seeds, evidence and the train-time ratio of `rule` in `regime`."""
     from oar_rl.study.stats import paired_difference
 
-    running = ""  # "confirmation running: k of 10 seeds", for the screen's row
+    running, running_label = "", ""  # "confirmation running: k of 10 seeds", for the screen's row
     for source, confirmed in [(s, True) for s in regime.confirmed] + [(s, False) for s in regime.screens]:
         runs = load_runs(root, source.runs)
         mine, grpo = _default(runs, rule), _default(runs, "grpo")
-        running_arms = source.blinded and any(len(got) < CONFIRM_SEEDS for got in runs.values())
-        if confirmed and (min(len(mine), len(grpo)) < CONFIRM_SEEDS or running_arms):
-            if mine:
+        if confirmed and (min(len(mine), len(grpo)) < CONFIRM_SEEDS or _arms_running(root, source, runs)):
+            if mine and source.blinded and not running:
                 running = f" (confirmation running: {len(set(mine) & set(grpo))} of {CONFIRM_SEEDS} seeds)"
+                running_label = source.label
             continue
         if not mine or not grpo:
             continue
@@ -190,6 +217,8 @@ def accuracy_cells(root: Path, regime: Regime, rule: str) -> list[str]:
         if seeds < SCREEN_SEEDS:  # a screen still running: its partial differences are not read
             return ["running", f"screen: {seeds} of {SCREEN_SEEDS} seeds", link, NA]
         return [_pp(d), f"screen only, {seeds} seeds", link, ratio]
+    if running:  # a blinded confirmation's rule with no screen row
+        return ["running", running.strip(" ()"), running_label, NA]
     return [NA, "0", "no runs", NA]
 
 
