@@ -317,10 +317,12 @@ def study_tables(study_dir: Path) -> str:
         out += ["<!-- --8<-- [end:sweep] -->", ""]
 
     def ci(c, signed=False):
-        f = "+.1f" if signed else ".1f"
-        pct = "" if signed else "%"
-        sep = ", " if signed else "–"
-        return f"{100 * c['mean']:{f}}{pct} ({100 * c['low']:{f}}{sep}{100 * c['high']:{f}})"
+        from oar_rl.study.screen_report import signed_text
+
+        if signed:  # a bound next to 0 shows which side it is on ("+0.05")
+            mean, low, high = (signed_text(100 * c[k]) for k in ("mean", "low", "high"))
+            return f"{mean} ({low}, {high})"
+        return f"{100 * c['mean']:.1f}% ({100 * c['low']:.1f}–{100 * c['high']:.1f})"
 
     def metric(r, key):
         m = r["credit_metrics"].get(key)

@@ -36,6 +36,7 @@ from oar_rl.study.runner import (
     train_and_evaluate,
     tune_learning_rate,
 )
+from oar_rl.study.screen_report import signed_text
 from oar_rl.study.stats import wins_text
 from oar_rl.tasks import get_task
 
@@ -344,10 +345,11 @@ def _summary_lines(study: dict[str, Any]) -> list[str]:
             d = r.get("diff_to_grpo")
             diff = ""
             if d and d["mean"] is not None:
-                dci = f" [{100 * d['low']:+.1f}, {100 * d['high']:+.1f}]" if d["low"] is not None else ""
+                lo, hi = (signed_text(100 * d[k]) if d[k] is not None else "" for k in ("low", "high"))
+                dci = f" [{lo}, {hi}]" if d["low"] is not None else ""
                 mde = f", MDE {100 * d['mde80']:.1f}" if d.get("mde80") is not None else ""
                 wins = f"{wins_text(d)} seeds better"
-                diff = f"   vs GRPO {100 * d['mean']:+.1f}{dci} ({wins}{mde})"
+                diff = f"   vs GRPO {signed_text(100 * d['mean'])}{dci} ({wins}{mde})"
             lines.append(f"{group:<6} {name:<20} {100 * f['mean']:5.1f}%{ci}{diff}")
     return lines
 

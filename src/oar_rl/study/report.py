@@ -194,11 +194,15 @@ def plot_recall(recall: Mapping[str, Any], key: str, path: Path, ylabel: str) ->
 def _pct(ci: Mapping[str, Any] | None, signed: bool = False) -> str:
     if not ci or ci.get("mean") is None:
         return "–"
-    sign = "+" if signed else ""
-    text = f"{100 * ci['mean']:{sign}.1f}"
+    from oar_rl.study.screen_report import signed_text
+
+    def fmt(x: float) -> str:  # signed: a bound next to 0 shows which side it is on ("+0.05")
+        return signed_text(100 * x) if signed else f"{100 * x:.1f}"
+
+    text = fmt(ci["mean"])
     if ci.get("low") is not None:
         cut = ci.get("clipped") or []
-        low, high = (f"{100 * ci[k]:{sign}.1f}" + ("*" if k in cut else "") for k in ("low", "high"))
+        low, high = (fmt(ci[k]) + ("*" if k in cut else "") for k in ("low", "high"))
         text += f" [{low}, {high}]"
     return text
 
