@@ -330,9 +330,18 @@ def test_a_rule_whose_scorer_comes_from_another_module_belongs_to_the_module_reg
         assert {credits.CREDIT_MODES[n].modules[0] for n in names} == {"t_partial_rules"}
         assert credits.CREDIT_MODES["t-partial"].modules == ("t_partial_rules", "t_helper_scores")
         assert credits.CREDIT_MODES["t-made"].help == "credit rule registered by t_partial_rules"
-        assert load_credit_module("t_partial_rules").rules == names
+        loaded = load_credit_module("t_partial_rules")
+        assert loaded.rules == names
         LOADED.pop(str(src.resolve()))
         assert load_credit_module(str(src)).rules == names
+        # the helper's source is in the recorded digest: editing it changes a study's protocol hash
+        import hashlib
+
+        helper = tmp_path / "t_helper_scores.py"
+        expected = hashlib.sha256()
+        for p in (src, helper):
+            expected.update(f"{p.name}\0".encode() + p.read_bytes() + b"\0")
+        assert loaded.sha256 == expected.hexdigest() != hashlib.sha256(src.read_bytes()).hexdigest()
     finally:
         LOADED.pop(str(src.resolve()), None)
         for mod in ("t_partial_rules", "t_helper_scores"):

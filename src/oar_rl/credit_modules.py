@@ -33,7 +33,8 @@ class CreditModule:
     path: str
     """The source file, resolved."""
     sha256: str
-    """sha256 of the source file's bytes."""
+    """sha256 of the source file's bytes; with helper files (the user's own modules its rules' scorers
+    come from), of every file's name and bytes."""
     rules: tuple[str, ...]
     """The credit rules it registered."""
 
@@ -134,9 +135,44 @@ def _record(spec: str, path: Path, module: ModuleType, before: set[str], cached:
             f"{FLAG} {spec}: the module registered no credit rule; call oar_rl.register_credit(...) in it "
             "(docs/guides/own-credit-rule.md)"
         )
-    loaded = CreditModule(spec, str(path), _sha256(path), rules)
+    loaded = CreditModule(spec, str(path), _digest(path, _helper_files(module, rules)), rules)
     LOADED[str(path)] = loaded
     return loaded
+
+
+def _helper_files(module: ModuleType, rules: tuple[str, ...]) -> list[Path]:
+    """The source files of the user's own modules, other than `module`, that its rules come from (a
+    scorer in a helper module, a partial of one): outside this package, the interpreter's library and
+    installed packages (those carry their own versions)."""
+    import sysconfig
+
+    from oar_rl import credits
+
+    skip = [Path(__file__).resolve().parent]
+    for key in ("stdlib", "platstdlib", "purelib", "platlib"):
+        if sysconfig.get_path(key):
+            skip.append(Path(sysconfig.get_path(key)).resolve())
+    files: dict[str, Path] = {}
+    for rule in rules:
+        for name in credits.CREDIT_MODES[rule].modules:
+            file = getattr(sys.modules.get(name), "__file__", None)
+            if name == module.__name__ or not file:
+                continue
+            path = Path(file).resolve()
+            if not any(path.is_relative_to(root) for root in skip):
+                files[str(path)] = path
+    return [files[k] for k in sorted(files)]
+
+
+def _digest(path: Path, helpers: list[Path]) -> str:
+    """sha256 of the module's source, or, when its rules come from helper files too, of every file's name
+    and bytes (so a changed helper changes the protocol hash; a module without helpers keeps its hash)."""
+    if not helpers:
+        return _sha256(path)
+    h = hashlib.sha256()
+    for p in (path, *helpers):
+        h.update(f"{p.name}\0".encode() + p.read_bytes() + b"\0")
+    return h.hexdigest()
 
 
 def load_credit_modules(specs: Iterable[str] | None) -> list[CreditModule]:
