@@ -2,8 +2,9 @@
 
     python -m experiments.real_model --model smollm2-135m --n 64 --threads 2 --out results/real-model
 
-SmolLM2-135M-Instruct solves almost none of these problems itself (0 of 30 one-step word problems,
-greedy), so its own correct trajectories are too rare to sample. Instead each trajectory is a *correct
+SmolLM2-135M-Instruct rarely solves even one-step word problems itself when it samples (1 of 48 at
+temperature 0.7, 0 of 64 at 1.0; greedy 7 of 30: `python -m experiments.real_model.solve_rate`), so its
+own correct trajectories are too rare to sample. Instead each trajectory is a *correct
 reference solution* of a generated two-step word problem (a few phrasings, so solutions carry filler
 words as well as the numbers), written in the `\\boxed{}` format and scored *teacher-forced*: the prompt
 goes through the model's chat template and the reference is the completion; every scorer (OAR-P and
@@ -39,8 +40,8 @@ and b from 1 to 9, the prompt asking for ``\\boxed{}``), sampled (``--temperatur
 chat template until ``--n`` are correct by the rewarded answer (the paper's setting, Eq. 19: y is the
 model's). The plain greedy-continuation oracle is applied to them (intact continuation correct,
 substituted one not, each read as the model writes it), so a position only counts where the model
-itself carries the outcome from that point. SmolLM2-135M rarely writes the boxed answer these prompts
-ask for (1 correct of 48 at temperature 0.7, 0 of 64 at 1.0), so ``--own --n 30`` samples on the order
+itself carries the outcome from that point. SmolLM2-135M rarely answers these prompts correctly when it
+samples (1 correct of 48 at temperature 0.7, 0 of 64 at 1.0: `experiments.real_model.solve_rate`), so ``--own --n 30`` samples on the order
 of 1,500 problems.
 """
 
