@@ -41,8 +41,8 @@ chat template until ``--n`` are correct by the rewarded answer (the paper's sett
 model's). The plain greedy-continuation oracle is applied to them (intact continuation correct,
 substituted one not, each read as the model writes it), so a position only counts where the model
 itself carries the outcome from that point. SmolLM2-135M rarely answers these prompts correctly when it
-samples (1 correct of 48 at temperature 0.7, 0 of 64 at 1.0: `experiments.real_model.solve_rate`), so ``--own --n 30`` samples on the order
-of 1,500 problems.
+samples (1 correct of 48 at temperature 0.7, 0 of 64 at 1.0: `experiments.real_model.solve_rate`), so
+``--own --n 30`` samples on the order of 1,500 problems.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """How often SmolLM2-135M-Instruct solves the one-step word problems itself: the measurement behind the
-real-model page's "it solves almost none of these problems" (why its trajectories are reference
-solutions, and why `--own` needs thousands of samples for a few dozen correct ones).
+real-model page's "it rarely solves even one-step problems when it samples" (why its trajectories are
+reference solutions, and why `--own` needs thousands of samples for a few dozen correct ones).
 
 The problems are `--own`'s (`make_own_problems`: "has a, buys b more", a, b in 1..9, asked for a boxed
 answer), under the chat template, 96 new tokens, checked as the study checks them (the rewarded answer,
