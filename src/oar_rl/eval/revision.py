@@ -16,6 +16,8 @@ import re
 from pathlib import Path
 
 COMMIT = re.compile(r"^[0-9a-f]{40}$")
+HUB_TIMEOUT = 15.0
+"""Seconds to wait for the Hub's answer before reading the local cache instead (an unreachable Hub)."""
 
 
 def resolve_hub_commit(model: str, revision: str | None) -> str:
@@ -31,7 +33,7 @@ def resolve_hub_commit(model: str, revision: str | None) -> str:
         try:
             from huggingface_hub import HfApi
 
-            sha = HfApi().model_info(model, revision=revision).sha
+            sha = HfApi().model_info(model, revision=revision, timeout=HUB_TIMEOUT).sha
             if sha and COMMIT.match(sha):
                 return sha
             why = f"the Hub gave no commit ({sha!r})"
