@@ -622,3 +622,35 @@ def test_position_limit_of_model_configs():
         pass
 
     assert config_position_limit(NoLimit()) is None
+
+
+def test_the_hub_is_asked_for_the_commit_first_and_the_cache_read_when_it_cannot_answer(
+    tiny_model_dir, tmp_path, monkeypatch
+):
+    import types
+
+    import huggingface_hub
+    from huggingface_hub import constants
+
+    from oar_rl.eval.revision import resolve_hub_commit
+
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "hub"))
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
+    asked: list = []
+
+    def answer(self, repo_id, *, revision=None, timeout=None, **kw):
+        asked.append((repo_id, revision, timeout))
+        return types.SimpleNamespace(sha="d" * 40)
+
+    monkeypatch.setattr(huggingface_hub.HfApi, "model_info", answer)
+    assert resolve_hub_commit("org/tiny", "v1") == "d" * 40 and asked == [("org/tiny", "v1", 15.0)]
+    assert resolve_hub_commit("org/tiny", "e" * 40) == "e" * 40 and len(asked) == 1  # a commit: not asked
+
+    def unreachable(self, repo_id, **kw):
+        raise OSError("no network")
+
+    monkeypatch.setattr(huggingface_hub.HfApi, "model_info", unreachable)
+    with pytest.raises(ValueError, match=r"the Hub could not be asked: OSError: no network"):
+        resolve_hub_commit("org/tiny", None)
+    _hub_cache(tmp_path / "hub", "org/tiny", "a" * 40, Path(tiny_model_dir))
+    assert resolve_hub_commit("org/tiny", None) == "a" * 40  # the cache's refs/main
