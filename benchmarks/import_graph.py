@@ -63,6 +63,7 @@ TIERS: dict[str, int] = {
     # 4 tasks, their warm starts, and models by name (`--model default`, fetched models)
     "oar_rl.tiny": 4,
     "oar_rl.fetch": 4,
+    "oar_rl.model_identity": 4,  # a Hub id's commit, a local model's fingerprint (eval and train)
     "oar_rl.shipped": 4,
     "oar_rl.tasks": 4,
     "oar_rl.options": 4,  # the shared command-line flags (names the tasks and warm starts)

@@ -130,3 +130,14 @@ def register_fake_task(monkeypatch, name: str, warm_start_dir: Path):
     tasks.get_task("arithmetic")  # registers the built-ins first
     monkeypatch.setitem(tasks._REGISTRY, name, task)
     return task
+
+
+def hub_cache(root: Path, repo: str, commit: str, files: Path) -> None:
+    """The Hugging Face cache's layout for `repo` at `commit` (refs/main points to it)."""
+    entry = root / ("models--" + repo.replace("/", "--"))
+    snap = entry / "snapshots" / commit
+    snap.mkdir(parents=True)
+    for f in files.iterdir():
+        (snap / f.name).write_bytes(f.read_bytes())
+    (entry / "refs").mkdir(exist_ok=True)
+    (entry / "refs" / "main").write_text(commit)

@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from conftest import hub_cache
 from oar_rl.eval import evaluation
 from oar_rl.eval import sampling as eval_sampling
 from oar_rl.eval.config import EvalConfig
@@ -309,17 +310,6 @@ def test_resume_refuses_a_changed_gold_another_model_version_and_a_changed_timeo
     assert "verify_timeout None -> 3.0" in capsys.readouterr().err
 
 
-def _hub_cache(root: Path, repo: str, commit: str, files: Path) -> None:
-    """The Hugging Face cache's layout for `repo` at `commit` (refs/main points to it)."""
-    entry = root / ("models--" + repo.replace("/", "--"))
-    snap = entry / "snapshots" / commit
-    snap.mkdir(parents=True)
-    for f in files.iterdir():
-        (snap / f.name).write_bytes(f.read_bytes())
-    (entry / "refs").mkdir(exist_ok=True)
-    (entry / "refs" / "main").write_text(commit)
-
-
 def test_a_hub_model_is_pinned_to_one_commit_and_a_resume_at_another_is_refused(
     tiny_model_dir, tmp_path, monkeypatch, capsys
 ):
@@ -335,7 +325,7 @@ def test_a_hub_model_is_pinned_to_one_commit_and_a_resume_at_another_is_refused(
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.setenv("HF_HUB_CACHE", str(cache))
     old, new = "a" * 40, "b" * 40
-    _hub_cache(cache, "org/tiny", old, Path(tiny_model_dir))
+    hub_cache(cache, "org/tiny", old, Path(tiny_model_dir))
     out = tmp_path / "out"
     args = [*_args("org/tiny", out), "--limit", "1"]
     assert main(args) == 0
@@ -349,7 +339,7 @@ def test_a_hub_model_is_pinned_to_one_commit_and_a_resume_at_another_is_refused(
     data = bytearray(weights.read_bytes())
     data[-1] ^= 1
     weights.write_bytes(bytes(data))
-    _hub_cache(cache, "org/tiny", new, changed)  # the branch moved
+    hub_cache(cache, "org/tiny", new, changed)  # the branch moved
     resume = [*args[:-2], "--limit", "2"]
     assert main(resume) == 2
     err = capsys.readouterr().err
@@ -632,7 +622,7 @@ def test_the_hub_is_asked_for_the_commit_first_and_the_cache_read_when_it_cannot
     import huggingface_hub
     from huggingface_hub import constants
 
-    from oar_rl.eval.revision import resolve_hub_commit
+    from oar_rl.model_identity import resolve_hub_commit
 
     monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "hub"))
     monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
@@ -652,5 +642,5 @@ def test_the_hub_is_asked_for_the_commit_first_and_the_cache_read_when_it_cannot
     monkeypatch.setattr(huggingface_hub.HfApi, "model_info", unreachable)
     with pytest.raises(ValueError, match=r"the Hub could not be asked: OSError: no network"):
         resolve_hub_commit("org/tiny", None)
-    _hub_cache(tmp_path / "hub", "org/tiny", "a" * 40, Path(tiny_model_dir))
+    hub_cache(tmp_path / "hub", "org/tiny", "a" * 40, Path(tiny_model_dir))
     assert resolve_hub_commit("org/tiny", None) == "a" * 40  # the cache's refs/main

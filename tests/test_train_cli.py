@@ -101,17 +101,38 @@ def test_train_tiny_recipe_saves_and_resumes(tiny_model_dir, tmp_path, capsys):
     assert train.main([*again, "--learning_rate", "0.5", "--tau", "0.9"]) == 2
     err = capsys.readouterr().err
     assert "was saved under other settings (learning_rate: " in err and "tau: 0.4 -> 0.9" in err
+    # the model is recorded; a resume that would load another one (a retrained directory, a moved Hub
+    # branch) is refused, naming both
+    import shutil
+
+    identity = json.loads((out / checkpoints.MODEL_FILE).read_text())
+    assert identity["model"] == str(Path(tiny_model_dir).resolve()) and len(identity["fingerprint"]) == 16
+    other = tmp_path / "other-model"
+    shutil.copytree(tiny_model_dir, other)
+    weights = next(p for p in other.iterdir() if p.suffix == ".safetensors")
+    data = bytearray(weights.read_bytes())
+    data[-1] ^= 1
+    weights.write_bytes(bytes(data))
+    moved = [str(other) if a == str(tiny_model_dir) else a for a in again]
+    assert train.main(moved) == 2
+    assert f"was trained from {identity['model']} (fingerprint {identity['fingerprint']})" in (
+        capsys.readouterr().err
+    )
+    (out / checkpoints.MODEL_FILE).unlink()  # a run started before the model was recorded: warned, recorded
+    with pytest.warns(UserWarning, match="cannot be checked against the one it was trained from"):
+        assert train.main(again) == 0
+    assert json.loads((out / checkpoints.MODEL_FILE).read_text()) == identity
     # a fresh run into the directory of another: its logs.jsonl would mix, `latest` would pick its checkpoint
     assert train.main([*common, *overrides]) == 2
     assert (
-        "holds another run (checkpoint-3, checkpoint-2, checkpoint-1, logs.jsonl)" in capsys.readouterr().err
+        "holds another run (checkpoint-4, checkpoint-3, checkpoint-2, logs.jsonl)" in capsys.readouterr().err
     )
     # a save cut short: `latest` skips it, naming it; named, it is refused
-    (out / "checkpoint-3" / "trainer_state.json").unlink()
-    with pytest.warns(UserWarning, match=r"skipping .*checkpoint-3, an incomplete checkpoint"):
-        assert checkpoints.resolve_checkpoint("latest", str(out)) == str(out / "checkpoint-2")
+    (out / "checkpoint-4" / "trainer_state.json").unlink()
+    with pytest.warns(UserWarning, match=r"skipping .*checkpoint-4, an incomplete checkpoint"):
+        assert checkpoints.resolve_checkpoint("latest", str(out)) == str(out / "checkpoint-3")
     with pytest.raises(ValueError, match=r"not a complete checkpoint \(no trainer_state\.json\)"):
-        checkpoints.resolve_checkpoint(str(out / "checkpoint-3"), str(out))
+        checkpoints.resolve_checkpoint(str(out / "checkpoint-4"), str(out))
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -217,3 +238,39 @@ def test_sharded_checkpoints_are_complete_and_unreadable_args_are_a_warning(tmp_
     with pytest.warns(UserWarning, match="cannot read its training_args.bin"):
         checkpoints.check_resume(str(ckpt), object())
     assert checkpoints.checkpoints(tmp_path / "missing") == []
+
+
+def test_a_hub_model_is_trained_at_one_commit_and_a_resume_on_a_moved_branch_is_refused(
+    tiny_model_dir, tmp_path, monkeypatch, capsys
+):
+    """Offline here (the commit comes from the cache's refs; online the Hub is asked): the run loads the
+    resolved commit, records it, and a resume after the branch moved names the commit to pin."""
+    import json
+    import shutil
+
+    from huggingface_hub import constants
+
+    from conftest import hub_cache
+
+    cache = tmp_path / "hub"
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(cache))
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_HUB_CACHE", str(cache))
+    old, new = "a" * 40, "b" * 40
+    hub_cache(cache, "org/tiny", old, Path(tiny_model_dir))
+    out = tmp_path / "run"
+    args = ["--config", TINY, "--model_name_or_path", "org/tiny", "--output_dir", str(out),
+            "--max_steps", "1", "--save_strategy", "steps", "--save_steps", "1"]  # fmt: skip
+    assert train.main(args) == 0
+    recorded = json.loads((out / checkpoints.MODEL_FILE).read_text())
+    assert recorded == {"model": "org/tiny", "fingerprint": f"hub:{old}"}
+    moved = tmp_path / "moved"
+    shutil.copytree(tiny_model_dir, moved)
+    hub_cache(cache, "org/tiny", new, moved)  # the branch moves
+    capsys.readouterr()
+    resume = [*args[:-6], "--max_steps", "2", "--save_strategy", "steps", "--save_steps", "1",
+              "--resume_from_checkpoint", "latest"]  # fmt: skip
+    assert train.main(resume) == 2
+    assert f"--model_revision {old}" in capsys.readouterr().err
+    assert train.main([*resume, "--model_revision", old]) == 0  # pinned to the commit it was trained from

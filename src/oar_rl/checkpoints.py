@@ -7,6 +7,11 @@ scheduler from it whatever the new arguments say, so a resume under other settin
 another run's checkpoints appends to its `logs.jsonl`, and `latest` would later pick the other run's
 checkpoint. Both are refused here, naming what differs. A checkpoint whose save was cut short (no
 `trainer_state.json` or no weights) is skipped by `latest`, with a warning, and refused when named.
+
+The model is pinned too (`pin_model`, `check_model`): a Hub id's revision is resolved to one commit before
+anything loads, and the run's model identity (the commit, or a local directory's fingerprint) is recorded
+in the output directory; a resume that would load another model is refused (a LoRA adapter, or the KL
+reference model, would sit on another base).
 """
 
 from __future__ import annotations
@@ -153,3 +158,51 @@ def check_fresh_output_dir(output_dir: str) -> None:
             f"--output_dir {output_dir} holds another run ({', '.join(held)}): resume it with "
             "--resume_from_checkpoint latest, or choose a new --output_dir (or delete that one)"
         )
+
+
+MODEL_FILE = "oar_rl_model.json"
+"""The run's model identity, in its output directory: what a resume must load again."""
+
+
+def pin_model(model_args: Any) -> dict[str, Any]:
+    """The model a run trains: a Hub id's `model_revision` resolved to one commit (set back on
+    `model_args`, so the policy, TRL's reference model and the tokenizer all load that commit), a local
+    directory's fingerprint (`oar_rl.model_identity`). ValueError when a Hub id cannot be resolved."""
+    from oar_rl.model_identity import model_fingerprint, resolve_hub_commit
+
+    name = model_args.model_name_or_path
+    if Path(name).expanduser().exists():
+        return {"model": str(Path(name).expanduser().resolve()), "fingerprint": model_fingerprint(name)}
+    model_args.model_revision = resolve_hub_commit(name, model_args.model_revision)
+    return {"model": name, "fingerprint": model_fingerprint(name, model_args.model_revision)}
+
+
+def check_model(output_dir: str, identity: dict[str, Any], resuming: bool) -> None:
+    """Record `identity` in `output_dir` (global rank 0), after checking that a resumed run loads the model
+    it was trained from: a LoRA adapter or a KL reference model would otherwise sit on another base model
+    (a moved Hub branch, a retrained local directory), silently. ValueError naming both."""
+    import json
+
+    from oar_rl.io import write_text_atomic
+
+    path = Path(output_dir) / MODEL_FILE
+    if resuming and path.is_file():
+        saved = json.loads(path.read_text())
+        if saved != identity:
+            raise ValueError(
+                f"--resume_from_checkpoint: {output_dir} was trained from {saved.get('model')} (fingerprint "
+                f"{saved.get('fingerprint')}), this run loads {identity['model']} (fingerprint "
+                f"{identity['fingerprint']}); resume with the same model (a Hub model: --model_revision "
+                f"{str(saved.get('fingerprint', '')).removeprefix('hub:')}), or start a fresh run"
+            )
+        return
+    if resuming:
+        warnings.warn(
+            f"--resume_from_checkpoint: {output_dir} has no {MODEL_FILE} (a run started before oar-rl "
+            f"recorded its model), so the model cannot be checked against the one it was trained from; "
+            f"recording {identity['model']} ({identity['fingerprint']}) for later resumes",
+            stacklevel=2,
+        )
+    if os.environ.get("RANK", "0") == "0":
+        Path(output_dir).mkdir(parents=True, exist_ok=True)
+        write_text_atomic(path, json.dumps(identity, indent=2) + "\n")

@@ -37,7 +37,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from oar_rl.checkpoints import check_fresh_output_dir, check_resume, resolve_checkpoint
+from oar_rl.checkpoints import (
+    check_fresh_output_dir,
+    check_model,
+    check_resume,
+    pin_model,
+    resolve_checkpoint,
+)
 from oar_rl.fetch import resolve_model
 
 REWARD_NAMES: tuple[str, ...] = ("accuracy", "format")
@@ -384,6 +390,8 @@ def main(argv: list[str] | None = None) -> int:
             check_fresh_output_dir(training_args.output_dir)
         else:
             check_resume(checkpoint, training_args)
+        identity = pin_model(model_args)  # a Hub id's revision -> one commit, before anything loads
+        check_model(training_args.output_dir, identity, resuming=checkpoint is not None)
         training_args.model_init_kwargs = model_init_kwargs(model_args, training_args)
         train_dataset = load_train_dataset(data_args, reward_names)
         check_enough_prompts(len(train_dataset), training_args, data_args.dataset)

@@ -20,7 +20,7 @@ Output directory (``--out``):
   where a local model directory holds another model than the one sampled (its ``model_fingerprint``:
   config.json and each weight file's name, size, first and last MiB), or where a Hub id resolves to
   another commit than the one sampled (``hub:<commit>``: the id and ``--revision`` are resolved once, before
-  anything loads, and every loader gets that commit; :mod:`oar_rl.eval.revision`).
+  anything loads, and every loader gets that commit; :mod:`oar_rl.model_identity`).
   ``--k`` and ``--limit`` are not part of the hash: they only choose what is reported, so raising
   ``--limit`` extends an earlier run.
 * ``results.json`` and ``results.md`` -- pass@k per benchmark and the average (``results.md`` is shaped
@@ -59,6 +59,7 @@ from oar_rl.eval.report import results_markdown
 from oar_rl.eval.sampling import build_sampler, check_prompt_lengths, resolve_chat
 from oar_rl.fetch import resolve_model
 from oar_rl.io import write_text_atomic
+from oar_rl.model_identity import model_fingerprint
 
 HASHED_FIELDS: tuple[str, ...] = (
     "model",
@@ -174,33 +175,6 @@ def _model_id(model: str) -> str:
     return str(Path(model).resolve()) if Path(model).exists() else model
 
 
-WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth")
-_EDGE = 1 << 20
-
-
-def model_fingerprint(model: str, revision: str | None = None) -> str | None:
-    """A local model directory's fingerprint: sha256 over config.json and, per weight file, its name, size
-    and first and last MiB (retraining into the same directory changes it; reading whole checkpoints
-    would cost more than it tells). A Hub id's is ``hub:<commit>``, its `revision` resolved to a commit
-    (:mod:`oar_rl.eval.revision`); None for a Hub id without one."""
-    root = Path(model).expanduser()
-    if not root.is_dir():
-        return f"hub:{revision}" if revision else None
-    digest = hashlib.sha256()
-    config = root / "config.json"
-    if config.is_file():
-        digest.update(config.read_bytes())
-    for path in sorted(p for p in root.iterdir() if p.suffix in WEIGHT_SUFFIXES and p.is_file()):
-        size = path.stat().st_size
-        digest.update(f"{path.name}:{size}".encode())
-        with path.open("rb") as f:
-            digest.update(f.read(_EDGE))
-            if size > _EDGE:
-                f.seek(max(_EDGE, size - _EDGE))
-                digest.update(f.read(_EDGE))
-    return digest.hexdigest()[:16]
-
-
 def _derive_seed(seed: int, key: str, index: int, chunk: int) -> int:
     return int(hashlib.sha256(f"{seed}:{key}:{index}:{chunk}".encode()).hexdigest()[:8], 16)
 
@@ -221,7 +195,7 @@ def prepare(config: EvalConfig) -> list[BenchmarkJob]:
             f"--revision {config.revision!r} applies to a Hub id; {config.model!r} is a local path"
         )
     if not model_path.exists():  # pinned before anything loads: every loader gets this commit
-        from oar_rl.eval.revision import resolve_hub_commit
+        from oar_rl.model_identity import resolve_hub_commit
 
         given, config.revision = config.revision, resolve_hub_commit(config.model, config.revision)
         print(
