@@ -274,3 +274,33 @@ def test_a_hub_model_is_trained_at_one_commit_and_a_resume_on_a_moved_branch_is_
     assert train.main(resume) == 2
     assert f"--model_revision {old}" in capsys.readouterr().err
     assert train.main([*resume, "--model_revision", old]) == 0  # pinned to the commit it was trained from
+    # a recipe's model_init_kwargs revision is the pin too, and may not disagree with --model_revision
+    assert (
+        train.main(
+            [*args[:5], str(tmp_path / "r2"), *args[6:], "--model_init_kwargs", f'{{"revision": "{old}"}}']
+        )
+        == 0
+    )
+    assert json.loads((tmp_path / "r2" / checkpoints.MODEL_FILE).read_text())["fingerprint"] == f"hub:{old}"
+    conflict = [*args[:5], str(tmp_path / "r3"), *args[6:], "--model_revision", new,
+                "--model_init_kwargs", '{"revision": "main"}']  # fmt: skip
+    assert train.main(conflict) == 2 and "disagree" in capsys.readouterr().err
+    # resuming another run's checkpoint into a new directory checks that run's model
+    other = [*args[:3], str(tiny_model_dir), "--output_dir", str(tmp_path / "r4"), *args[6:-4],
+             "--max_steps", "2", "--resume_from_checkpoint", str(out / "checkpoint-1")]  # fmt: skip
+    assert train.main(other) == 2 and f"fingerprint hub:{old}" in capsys.readouterr().err
+    # a revision is for a Hub id
+    local = [*args[:3], str(tiny_model_dir), "--output_dir", str(tmp_path / "r5"), *args[6:]]
+    assert (
+        train.main([*local, "--model_revision", "v1"]) == 2 and "is for a Hub id" in capsys.readouterr().err
+    )
+
+
+def test_a_fingerprint_reads_weights_in_subfolders_when_none_are_at_the_top(tmp_path):
+    from oar_rl.model_identity import model_fingerprint
+
+    for name in ("a", "b"):
+        (tmp_path / name / "sub").mkdir(parents=True)
+        (tmp_path / name / "config.json").write_text("{}")
+        (tmp_path / name / "sub" / "model.safetensors").write_bytes(name.encode() * 100)
+    assert model_fingerprint(str(tmp_path / "a")) != model_fingerprint(str(tmp_path / "b"))

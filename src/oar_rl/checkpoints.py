@@ -164,45 +164,69 @@ MODEL_FILE = "oar_rl_model.json"
 """The run's model identity, in its output directory: what a resume must load again."""
 
 
-def pin_model(model_args: Any) -> dict[str, Any]:
-    """The model a run trains: a Hub id's `model_revision` resolved to one commit (set back on
-    `model_args`, so the policy, TRL's reference model and the tokenizer all load that commit), a local
-    directory's fingerprint (`oar_rl.model_identity`). ValueError when a Hub id cannot be resolved."""
+def pin_model(model_args: Any, model_init_kwargs: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The model a run trains: a Hub id's revision (`model_revision`, or a ``revision`` of the recipe's
+    `model_init_kwargs`) resolved to one commit and set back on `model_args`, so that TRL loads the policy,
+    the KL reference model and the tokenizer at that commit; a local directory's fingerprint
+    (`oar_rl.model_identity`). ValueError when a Hub id cannot be resolved or the revisions conflict."""
     from oar_rl.model_identity import model_fingerprint, resolve_hub_commit
 
-    name = model_args.model_name_or_path
+    name, given = model_args.model_name_or_path, (model_init_kwargs or {}).get("revision")
+    if given is not None and model_args.model_revision not in (None, "main", given):
+        raise ValueError(
+            f"--model_revision {model_args.model_revision!r} and model_init_kwargs' revision {given!r} "
+            "disagree; give one"
+        )
+    revision = given if given is not None else model_args.model_revision
     if Path(name).expanduser().exists():
+        if revision not in (None, "main"):
+            raise ValueError(f"--model_revision {revision!r} is for a Hub id; {name!r} is a local directory")
         return {"model": str(Path(name).expanduser().resolve()), "fingerprint": model_fingerprint(name)}
-    model_args.model_revision = resolve_hub_commit(name, model_args.model_revision)
+    model_args.model_revision = resolve_hub_commit(name, revision)
     return {"model": name, "fingerprint": model_fingerprint(name, model_args.model_revision)}
 
 
-def check_model(output_dir: str, identity: dict[str, Any], resuming: bool) -> None:
-    """Record `identity` in `output_dir` (global rank 0), after checking that a resumed run loads the model
-    it was trained from: a LoRA adapter or a KL reference model would otherwise sit on another base model
-    (a moved Hub branch, a retrained local directory), silently. ValueError naming both."""
+def check_model(checkpoint: str | None, identity: dict[str, Any]) -> None:
+    """A resumed run must load the model its checkpoint was trained from (recorded beside the checkpoint,
+    in its run's directory): a LoRA adapter or a KL reference model would otherwise sit on another base
+    model (a moved Hub branch, a retrained local directory), silently. ValueError naming both; a warning
+    for a run that recorded none. The same model at another path is accepted, with a warning."""
+    import json
+
+    if checkpoint is None:
+        return
+    path = Path(checkpoint).resolve().parent / MODEL_FILE
+    if not path.is_file():
+        warnings.warn(
+            f"--resume_from_checkpoint {checkpoint}: its run has no {MODEL_FILE} (started before oar-rl "
+            "recorded its model), so the model cannot be checked against the one it was trained from",
+            stacklevel=2,
+        )
+        return
+    saved = json.loads(path.read_text())
+    if saved.get("fingerprint") != identity["fingerprint"]:
+        pin = str(saved.get("fingerprint", ""))
+        how = f"--model_revision {pin.removeprefix('hub:')}" if pin.startswith("hub:") else "that model"
+        raise ValueError(
+            f"--resume_from_checkpoint {checkpoint} was trained from {saved.get('model')} (fingerprint "
+            f"{saved.get('fingerprint')}); this run loads {identity['model']} (fingerprint "
+            f"{identity['fingerprint']}). Resume with {how}, or start a fresh run"
+        )
+    if saved.get("model") != identity["model"]:
+        warnings.warn(
+            f"--resume_from_checkpoint {checkpoint}: the model moved ({saved.get('model')} -> "
+            f"{identity['model']}), same fingerprint",
+            stacklevel=2,
+        )
+
+
+def record_model(output_dir: str, identity: dict[str, Any], should_save: bool) -> None:
+    """Write the run's model identity into `output_dir` (the process that saves: `args.should_save`),
+    once the trainer is built, for later resumes to check."""
     import json
 
     from oar_rl.io import write_text_atomic
 
-    path = Path(output_dir) / MODEL_FILE
-    if resuming and path.is_file():
-        saved = json.loads(path.read_text())
-        if saved != identity:
-            raise ValueError(
-                f"--resume_from_checkpoint: {output_dir} was trained from {saved.get('model')} (fingerprint "
-                f"{saved.get('fingerprint')}), this run loads {identity['model']} (fingerprint "
-                f"{identity['fingerprint']}); resume with the same model (a Hub model: --model_revision "
-                f"{str(saved.get('fingerprint', '')).removeprefix('hub:')}), or start a fresh run"
-            )
-        return
-    if resuming:
-        warnings.warn(
-            f"--resume_from_checkpoint: {output_dir} has no {MODEL_FILE} (a run started before oar-rl "
-            f"recorded its model), so the model cannot be checked against the one it was trained from; "
-            f"recording {identity['model']} ({identity['fingerprint']}) for later resumes",
-            stacklevel=2,
-        )
-    if os.environ.get("RANK", "0") == "0":
+    if should_save:
         Path(output_dir).mkdir(parents=True, exist_ok=True)
-        write_text_atomic(path, json.dumps(identity, indent=2) + "\n")
+        write_text_atomic(Path(output_dir) / MODEL_FILE, json.dumps(identity, indent=2) + "\n")

@@ -54,10 +54,11 @@ _EDGE = 1 << 20
 
 
 def model_fingerprint(model: str, revision: str | None = None) -> str | None:
-    """A local model directory's fingerprint: sha256 over config.json and, per weight file, its name, size
-    and first and last MiB (retraining into the same directory changes it; reading whole checkpoints
-    would cost more than it tells). A Hub id's is ``hub:<commit>``, its `revision` resolved to a commit
-    (:func:`resolve_hub_commit`); None for a Hub id without one."""
+    """A local model directory's fingerprint: sha256 over config.json and, per weight file (those at the
+    top, else those in its subfolders), its name, size and first and last MiB (retraining into the same
+    directory changes it; reading whole checkpoints would cost more than it tells). A Hub id's is
+    ``hub:<commit>``, its `revision` resolved to a commit (:func:`resolve_hub_commit`); None for a Hub id
+    without one."""
     root = Path(model).expanduser()
     if not root.is_dir():
         return f"hub:{revision}" if revision else None
@@ -65,9 +66,12 @@ def model_fingerprint(model: str, revision: str | None = None) -> str | None:
     config = root / "config.json"
     if config.is_file():
         digest.update(config.read_bytes())
-    for path in sorted(p for p in root.iterdir() if p.suffix in WEIGHT_SUFFIXES and p.is_file()):
+    weights = sorted(p for p in root.iterdir() if p.suffix in WEIGHT_SUFFIXES and p.is_file())
+    if not weights:  # weights in subfolders only (e.g. an adapter's or a pipeline's): those, by their path
+        weights = sorted(p for p in root.rglob("*") if p.suffix in WEIGHT_SUFFIXES and p.is_file())
+    for path in weights:
         size = path.stat().st_size
-        digest.update(f"{path.name}:{size}".encode())
+        digest.update(f"{path.relative_to(root).as_posix()}:{size}".encode())
         with path.open("rb") as f:
             digest.update(f.read(_EDGE))
             if size > _EDGE:

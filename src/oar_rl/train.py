@@ -42,6 +42,7 @@ from oar_rl.checkpoints import (
     check_model,
     check_resume,
     pin_model,
+    record_model,
     resolve_checkpoint,
 )
 from oar_rl.fetch import resolve_model
@@ -302,6 +303,9 @@ def model_init_kwargs(model_args, training_args) -> dict[str, Any]:
         dtype=model_args.dtype,
     )
     kwargs.update(training_args.model_init_kwargs or {})
+    kwargs["revision"] = (
+        model_args.model_revision
+    )  # pinned (`checkpoints.pin_model`): a recipe cannot undo it
     return kwargs
 
 
@@ -390,8 +394,8 @@ def main(argv: list[str] | None = None) -> int:
             check_fresh_output_dir(training_args.output_dir)
         else:
             check_resume(checkpoint, training_args)
-        identity = pin_model(model_args)  # a Hub id's revision -> one commit, before anything loads
-        check_model(training_args.output_dir, identity, resuming=checkpoint is not None)
+        identity = pin_model(model_args, training_args.model_init_kwargs)  # a Hub id -> one commit
+        check_model(checkpoint, identity)
         training_args.model_init_kwargs = model_init_kwargs(model_args, training_args)
         train_dataset = load_train_dataset(data_args, reward_names)
         check_enough_prompts(len(train_dataset), training_args, data_args.dataset)
@@ -402,6 +406,9 @@ def main(argv: list[str] | None = None) -> int:
         from oar_rl.console import no_load_bars
         from oar_rl.trainer import OARTrainer
 
+        peft_config = get_peft_config(model_args)
+        if peft_config is not None and identity["fingerprint"].startswith("hub:"):
+            peft_config.revision = model_args.model_revision  # the saved adapter names its base's commit
         with contextlib.nullcontext() if data_args.verbose else no_load_bars():
             trainer = OARTrainer(
                 model=model_args.model_name_or_path,
@@ -409,8 +416,9 @@ def main(argv: list[str] | None = None) -> int:
                 args=training_args,
                 train_dataset=train_dataset,
                 quantization_config=get_quantization_config(model_args),
-                peft_config=get_peft_config(model_args),
+                peft_config=peft_config,
             )
+        record_model(training_args.output_dir, identity, training_args.should_save)
     except (ValueError, OSError) as err:
         print(f"oar-rl train: error: {err}", file=sys.stderr)
         return 2
