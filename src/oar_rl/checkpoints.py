@@ -8,10 +8,12 @@ another run's checkpoints appends to its `logs.jsonl`, and `latest` would later 
 checkpoint. Both are refused here, naming what differs. A checkpoint whose save was cut short (no
 `trainer_state.json` or no weights) is skipped by `latest`, with a warning, and refused when named.
 
-The model is pinned too (`pin_model`, `check_model`): a Hub id's revision is resolved to one commit before
-anything loads, and the run's model identity (the commit, or a local directory's fingerprint) is recorded
-in the output directory; a resume that would load another model is refused (a LoRA adapter, or the KL
-reference model, would sit on another base).
+The model is pinned too (`pin_model`, `check_model`, `record_model`): a Hub id's revision is resolved to
+one commit before the model loads, and the run's model identity (the commit, or a local directory's
+fingerprint) is recorded in the output directory; a resume that would load another model than the one
+its checkpoint's run recorded is refused (a LoRA adapter, or the KL reference model, would sit on another
+base). What this does not pin (TRL's config read by name, vLLM, each process resolving for itself):
+docs/guides/train.md.
 """
 
 from __future__ import annotations
