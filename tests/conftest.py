@@ -141,3 +141,16 @@ def hub_cache(root: Path, repo: str, commit: str, files: Path) -> None:
         (snap / f.name).write_bytes(f.read_bytes())
     (entry / "refs").mkdir(exist_ok=True)
     (entry / "refs" / "main").write_text(commit)
+
+
+@pytest.fixture
+def offline_hub(tmp_path, monkeypatch) -> Path:
+    """An empty Hugging Face cache under tmp_path, offline (fill it with `hub_cache`)."""
+    from huggingface_hub import constants
+
+    cache = tmp_path / "hub"
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(cache))
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_HUB_CACHE", str(cache))
+    return cache

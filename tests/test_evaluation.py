@@ -311,19 +311,13 @@ def test_resume_refuses_a_changed_gold_another_model_version_and_a_changed_timeo
 
 
 def test_a_hub_model_is_pinned_to_one_commit_and_a_resume_at_another_is_refused(
-    tiny_model_dir, tmp_path, monkeypatch, capsys
+    tiny_model_dir, tmp_path, monkeypatch, capsys, offline_hub
 ):
     """A Hub id was not fingerprinted: a resume after the branch moved would sample the remaining problems
     from the new upload. Offline here: the commit comes from the cache's refs (the Hub is asked online)."""
     import shutil
 
-    from huggingface_hub import constants
-
-    cache = tmp_path / "hub"
-    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(cache))
-    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    monkeypatch.setenv("HF_HUB_CACHE", str(cache))
+    cache = offline_hub
     old, new = "a" * 40, "b" * 40
     hub_cache(cache, "org/tiny", old, Path(tiny_model_dir))
     out = tmp_path / "out"

@@ -241,22 +241,16 @@ def test_sharded_checkpoints_are_complete_and_unreadable_args_are_a_warning(tmp_
 
 
 def test_a_hub_model_is_trained_at_one_commit_and_a_resume_on_a_moved_branch_is_refused(
-    tiny_model_dir, tmp_path, monkeypatch, capsys
+    tiny_model_dir, tmp_path, capsys, offline_hub
 ):
     """Offline here (the commit comes from the cache's refs; online the Hub is asked): the run loads the
     resolved commit, records it, and a resume after the branch moved names the commit to pin."""
     import json
     import shutil
 
-    from huggingface_hub import constants
-
     from conftest import hub_cache
 
-    cache = tmp_path / "hub"
-    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(cache))
-    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    monkeypatch.setenv("HF_HUB_CACHE", str(cache))
+    cache = offline_hub
     old, new = "a" * 40, "b" * 40
     hub_cache(cache, "org/tiny", old, Path(tiny_model_dir))
     out = tmp_path / "run"
