@@ -154,3 +154,11 @@ def offline_hub(tmp_path, monkeypatch) -> Path:
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.setenv("HF_HUB_CACHE", str(cache))
     return cache
+
+
+def another_version(model_dir: Path) -> None:
+    """Flip the last byte of the model's safetensors file: another version of the weights, same size."""
+    weights = next(p for p in Path(model_dir).iterdir() if p.suffix == ".safetensors")
+    data = bytearray(weights.read_bytes())
+    data[-1] ^= 1
+    weights.write_bytes(bytes(data))

@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import hub_cache
+from conftest import another_version, hub_cache
 from oar_rl.eval import evaluation
 from oar_rl.eval import sampling as eval_sampling
 from oar_rl.eval.config import EvalConfig
@@ -299,10 +299,7 @@ def test_resume_refuses_a_changed_gold_another_model_version_and_a_changed_timeo
     assert "problem 0 was scored against the gold '2', the dataset now gives '999'" in capsys.readouterr().err
     rows[0]["answer"] = 2
     bench.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    weights = next(p for p in model.iterdir() if p.suffix == ".safetensors")
-    data = bytearray(weights.read_bytes())
-    data[-1] ^= 1  # another version of the weights, same size
-    weights.write_bytes(bytes(data))
+    another_version(model)
     assert main(args) == 2
     assert "another version of the model" in capsys.readouterr().err
     assert main([*args, "--out", str(tmp_path / "out2")]) == 0
@@ -329,10 +326,7 @@ def test_a_hub_model_is_pinned_to_one_commit_and_a_resume_at_another_is_refused(
 
     changed = tmp_path / "changed"
     shutil.copytree(tiny_model_dir, changed)
-    weights = next(p for p in changed.iterdir() if p.suffix == ".safetensors")
-    data = bytearray(weights.read_bytes())
-    data[-1] ^= 1
-    weights.write_bytes(bytes(data))
+    another_version(changed)
     hub_cache(cache, "org/tiny", new, changed)  # the branch moved
     resume = [*args[:-2], "--limit", "2"]
     assert main(resume) == 2

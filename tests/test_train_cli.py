@@ -10,6 +10,7 @@ import pytest
 import torch
 from datasets import Dataset
 
+from conftest import another_version
 from oar_rl import checkpoints, cli, train
 from oar_rl.tiny import build_char_tokenizer, tiny_qwen2
 
@@ -109,10 +110,7 @@ def test_train_tiny_recipe_saves_and_resumes(tiny_model_dir, tmp_path, capsys):
     assert identity["model"] == str(Path(tiny_model_dir).resolve()) and len(identity["fingerprint"]) == 16
     other = tmp_path / "other-model"
     shutil.copytree(tiny_model_dir, other)
-    weights = next(p for p in other.iterdir() if p.suffix == ".safetensors")
-    data = bytearray(weights.read_bytes())
-    data[-1] ^= 1
-    weights.write_bytes(bytes(data))
+    another_version(other)
     moved = [str(other) if a == str(tiny_model_dir) else a for a in again]
     assert train.main(moved) == 2
     assert f"was trained from {identity['model']} (fingerprint {identity['fingerprint']})" in (
