@@ -68,13 +68,9 @@ def verdict(rows: list[dict[str, Any]]) -> str:
 
 def ci_text(c: dict[str, Any] | None) -> str:
     """A mean with its interval, "+1.2 (-0.3, +2.7)" (a bound next to 0: "+0.05"); "–" for none."""
-    from oar_rl.study.screen_report import signed_text
+    from oar_rl.study.screen_report import fmt_ci
 
-    if not c or c.get("mean") is None:
-        return "–"
-    if c.get("low") is None:
-        return signed_text(c["mean"])
-    return f"{signed_text(c['mean'])} ({signed_text(c['low'])}, {signed_text(c['high'])})"
+    return fmt_ci(c, signed=True)
 
 
 def markdown(result: dict[str, Any]) -> str:

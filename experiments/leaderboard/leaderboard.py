@@ -169,11 +169,9 @@ def _default(runs: Mapping[str, Mapping[int, dict[str, Any]]], rule: str) -> Map
 
 
 def _pp(ci: Mapping[str, Any]) -> str:
-    from oar_rl.study.screen_report import signed_text
+    from oar_rl.study.screen_report import fmt_ci
 
-    if ci.get("low") is None:
-        return signed_text(ci["mean"])
-    return f"{signed_text(ci['mean'])} ({signed_text(ci['low'])}, {signed_text(ci['high'])})"
+    return fmt_ci(dict(ci), signed=True)
 
 
 def _train_ratio(mine: Mapping[int, dict[str, Any]], grpo: Mapping[int, dict[str, Any]]) -> str:

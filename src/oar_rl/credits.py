@@ -191,7 +191,7 @@ def register_credit(
             "the study's name for 'none'; no '/', which the analyses use for <rule>/<probe>)"
         )
     if name in CREDIT_MODES:
-        raise ValueError(f"credit rule {name!r} is already registered (by {_origin(CREDIT_MODES[name])})")
+        raise ValueError(f"credit rule {name!r} is already registered (by {CREDIT_MODES[name].modules[0]})")
     if reshape not in RESHAPES:
         raise ValueError(f"credit rule {name!r}: reshape={reshape!r} is not valid; choose one of {RESHAPES}")
     if scorer is None and reshape != "none":
@@ -235,10 +235,6 @@ def _origins(scorer: Callable[..., Tensor] | None) -> tuple[str, ...]:
     names = [(frame or caller).f_globals.get("__name__"), caller.f_globals.get("__name__")]
     names.append(getattr(func, "__module__", None))
     return tuple(dict.fromkeys(n for n in names if n)) or ("?",)
-
-
-def _origin(mode: CreditMode) -> str:
-    return mode.modules[0] if mode.modules else getattr(mode.scorer, "__module__", None) or "oar_rl.credits"
 
 
 def check_scores(mode: CreditMode, scores: Any, batch: ScoringBatch, scored: Tensor | None = None) -> Tensor:

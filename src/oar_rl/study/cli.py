@@ -345,8 +345,11 @@ def _summary_lines(study: dict[str, Any]) -> list[str]:
             d = r.get("diff_to_grpo")
             diff = ""
             if d and d["mean"] is not None:
-                lo, hi = (signed_text(100 * d[k]) if d[k] is not None else "" for k in ("low", "high"))
-                dci = f" [{lo}, {hi}]" if d["low"] is not None else ""
+                dci = (
+                    f" [{signed_text(100 * d['low'])}, {signed_text(100 * d['high'])}]"
+                    if d["low"] is not None
+                    else ""
+                )
                 mde = f", MDE {100 * d['mde80']:.1f}" if d.get("mde80") is not None else ""
                 wins = f"{wins_text(d)} seeds better"
                 diff = f"   vs GRPO {signed_text(100 * d['mean'])}{dci} ({wins}{mde})"
