@@ -281,6 +281,11 @@ def test_a_hub_model_is_trained_at_one_commit_and_a_resume_on_a_moved_branch_is_
     other = [*args[:3], str(tiny_model_dir), "--output_dir", str(tmp_path / "r4"), *args[6:-4],
              "--max_steps", "2", "--resume_from_checkpoint", str(out / "checkpoint-1")]  # fmt: skip
     assert train.main(other) == 2 and f"fingerprint hub:{old}" in capsys.readouterr().err
+    # a LoRA adapter records its base's commit (TRL's peft config names none: PEFT would load `main`)
+    lora = [*args[:5], str(tmp_path / "r6"), *args[6:], "--use_peft"]
+    assert train.main(lora) == 0
+    adapter = json.loads(next((tmp_path / "r6").rglob("adapter_config.json")).read_text())
+    assert adapter["revision"] == new  # `main` has moved to `new` by now: the run was pinned there
     # a revision is for a Hub id
     local = [*args[:3], str(tiny_model_dir), "--output_dir", str(tmp_path / "r5"), *args[6:]]
     assert (
