@@ -360,8 +360,9 @@ def test_rules_registered_through_a_helper_s_function_belong_to_the_helper_too(t
     pkg = tmp_path / "t_pkg"
     pkg.mkdir()
     (pkg / "__init__.py").write_text("from t_pkg import rules\nrules.setup()\n")
-    (pkg / "rules.py").write_text(
-        "def ones(m, b, **kw):\n    return b.completion_mask.float()\n"
+    (pkg / "scores.py").write_text("def ones(m, b, **kw):\n    return b.completion_mask.float()\n")
+    (pkg / "rules.py").write_text(  # the scorer from a third module: only the caller is t_pkg.rules
+        "from t_pkg.scores import ones\n"
         "def setup():\n    from oar_rl import register_credit\n"
         "    register_credit('t-setup', ones, reshape='weights')\n"
     )
@@ -369,11 +370,11 @@ def test_rules_registered_through_a_helper_s_function_belong_to_the_helper_too(t
     try:
         import t_pkg  # noqa: F401
 
-        assert credits.CREDIT_MODES["t-setup"].modules == ("t_pkg", "t_pkg.rules")
+        assert credits.CREDIT_MODES["t-setup"].modules == ("t_pkg", "t_pkg.rules", "t_pkg.scores")
         assert load_credit_module("t_pkg.rules").rules == ("t-setup",)
     finally:
         LOADED.pop(str((pkg / "rules.py").resolve()), None)
-        for mod in ("t_pkg", "t_pkg.rules"):
+        for mod in ("t_pkg", "t_pkg.rules", "t_pkg.scores"):
             sys.modules.pop(mod, None)
         if "t-setup" in credits.CREDIT_MODES:
             unregister_credit("t-setup")
