@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import random
+from pathlib import Path
 
 import pytest
 
@@ -123,6 +124,19 @@ def test_requirements_are_checked_at_their_edges():
     for key, bad in (("mean_reasoning_tokens", 149.9), ("greedy_accuracy", 0.9), ("sampled_accuracy", 0.19),
                      ("pivots_outside_last_step", None)):  # fmt: skip
         assert not check_requirements({**ok, key: bad})[key]["met"], key
+
+
+def test_the_figures_table_says_how_many_trajectories_the_oracle_tried():
+    """The committed long figures labelled 30 trajectories and recorded no more: the oracle had tried 40
+    (the default) and skipped those that close no answer, which the table did not say."""
+    import json
+
+    from oar_rl.analysis.task_figures import format_table
+
+    committed = json.loads(Path("results/credit-long/task-figures/figures.json").read_text())
+    assert "oracle on 30 of the samples." in format_table(committed)  # recorded before the tried count
+    table = format_table({**committed, "oracle_rows_tried": 40})
+    assert "oracle on the 30 of 40 sampled trajectories it could label" in table
 
 
 def test_a_saved_models_recipe_hash_is_the_recipes():

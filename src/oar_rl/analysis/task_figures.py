@@ -193,6 +193,7 @@ def measure(
         "pivot_fraction": roles["pivot_fraction"] if roles else None,
         "entropy_by_role": roles["entropy_by_role"] if roles else None,
         "unlabelled": roles["unlabelled"] if roles else None,
+        "oracle_rows_tried": min(oracle_rows, len(sampled)),
         "oracle_rows": len(rows),
         "oracle_rows_with_pivots": len(with_pivots),
         "oracle_pivots": pivots,
@@ -242,8 +243,7 @@ def format_table(figures: dict[str, Any]) -> str:
     lines = [
         f"Task `{figures['task']}`, warm start `{figures['recipe_hash']}`: "
         f"{figures['problems']} test problems, "
-        f"{figures['samples_per_problem']} samples each at T = 1; oracle on {figures['oracle_rows']} of the "
-        "samples.",
+        f"{figures['samples_per_problem']} samples each at T = 1; oracle on {_oracle_rows(figures)}.",
         "",
         "| figure | value |",
         "|---|---|",
@@ -278,6 +278,18 @@ def format_table(figures: dict[str, Any]) -> str:
 
 def _num(x: float | None, fmt: str) -> str:
     return "n/a" if x is None else format(x, fmt)
+
+
+def _oracle_rows(figures: dict[str, Any]) -> str:
+    """ "the 30 of 40 sampled trajectories it could label" ("30 of the samples" in files made before the
+    tried count was recorded)."""
+    tried = figures.get("oracle_rows_tried")
+    if tried is None:
+        return f"{figures['oracle_rows']} of the samples"
+    return (
+        f"the {figures['oracle_rows']} of {tried} sampled trajectories it could label "
+        "(the others close no answer or have no equation)"
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:
