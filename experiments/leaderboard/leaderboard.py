@@ -3,6 +3,13 @@ run files and result records (`docs/results/leaderboard.md`).
 
     python -m experiments.leaderboard            # rewrite the page (also run by `make docs`)
     python -m experiments.leaderboard --check    # exit 1 if the committed page is out of date
+    python -m experiments.leaderboard --source mine=my_study --out my_leaderboard.md   # + your study
+
+This module computes the page's cells, table and source list and is its command line. The regimes it
+shows, their run folders and records, and the reading of a folder's run files are `regimes.py`'s; a
+user's own `oar-rl study` folder added with `--source NAME=DIR` (checked, made a column group, its
+seeds labelled, its line in the source list) is `sources.py`'s. A page written elsewhere with `--out`
+links the committed docs pages relative to where it lies.
 
 Per regime (`REGIMES`; a regime whose run files have not landed yet is listed under the table, not
 shown as empty columns), each rule's:
@@ -29,36 +36,33 @@ from __future__ import annotations
 import argparse
 import html
 import json
-import statistics
+import os
 import sys
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from experiments.leaderboard.regimes import (
+    CONFIRM_SEEDS,
+    NA,
+    REGIMES,
+    SCREEN_SEEDS,
+    Regime,
+    Source,
+    default_variant,
+    ground_truth,
+    load_runs,
+    pp_cell,
+    shown_path,
+    train_ratio,
+)
+from experiments.leaderboard.sources import SourceError, studies_note, study_cells, study_line, study_regimes
 
 PAGE = "docs/results/leaderboard.md"
 ORDER = ("grpo", "random", "entropy", "oar-g", "oar-p", "oar-gp", "grail", "first-error")
 """Row order; a rule not listed follows, alphabetically."""
-SIGNAL = {"oar-g": "oar-g/as-mean", "oar-p": "oar-p/as-mean"}
-"""The blame and recall records' name of a rule's signal under its default (the testbed's) probe."""
 CREDIT = {"grpo": "none"}
 """The bench's name of a rule (its credit mode)."""
-
-
-@dataclass(frozen=True)
-class Source:
-    """A folder of run files (`oar-rl study` / screen layout), its evidence label and its docs page."""
-
-    runs: str
-    label: str
-    page: str
-    blinded: bool = False
-    """A pre-registered confirmation: none of its figures is read until every arm has all its seeds
-    (`CONFIRM_SEEDS`); a rule whose own seeds are in is not shown before the others' are."""
-    plan: str | None = None
-    """With `blinded`: the study plan ("module:NAME", a `ScreenPlan`) whose confirmation arms must all be
-    complete, those without a run file yet included (`oar_rl.study.screen.confirm_arms` of the study
-    folder, two levels above `runs`); None: the arms with run files in the folder."""
 
 
 def _arms_running(root: Path, source: Source, runs: Mapping[str, Mapping[int, Any]]) -> bool:
@@ -77,63 +81,6 @@ def _arms_running(root: Path, source: Source, runs: Mapping[str, Mapping[int, An
     return blinded(dict(runs), arms, plan.confirm_seeds) is not None
 
 
-@dataclass(frozen=True)
-class Regime:
-    """One column group: the run folders (confirmed ones first, in priority order), the screens, and the
-    blame, recall and cost records of the regime (None: not measured there)."""
-
-    name: str
-    what: str
-    confirmed: tuple[Source, ...]
-    screens: tuple[Source, ...] = ()
-    blame: str | None = None
-    recall: str | None = None
-    bench: str | None = None
-
-
-REGIMES: tuple[Regime, ...] = (
-    Regime(
-        "wordproblems",
-        "short chains: the shipped word-problem warm start, 30 steps of 16 prompts × 8",
-        confirmed=(
-            Source(
-                "results/credit-screen/confirm/runs",
-                "confirmation, test split",
-                "credit-screen.md",
-                blinded=True,
-                plan="experiments.credit_screen.plan:CREDIT_SCREEN",
-            ),
-            Source(
-                "results/study-wordproblems-v2/runs",
-                "v2 study, test split, scored set before-answer",
-                "study.md",
-            ),
-        ),
-        screens=(
-            Source("results/credit-screen/screen/runs", "screen, validation split", "credit-screen.md"),
-        ),
-        blame="results/blame/blame.json",
-        recall="results/testbed-recall/recall.json",
-        bench="results/bench-cpu-256/bench.json",
-    ),
-    Regime(
-        "wordproblems-long",
-        "long chains: the long-chain regime's screen and confirmation",
-        confirmed=(
-            Source(
-                "results/credit-long/confirm/runs",
-                "confirmation",
-                "credit-long.md",
-                blinded=True,
-                plan="experiments.credit_long.plan:CREDIT_LONG",
-            ),
-        ),
-        screens=(Source("results/credit-long/screen/runs", "screen", "credit-long.md"),),
-        blame="results/blame-long/blame.json",
-        recall="results/testbed-recall-long/recall.json",
-    ),
-)
-
 COLUMNS = (
     "Δ vs GRPO, pp (95% CI)",
     "seeds",
@@ -145,56 +92,21 @@ COLUMNS = (
     "step × GRPO",
     "train time × GRPO",
 )
-NA = "n/a"
-
-
-def load_runs(root: Path, folder: str) -> dict[str, dict[int, dict[str, Any]]]:
-    """{variant: {seed: run record}} of the run files in `folder` (empty if it does not exist). Every file
-    of a folder must carry the same protocol hash (a study's store never mixes two)."""
-    out: dict[str, dict[int, dict[str, Any]]] = {}
-    hashes = set()
-    for path in sorted((root / folder).glob("*.json")):
-        rec = json.loads(path.read_text())
-        hashes.add(rec.get("protocol_hash"))
-        out.setdefault(rec["variant"], {})[int(rec["seed"])] = rec
-    if len(hashes) > 1:
-        raise ValueError(f"{folder} mixes run files of {len(hashes)} protocols: {sorted(map(str, hashes))}")
-    return out
-
-
-def _default(runs: Mapping[str, Mapping[int, dict[str, Any]]], rule: str) -> Mapping[int, dict[str, Any]]:
-    """The rule's default variant (its own name, no overrides) in one folder."""
-    got = runs.get(rule, {})
-    return got if all(not r.get("overrides") for r in got.values()) else {}
-
-
-def _pp(ci: Mapping[str, Any]) -> str:
-    from oar_rl.study.screen_report import fmt_ci
-
-    return fmt_ci(dict(ci), signed=True)
-
-
-def _train_ratio(mine: Mapping[int, dict[str, Any]], grpo: Mapping[int, dict[str, Any]]) -> str:
-    a = [r["train_seconds"] for r in mine.values()]
-    b = [r["train_seconds"] for r in grpo.values()]
-    return f"{statistics.fmean(a) / statistics.fmean(b):.2f}×" if a and b else NA
-
-
-SCREEN_SEEDS = 5
-"""Seeds per arm of a complete screen (both pre-registered screens); fewer: the screen is still running."""
-CONFIRM_SEEDS = 10
-"""Seeds per arm of a complete confirmation; fewer: it is still running, blinded (its numbers are not
-read), and the rule's row comes from its screen."""
 
 
 def accuracy_cells(root: Path, regime: Regime, rule: str) -> list[str]:
     """Δ vs GRPO, seeds, evidence and the train-time ratio of `rule` in `regime`."""
     from oar_rl.study.stats import paired_difference
 
+    for source in regime.studies:
+        cells = study_cells(root, source, rule)
+        if cells is not None:
+            return cells
+
     running, running_label = "", ""  # "confirmation running: k of 10 seeds", for the screen's row
     for source, confirmed in [(s, True) for s in regime.confirmed] + [(s, False) for s in regime.screens]:
         runs = load_runs(root, source.runs)
-        mine, grpo = _default(runs, rule), _default(runs, "grpo")
+        mine, grpo = default_variant(runs, rule), default_variant(runs, "grpo")
         if confirmed and (min(len(mine), len(grpo)) < CONFIRM_SEEDS or _arms_running(root, source, runs)):
             if mine and source.blinded and not running:
                 running = f" (confirmation running: {len(set(mine) & set(grpo))} of {CONFIRM_SEEDS} seeds)"
@@ -203,7 +115,7 @@ def accuracy_cells(root: Path, regime: Regime, rule: str) -> list[str]:
         if not mine or not grpo:
             continue
         link = source.label + ("" if confirmed else running)
-        ratio = _train_ratio(mine, grpo)
+        ratio = train_ratio(mine, grpo)
         if rule == "grpo":
             return ["(reference)", str(len(mine)), link if confirmed else f"screen only: {link}", ratio]
         acc = {s: 100 * r["final"]["sampled"] for s, r in mine.items()}
@@ -211,10 +123,10 @@ def accuracy_cells(root: Path, regime: Regime, rule: str) -> list[str]:
         d = paired_difference(acc, ref)
         seeds = len(d["seeds"])
         if confirmed:
-            return [_pp(d), str(seeds), link, ratio]
+            return [pp_cell(d), str(seeds), link, ratio]
         if seeds < SCREEN_SEEDS:  # a screen still running: its partial differences are not read
             return ["running", f"screen: {seeds} of {SCREEN_SEEDS} seeds", link, NA]
-        return [_pp(d), f"screen only, {seeds} seeds", link, ratio]
+        return [pp_cell(d), f"screen only, {seeds} seeds", link, ratio]
     if running:  # a blinded confirmation's rule with no screen row
         return ["running", running.strip(" ()"), running_label, NA]
     return [NA, "0", "no runs", NA]
@@ -225,6 +137,21 @@ def _ci(v: Sequence[float], signed: bool = False) -> str:
     return f"{v[0]:{f}} ({v[1]:{f}}, {v[2]:{f}})"
 
 
+def signal_names(rule: str) -> tuple[str, ...]:
+    """The names a rule's signal may have in a blame or recall record, in the order they are looked up:
+    its own name (a rule that reads no probe), then `rule/<probe>` under the default probe (the testbed's,
+    AS-Mean), as those records name every rule registered with `probe=True` (oar-g, oar-p, oar-p-span, a
+    user's)."""
+    from oar_rl.options import DEFAULT_PROBE
+
+    return (rule, f"{rule}/{DEFAULT_PROBE}")
+
+
+def _lookup(table: Mapping[str, Any], rule: str) -> tuple[str, Any] | None:
+    """(name, entry) of the first of `signal_names(rule)` in `table`."""
+    return next(((n, table[n]) for n in signal_names(rule) if n in table), None)
+
+
 def blame_cells(root: Path, regime: Regime, rule: str) -> list[str]:
     """ω̃ on the first error vs the last result, and their difference, under the rule's own reshaping."""
     if regime.blame is None or not (root / regime.blame).is_file():
@@ -232,7 +159,7 @@ def blame_cells(root: Path, regime: Regime, rule: str) -> list[str]:
     if rule == "grpo":
         return ["1 vs 1 (every token)", NA]
     rec = json.loads((root / regime.blame).read_text())
-    m = rec.get("own_reshaping", {}).get(rule) or rec["signals"].get(SIGNAL.get(rule, rule))
+    m = rec.get("own_reshaping", {}).get(rule) or (_lookup(rec["signals"], rule) or (None, None))[1]
     if m is None:
         return [NA, NA]
     return [f"{m['w_error'][0]:.2f} vs {m['w_last'][0]:.2f}", _ci(m["error_minus_last"], signed=True)]
@@ -242,12 +169,14 @@ def recall_cells(root: Path, regime: Regime, rule: str) -> list[str]:
     """Ground-truth pivot recall@10% with its band, and its paired difference to `position`."""
     if regime.recall is None or not (root / regime.recall).is_file():
         return [NA, NA]
-    truth = json.loads((root / regime.recall).read_text()).get("ground_truth") or {}
-    name = SIGNAL.get(rule, rule)
-    if name not in truth.get("recall", {}):
+    truth = ground_truth(json.loads((root / regime.recall).read_text()))
+    found = _lookup(truth.get("recall", {}), rule)
+    if found is None:
         return [NA, NA]
-    band = truth["recall_ci95"][name]["0.1"]
-    cell = f"{truth['recall'][name]['0.1']:.2f} ({band[0]:.2f}, {band[1]:.2f})"
+    name = found[0]
+    cell = f"{found[1]['0.1']:.2f}"
+    band = truth.get("recall_ci95", {}).get(name, {}).get("0.1")  # a study's recall before format 2: none
+    cell += f" ({band[0]:.2f}, {band[1]:.2f})" if band else ""
     diff = truth.get("paired_difference", {}).get(f"{name} − position", {}).get("0.1")
     return [cell, _ci(diff, signed=True) if diff else NA]
 
@@ -263,16 +192,16 @@ def cost_cell(root: Path, regime: Regime, rule: str) -> str:
 
 def landed(root: Path, regime: Regime) -> bool:
     """Whether any of the regime's run folders holds a run file."""
-    return any(any((root / s.runs).glob("*.json")) for s in (*regime.confirmed, *regime.screens))
+    return any(any((root / s.runs).glob("*.json")) for s in regime.sources)
 
 
 def rules(root: Path, regimes: Sequence[Regime]) -> list[str]:
     """Every rule with a default-variant run in a landed regime, in `ORDER` (others after, by name)."""
     found = set()
     for regime in regimes:
-        for source in (*regime.confirmed, *regime.screens):
+        for source in regime.sources:
             runs = load_runs(root, source.runs)
-            found |= {v for v in runs if _default(runs, v)}
+            found |= {v for v in runs if default_variant(runs, v)}
     return [r for r in ORDER if r in found] + sorted(found - set(ORDER))
 
 
@@ -295,32 +224,52 @@ def table(root: Path, regimes: Sequence[Regime]) -> str:
     return "<table>\n<thead>\n" + head + "\n</thead>\n<tbody>\n" + "\n".join(body) + "\n</tbody>\n</table>"
 
 
-def _sources(root: Path, regimes: Sequence[Regime]) -> list[str]:
+def _link(root: Path, target: str, out: Path | None) -> str:
+    """A link to `target`, a page under docs/results/ (with its #anchor), from the page written to `out`:
+    relative to where that lies (None: the committed page, beside the target)."""
+    if out is None:
+        return target
+    path, sep, anchor = target.partition("#")
+    return Path(os.path.relpath(root / Path(PAGE).parent / path, out.parent)).as_posix() + sep + anchor
+
+
+def _sources(root: Path, regimes: Sequence[Regime], out: Path | None = None) -> list[str]:
+    """The source list: each regime's run folders (a committed one linked to its docs page) and records."""
     lines = []
     for regime in regimes:
+        for s in regime.studies:
+            lines.append(study_line(root, regime, s, load_runs(root, s.runs)))
         for s in (*regime.confirmed, *regime.screens):
             runs = load_runs(root, s.runs)
             n = sum(len(v) for v in runs.values())
             h = {r.get("protocol_hash") for v in runs.values() for r in v.values()}
+            docs = f"([page]({_link(root, s.page, out)}))"
             if not n:
-                lines.append(f"- *{s.label}*: `{s.runs}/`: no run files yet ([page]({s.page}))")
+                lines.append(f"- *{s.label}*: `{s.runs}/`: no run files yet {docs}")
                 continue
-            lines.append(
-                f"- *{s.label}*: `{s.runs}/`, {n} run files, protocol `{next(iter(h))}` ([page]({s.page}))"
-            )
-        lines += [f"- `{p}`" for p in (regime.blame, regime.recall, regime.bench) if p]
+            lines.append(f"- *{s.label}*: `{s.runs}/`, {n} run files, protocol `{next(iter(h))}` {docs}")
+        lines += [f"- `{shown_path(p)}`" for p in (regime.blame, regime.recall, regime.bench) if p]
     return lines
 
 
-def page(root: Path, regimes: Sequence[Regime] = REGIMES) -> str:
-    """The whole page (Markdown with one HTML table)."""
+def page(
+    root: Path, regimes: Sequence[Regime] = REGIMES, command: str | None = None, out: Path | None = None
+) -> str:
+    """The whole page (Markdown with one HTML table); `command`: the command line that made a page with
+    users' studies (its header says so); `out`: where the page is written, its links to the committed
+    docs pages relative to it (None: docs/results/, as the committed page)."""
     from oar_rl.machine import REPRODUCIBILITY
 
     shown = [r for r in regimes if landed(root, r)]
     waiting = [r for r in regimes if not landed(root, r)]
+    origin = "`python -m experiments.leaderboard` from the committed run files and records under results/"
+    if any(r.studies for r in regimes):
+        command = command or "python -m experiments.leaderboard --source ..."
+        origin = (
+            f"`{command}` from the committed run files and records under results/ and its --source studies"
+        )
     lines = [
-        "<!-- Generated by `python -m experiments.leaderboard` from the committed run files and records "
-        "under results/; do not edit. -->",
+        f"<!-- Generated by {origin}; do not edit. -->",
         "",
         "# Leaderboard",
         "",
@@ -334,21 +283,23 @@ def page(root: Path, regimes: Sequence[Regime] = REGIMES) -> str:
         "- **ω̃ first error vs last result**: on wrong rollouts whose first error lies before their last "
         "step, the rule's mean reshaping weight on the first erroneous result and on the carried last "
         "result (GRPO: 1 on every token), and their difference with a 95% bootstrap interval "
-        "([blame](blame.md)).",
+        f"([blame]({_link(root, 'blame.md', out)})).",
         "- **pivot recall@10%**: the share of the testbed's ground-truth pivot tokens among the rule's "
         "top 10% reasoning tokens on 40 correct warm-start trajectories (AS-Mean probe for OAR), 95% "
         "bootstrap interval, and the paired difference to the `position` control (later tokens first); "
-        "n/a where there is no such figure ([study](study.md#recall)).",
+        f"n/a where there is no such figure ([study]({_link(root, 'study.md#recall', out)})).",
         "- **step × GRPO**: the whole training step's time per token against GRPO's, median [min–max] "
-        "over paired repeats on one machine (29M-parameter Qwen2 shape, 256 tokens; [cost](cost.md)). "
+        "over paired repeats on one machine (29M-parameter Qwen2 shape, 256 tokens; "
+        f"[cost]({_link(root, 'cost.md', out)})). "
         "**train time × GRPO**: mean training seconds per run against GRPO's in the Δ's source (same "
         "machine, shared with other jobs).",
         "",
+        *studies_note(shown),
         table(root, shown) if shown else "No regime has run files yet.",
         "",
     ]
     for r in waiting:
-        folders = ", ".join(f"`{s.runs}/`" for s in (*r.confirmed, *r.screens))
+        folders = ", ".join(f"`{shown_path(s.runs)}/`" for s in r.sources)
         lines.append(f"Regime **{r.name}** ({r.what}): no run files yet ({folders}); its columns appear "
                      "when they land.")  # fmt: skip
         lines.append("")
@@ -361,7 +312,7 @@ def page(root: Path, regimes: Sequence[Regime] = REGIMES) -> str:
         "",
         "## Sources",
         "",
-        *_sources(root, shown),
+        *_sources(root, shown, out),
     ]
     return "\n".join(lines) + "\n"
 
@@ -372,14 +323,49 @@ def main(argv: list[str] | None = None) -> int:
     )
     p.add_argument("--root", default=".", help="the repository root (default: the current directory)")
     p.add_argument("--check", action="store_true", help="only check the committed page (exit 1 if stale)")
+    p.add_argument("--source", action="append", default=[], metavar="NAME=DIR",
+                   help="add a column group NAME from an `oar-rl study --out DIR` folder (repeatable; "
+                   "needs --out)")  # fmt: skip
+    p.add_argument(
+        "--blame",
+        action="append",
+        default=[],
+        metavar="[NAME=]FILE",
+        help="the `oar-rl blame` record (blame.json) of a --source study (NAME=: which one)",
+    )
+    p.add_argument("--recall", action="append", default=[], metavar="[NAME=]FILE",
+                   help="the `python -m oar_rl.study.recall` record (recall.json) of a --source study "
+                   "(default: the study's own recall.json)")  # fmt: skip
+    p.add_argument("--out", default=None, metavar="PAGE.md",
+                   help=f"write the page there (default: {PAGE}; required with --source, which never "
+                   "writes the committed page)")  # fmt: skip
     a = p.parse_args(argv)
     root = Path(a.root)
+    prog = "python -m experiments.leaderboard"
     if not (root / "results").is_dir():
-        print(f"python -m experiments.leaderboard: {root.resolve()} has no results/ folder; run from the "
+        print(f"{prog}: {root.resolve()} has no results/ folder; run from the "
               "repository root or pass --root", file=sys.stderr)  # fmt: skip
         return 2
-    text = page(root)
-    path = root / PAGE
+    if a.check and (a.source or a.out):
+        print(f"{prog}: --check compares the committed {PAGE}; it takes no --source, --out", file=sys.stderr)
+        return 2
+    if (a.blame or a.recall) and not a.source:
+        print(
+            f"{prog}: --blame and --recall belong to a --source study: add --source NAME=DIR", file=sys.stderr
+        )
+        return 2
+    path = root / PAGE if a.out is None else Path(a.out)
+    if a.source and (a.out is None or path.resolve() == (root / PAGE).resolve()):
+        print(f"{prog}: --source adds your study to a page of your own; pass --out PAGE.md other than the "
+              f"committed {PAGE} (it holds the committed results only)", file=sys.stderr)  # fmt: skip
+        return 2
+    try:
+        mine = study_regimes(root, a.source, a.blame, a.recall)
+    except SourceError as e:
+        print(f"{prog}: {e}", file=sys.stderr)
+        return 2
+    command = " ".join([prog, *(argv if argv is not None else sys.argv[1:])])
+    text = page(root, (*REGIMES, *mine), command=command, out=path)
     if a.check:
         if not path.is_file() or path.read_text() != text:
             print(f"{PAGE} is out of date; run: python -m experiments.leaderboard", file=sys.stderr)
@@ -388,7 +374,7 @@ def main(argv: list[str] | None = None) -> int:
     from oar_rl.io import write_text_atomic
 
     write_text_atomic(path, text)
-    print(f"wrote {PAGE}")
+    print(f"wrote {path if a.out is not None else PAGE}")
     return 0
 
 

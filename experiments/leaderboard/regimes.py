@@ -1,0 +1,160 @@
+"""What the leaderboard reads: a `Source` (a folder of run files, its evidence label and docs page), a
+`Regime` (one column group: its sources and its blame, recall and cost records), the committed regimes
+(`REGIMES`), the sizes of a complete screen and confirmation (`SCREEN_SEEDS`, `CONFIRM_SEEDS`), and the
+reading of a folder's run files (`load_runs`), with the few helpers that the committed page
+(`leaderboard.py`) and users' studies (`sources.py`) both read and show them with."""
+
+from __future__ import annotations
+
+import json
+import statistics
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Source:
+    """A folder of run files (`oar-rl study` / screen layout), its evidence label and its docs page."""
+
+    runs: str
+    label: str
+    page: str
+    blinded: bool = False
+    """A pre-registered confirmation: none of its figures is read until every arm has all its seeds
+    (`CONFIRM_SEEDS`); a rule whose own seeds are in is not shown before the others' are."""
+    plan: str | None = None
+    """With `blinded`: the study plan ("module:NAME", a `ScreenPlan`) whose confirmation arms must all be
+    complete, those without a run file yet included (`oar_rl.study.screen.confirm_arms` of the study
+    folder, two levels above `runs`); None: the arms with run files in the folder."""
+    study: str | None = None
+    """A user's `oar-rl study` folder (`--source NAME=DIR`, DIR as given; `runs` is its runs/ folder):
+    read whole, whatever its seeds, each cell labelled with its seed count (`sources.study_seeds_label`)."""
+
+
+@dataclass(frozen=True)
+class Regime:
+    """One column group: the run folders (confirmed ones first, in priority order), the screens, and the
+    blame, recall and cost records of the regime (None: not measured there)."""
+
+    name: str
+    what: str
+    confirmed: tuple[Source, ...]
+    screens: tuple[Source, ...] = ()
+    blame: str | None = None
+    recall: str | None = None
+    bench: str | None = None
+    studies: tuple[Source, ...] = ()
+    """Users' studies (`--source`), read after the confirmed and screen sources."""
+
+    @property
+    def sources(self) -> tuple[Source, ...]:
+        return (*self.confirmed, *self.screens, *self.studies)
+
+
+REGIMES: tuple[Regime, ...] = (
+    Regime(
+        "wordproblems",
+        "short chains: the shipped word-problem warm start, 30 steps of 16 prompts × 8",
+        confirmed=(
+            Source(
+                "results/credit-screen/confirm/runs",
+                "confirmation, test split",
+                "credit-screen.md",
+                blinded=True,
+                plan="experiments.credit_screen.plan:CREDIT_SCREEN",
+            ),
+            Source(
+                "results/study-wordproblems-v2/runs",
+                "v2 study, test split, scored set before-answer",
+                "study.md",
+            ),
+        ),
+        screens=(
+            Source("results/credit-screen/screen/runs", "screen, validation split", "credit-screen.md"),
+        ),
+        blame="results/blame/blame.json",
+        recall="results/testbed-recall/recall.json",
+        bench="results/bench-cpu-256/bench.json",
+    ),
+    Regime(
+        "wordproblems-long",
+        "long chains: the long-chain regime's screen and confirmation",
+        confirmed=(
+            Source(
+                "results/credit-long/confirm/runs",
+                "confirmation",
+                "credit-long.md",
+                blinded=True,
+                plan="experiments.credit_long.plan:CREDIT_LONG",
+            ),
+        ),
+        screens=(Source("results/credit-long/screen/runs", "screen", "credit-long.md"),),
+        blame="results/blame-long/blame.json",
+        recall="results/testbed-recall-long/recall.json",
+    ),
+)
+
+
+NA = "n/a"
+
+
+SCREEN_SEEDS = 5
+"""Seeds per arm of a complete screen (both pre-registered screens); fewer: the screen is still running."""
+CONFIRM_SEEDS = 10
+"""Seeds per arm of a complete confirmation; fewer: it is still running, blinded (its numbers are not
+read), and the rule's row comes from its screen."""
+
+
+def load_runs(root: Path, folder: str) -> dict[str, dict[int, dict[str, Any]]]:
+    """{variant: {seed: run record}} of the run files in `folder` (empty if it does not exist). Every file
+    of a folder must carry the same protocol hash (a study's store never mixes two)."""
+    out: dict[str, dict[int, dict[str, Any]]] = {}
+    hashes = set()
+    for path in sorted((root / folder).glob("*.json")):
+        rec = json.loads(path.read_text())
+        hashes.add(rec.get("protocol_hash"))
+        out.setdefault(rec["variant"], {})[int(rec["seed"])] = rec
+    if len(hashes) > 1:
+        raise ValueError(f"{folder} mixes run files of {len(hashes)} protocols: {sorted(map(str, hashes))}")
+    return out
+
+
+def default_variant(
+    runs: Mapping[str, Mapping[int, dict[str, Any]]], rule: str
+) -> Mapping[int, dict[str, Any]]:
+    """The rule's default variant (its own name, no overrides) in one folder."""
+    got = runs.get(rule, {})
+    return got if all(not r.get("overrides") for r in got.values()) else {}
+
+
+def pp_cell(ci: Mapping[str, Any]) -> str:
+    """A Δ cell: a paired difference in percentage points, signed, with its 95% interval."""
+    from oar_rl.study.screen_report import fmt_ci
+
+    return fmt_ci(dict(ci), signed=True)
+
+
+def train_ratio(mine: Mapping[int, dict[str, Any]], grpo: Mapping[int, dict[str, Any]]) -> str:
+    """The train-time cell: the mean training seconds per run of `mine` as × GRPO's (n/a without either)."""
+    a = [r["train_seconds"] for r in mine.values()]
+    b = [r["train_seconds"] for r in grpo.values()]
+    return f"{statistics.fmean(a) / statistics.fmean(b):.2f}×" if a and b else NA
+
+
+def ground_truth(rec: Mapping[str, Any]) -> dict[str, Any]:
+    """The ground-truth recall section of a recall record: `python -m oar_rl.study.recall`'s (at the top)
+    or a study's recall.json (under "result"); {} without one."""
+    return dict(rec.get("ground_truth") or (rec.get("result") or {}).get("ground_truth") or {})
+
+
+def shown_path(path: str) -> str:
+    """A path as the page shows it: relative to the current directory when it lies under it."""
+    p = Path(path)
+    if not p.is_absolute():
+        return path
+    try:
+        return str(p.relative_to(Path.cwd()))
+    except ValueError:
+        return path
