@@ -176,3 +176,63 @@ def test_signal_names_are_checked():
         with pytest.raises(ValueError, match=msg):
             check_signal(bad)
     assert main(["--signals", "oar-g/bogus", "--out", "unused"]) == 2
+
+
+@pytest.fixture
+def registered():
+    """Register credit rules for one test; unregistered after it."""
+    from oar_rl import credits
+
+    names: list[str] = []
+
+    def make(name, scorer, **kw):
+        names.append(name)
+        return credits.register_credit(name, scorer, **kw)
+
+    yield make
+    for n in names:
+        if n in credits.CREDIT_MODES:
+            credits.unregister_credit(n)
+
+
+def test_own_reshaping_follows_the_registered_reshape_and_config(registered):
+    """The own-reshaping table dispatches on the rule's `reshape`, not its name (a user rule with
+    reshape='uniform' got None before, and the leaderboard showed its bi-level weights as its own), and
+    a rule's `config` is applied over OARConfig's defaults, in its scorer's settings and its weights."""
+    from oar_rl.analysis.blame import own_weights, rule_defaults, signal_scores, trainer_defaults
+    from oar_rl.reshape import rescale_sum
+
+    raw = torch.tensor([[1.0, 3.0, 0.5, 2.0, 9.0], [0.2, 0.1, 4.0, 1.0, 9.0]])
+    valid = torch.ones(2, 5, dtype=torch.bool)
+    scored = valid.clone()
+    scored[:, 4] = False
+    registered("t-blame-unif", lambda m, b, **kw: b.completion_mask.float(), reshape="uniform")
+    w = own_weights("t-blame-unif", raw, valid, scored, DEFAULTS)
+    assert w is not None
+    expected = torch.where(scored, rescale_sum(raw * scored, scored), 1.0)
+    torch.testing.assert_close(w, expected)
+    assert own_weights("random", raw, valid, scored, DEFAULTS) is not None  # still by its reshape
+    assert own_weights("position", raw, valid, scored, DEFAULTS) is None  # bilevel: the shared table
+    torch.testing.assert_close(
+        own_weights(registered("t-blame-none", lambda m, b, **kw: b.completion_mask.float(),
+                               reshape="none").name, raw, valid, scored, DEFAULTS), valid.float()
+    )  # fmt: skip
+
+    defaults = {**trainer_defaults(), **DEFAULTS}
+    seen = []
+
+    def tau_reader(model, batch, **kw):
+        seen.append(kw["settings"]["tau"])
+        return batch.completion_mask.float()
+
+    registered("t-blame-tau", tau_reader, reshape="bilevel", config={"tau": 0.7})
+    own = rule_defaults("t-blame-tau", defaults)
+    assert own["tau"] == 0.7 and defaults["tau"] == 0.4 and rule_defaults("position", defaults) == defaults
+    w_own = own_weights("t-blame-tau", raw, valid, scored, own)
+    torch.testing.assert_close(w_own, bilevel(raw, valid, scored, {**DEFAULTS, "tau": 0.7}))
+    assert not torch.allclose(w_own, bilevel(raw, valid, scored, DEFAULTS))
+    ids = torch.ones(2, 3, dtype=torch.long)
+    batch = (ids, torch.ones(2, 3, dtype=torch.long), torch.ones(2, 5, dtype=torch.long), valid.long())
+    context = {"tokenizer": None, "gold": ["1", "1"], "check": None, "max_new_tokens": 5}
+    signal_scores("t-blame-tau", None, batch, None, None, seed=0, defaults=own, context=context)
+    assert seen == [0.7]

@@ -301,3 +301,53 @@ def test_a_fingerprint_reads_weights_in_subfolders_when_none_are_at_the_top(tmp_
         (tmp_path / name / "config.json").write_text("{}")
         (tmp_path / name / "sub" / "model.safetensors").write_bytes(name.encode() * 100)
     assert model_fingerprint(str(tmp_path / "a")) != model_fingerprint(str(tmp_path / "b"))
+
+
+# ----------------------------------------------------------------------------------------------------
+# --credit-module
+# ----------------------------------------------------------------------------------------------------
+@pytest.fixture
+def rule_files(tmp_path):
+    """Two credit-module files, each registering one rule; unloaded after the test."""
+    from oar_rl import credits
+    from oar_rl.credit_modules import LOADED
+
+    paths = []
+    for stem in ("t_rules_a", "t_rules_b"):
+        path = tmp_path / f"{stem}.py"
+        path.write_text(
+            "from oar_rl import register_credit\n"
+            f"register_credit('t-{stem[-1]}', lambda m, b, **kw: b.completion_mask.float(), "
+            "reshape='weights')\n"
+        )
+        paths.append(str(path))
+    yield paths
+    for path in paths:
+        mod = LOADED.pop(str(Path(path).resolve()), None)
+        for name in mod.rules if mod else ():
+            if name in credits.CREDIT_MODES:
+                credits.unregister_credit(name)
+
+
+def _parse_train(argv):
+    train._load_credit_modules(argv)  # as main does, before the parser
+    return train.build_parser().parse_args_and_config(argv)[1]
+
+
+def test_credit_module_takes_several_values_and_repeats_accumulate(rule_files, tmp_path):
+    """`--credit-module a.py b.py` (train's help shows nargs '+'): the pre-scan loaded only a.py, so
+    `--credit t-b` failed argparse's choices; `--credit-module a --credit-module b` recorded only b."""
+    from oar_rl.credit_modules import specs_in_argv
+
+    a, b = rule_files
+    rest = ["--output_dir", str(tmp_path / "out"), "--use_cpu", "true", "--report_to", "none"]
+    assert specs_in_argv(["--credit-module", a, b, "--credit", "t-b"]) == [a, b]
+    assert specs_in_argv(["--credit_module", a, "--x", "--credit-module=" + b, "c"]) == [a, b]
+    args = _parse_train(["--credit-module", a, b, "--credit", "t-b", *rest])
+    assert args.credit == "t-b" and args.credit_module == [a, b]
+    args = _parse_train(["--credit-module", a, "--credit", "t-a", "--credit_module", b, *rest])
+    assert args.credit == "t-a" and args.credit_module == [a, b]
+    recipe = tmp_path / "recipe.yaml"  # the recipe's modules, then the command line's (all loaded)
+    recipe.write_text(f"credit_module: [{a}]\ncredit: t-a\n")
+    args = _parse_train(["--config", str(recipe), "--credit-module", b, a, *rest])
+    assert args.credit == "t-a" and args.credit_module == [a, b]

@@ -42,6 +42,8 @@ _EXPORTS: dict[str, str] = {
     "mean_at_n": "oar_rl.eval.evaluation",
     # credit rules: register your own (docs/guides/own-credit-rule.md)
     "register_credit": "oar_rl.credits",
+    "unregister_credit": "oar_rl.credits",
+    "compute_importance": "oar_rl.credits",
     "ScoringContext": "oar_rl.credits",
     "ScoringBatch": "oar_rl.probes",
     # the TRL seam

@@ -1,13 +1,14 @@
 """`--credit-module PATH_OR_MODULE`: load credit rules from the user's own file or module.
 
-A credit module is a Python file (``my_rules.py``) or an importable module (``my_pkg.rules``) that calls
+A credit module is a Python file (``my_rules.py``) or an importable module (``my_pkg.rules``; the current
+directory is put on `sys.path` for it, as `oar-rl train` does for a reward function's module) that calls
 ``oar_rl.register_credit(...)`` when imported (docs/guides/own-credit-rule.md). Every command that takes a
-credit mode loads it before the mode is validated: `OARConfig(credit_module=[...])` (so `oar-rl train`,
-its YAML recipes and the Python API), `oar-rl study`, `blame`, `attribute`, `oracle` and `bench` (whose
-worker processes load it again). :func:`load_credit_module` imports each module once per process and
-returns what was loaded: the spec as given, the file's path and the sha256 of its source, and the rules it
-registered -- the study records them in its protocol, so a run says which code made it and the protocol
-hash changes when the rule's code does.
+credit mode loads it before the mode is validated: `OARConfig(credit_module=[...])` (so `oar-rl train`, its
+YAML recipes and the Python API), `oar-rl study`, `blame`, `attribute`, `oracle` and `bench` (whose worker
+processes load it again). :func:`load_credit_module` imports each module once per process and returns what was
+loaded: the spec as given, the file's path and the sha256 of its source, and the rules it registered -- the
+study records them on each run of the module's rules (not in its shared protocol, so a rule can join a
+study and reuse its GRPO runs), and refuses a stored run whose module's code has changed.
 """
 
 from __future__ import annotations
@@ -86,6 +87,7 @@ def load_credit_module(spec: str) -> CreditModule:
             raise ValueError(f"{FLAG} {spec}: importing it failed: {type(err).__name__}: {err}") from err
     else:
         cached = spec in sys.modules
+        cwd_importable()  # `--credit-module my_rules` next to the user's recipe, under the console script
         try:
             module = importlib.import_module(spec)
         except Exception as err:
@@ -100,6 +102,14 @@ def load_credit_module(spec: str) -> CreditModule:
             return LOADED[str(path)]
         return _record(spec, path, module, before, cached)
     return _record(spec, path, module, before, cached=False)
+
+
+def cwd_importable() -> None:
+    """Put the current directory first on `sys.path`, as `python -m` and `python script.py` do (the
+    `oar-rl` console script does not): a dotted module in it (a credit module, a reward function of
+    `oar-rl train`) imports by its name."""
+    if str(Path.cwd()) not in sys.path:
+        sys.path.insert(0, str(Path.cwd()))
 
 
 def _imported_from(path: Path) -> ModuleType | None:
@@ -181,19 +191,22 @@ def load_credit_modules(specs: Iterable[str] | None) -> list[CreditModule]:
 
 
 def specs_in_argv(argv: Sequence[str]) -> list[str]:
-    """The values of every ``--credit-module X`` / ``--credit-module=X`` (and ``--credit_module``) in
-    `argv`: loaded before a parser whose choices list the credit rules is built."""
+    """The values of every ``--credit-module X [Y ...]`` / ``--credit-module=X`` (and ``--credit_module``)
+    in `argv`, repeats accumulated: loaded before a parser whose choices list the credit rules is built.
+    After the flag, every argument up to the next option (one starting with '-') is a value, as
+    `oar-rl train`'s ``nargs='+'`` reads them; after ``=``, the one value."""
     out: list[str] = []
     names = (FLAG, "--credit_module")
-    it = iter(range(len(argv)))
-    for i in it:
+    i = 0
+    while i < len(argv):
         arg = argv[i]
-        for n in names:
-            if arg == n and i + 1 < len(argv):
-                out.append(argv[i + 1])
-                next(it, None)
-            elif arg.startswith(n + "="):
-                out.append(arg.split("=", 1)[1])
+        i += 1
+        if arg in names:
+            while i < len(argv) and not (argv[i].startswith("-") and argv[i] != "-"):
+                out.append(argv[i])
+                i += 1
+        elif arg.startswith(tuple(n + "=" for n in names)):
+            out.append(arg.split("=", 1)[1])
     return out
 
 

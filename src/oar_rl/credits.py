@@ -21,6 +21,7 @@ The registration order is the order of :data:`CREDITS` (the study's method order
 
 from __future__ import annotations
 
+import inspect
 import re
 import sys
 from collections.abc import Callable, Mapping
@@ -116,7 +117,8 @@ class CreditMode:
     """`OARConfig` fields this rule sets (applied in `OARConfig.__post_init__` where the field is at its
     default; a conflicting value given by the user is an error)."""
     standalone: bool = True
-    """Scorable outside training by :func:`compute_importance` (attribute, oracle/recall, blame)."""
+    """Scored by :func:`compute_importance` (attribute, oracle, recall: no gold answers, no answer check);
+    `oar-rl blame` builds the trainer's context (first-error's extras included) and runs every rule."""
     modules: tuple[str, ...] = ()
     """Where the rule comes from: the module being imported when it was registered, the module that
     called :func:`register_credit`, and the scorer's own module (a ``functools.partial`` unwrapped), each
@@ -180,18 +182,25 @@ def register_credit(
         probe: the scorer reads the outcome probe (gets ``probe``; answer span in the batch).
         options: ScoringContext -> scorer kwargs (default: settings, batch_size, temperature, tokenizer).
         config: `OARConfig` fields the rule sets (e.g. ``{"top_entropy_quantile": 0.2}``).
-        standalone: scorable outside training (the analyses); False for rules that need the trainer.
+        standalone: False: :func:`compute_importance` refuses it (see `CreditMode.standalone`).
 
     Returns:
-        The registered :class:`CreditMode`. ValueError on a bad field or a name registered already.
+        The registered :class:`CreditMode`. ValueError on a bad field, a name registered already, or a
+        scorer whose signature cannot take ``(model, batch, **kw)`` as it will be called (where it can
+        be read: ``inspect.signature``)
     """
     if not isinstance(name, str) or not _NAME.match(name) or name == "grpo":
         raise ValueError(
             f"credit rule name {name!r} is not valid: letters, digits, '.', '_' and '-' (not 'grpo', "
             "the study's name for 'none'; no '/', which the analyses use for <rule>/<probe>)"
         )
+    origins = _origins(scorer)
     if name in CREDIT_MODES:
-        raise ValueError(f"credit rule {name!r} is already registered (by {CREDIT_MODES[name].modules[0]})")
+        raise ValueError(
+            f"credit rule {name!r} is already registered by {_where(CREDIT_MODES[name].modules[0])}; "
+            f"registering it again from {_where(origins[0])}: give the new rule another name, or remove "
+            f"the old one first with oar_rl.unregister_credit({name!r}) (e.g. to reload a changed file)"
+        )
     if reshape not in RESHAPES:
         raise ValueError(f"credit rule {name!r}: reshape={reshape!r} is not valid; choose one of {RESHAPES}")
     if scorer is None and reshape != "none":
@@ -206,11 +215,12 @@ def register_credit(
             "token, and the trainer scores it without an answer span); use reshape='bilevel', 'uniform' "
             "or 'weights' for a rule that reads the outcome probe"
         )
-    origins = _origins(scorer)
     mode = CreditMode(
         name, help or f"credit rule registered by {origins[0]}", reshape, scorer, bool(needs_model),
         bool(noisy), bool(probe), options, dict(config or {}), bool(standalone), origins,
     )  # fmt: skip
+    if scorer is not None:
+        _check_signature(mode)
     CREDIT_MODES[name] = mode
     _refresh()
     return mode
@@ -235,6 +245,34 @@ def _origins(scorer: Callable[..., Tensor] | None) -> tuple[str, ...]:
     names = [(frame or caller).f_globals.get("__name__"), caller.f_globals.get("__name__")]
     names.append(getattr(func, "__module__", None))
     return tuple(dict.fromkeys(n for n in names if n)) or ("?",)
+
+
+def _where(module: str) -> str:
+    """`module` and its source file (a file loaded by path, under a made-up name: the file only)."""
+    file = getattr(sys.modules.get(module), "__file__", None)
+    made_up = module.startswith("oar_rl_credit_module_")  # oar_rl.credit_modules' name for a file
+    return file if file and made_up else f"{module} ({file})" if file else module
+
+
+def _check_signature(mode: CreditMode) -> None:
+    """ValueError unless the rule's scorer takes ``(model, batch, **kw)`` as its callers pass them, kw the
+    default keyword arguments (`CreditMode.kwargs`), or with `options` (which may choose any) ``probe`` for
+    a rule that reads one. A scorer whose signature cannot be read (a builtin) passes."""
+    try:
+        sig = inspect.signature(mode.scorer)
+    except (TypeError, ValueError):
+        return
+    own = mode.options is not None
+    keys = (["probe"] if mode.probe else []) if own else list(mode.kwargs(ScoringContext()))
+    try:
+        (sig.bind_partial if own else sig.bind)(None, None, **dict.fromkeys(keys))
+    except TypeError as err:
+        call = ", ".join(["model", "batch", *(f"{k}=..." for k in keys), *(["..."] if own else [])])
+        raise ValueError(
+            f"credit rule {mode.name!r}: scorer {getattr(mode.scorer, '__qualname__', mode.scorer)!s}{sig} "
+            f"cannot be called as scorer({call}) ({err}); take **kw"
+            + ("" if own else ", or give options= (ScoringContext -> the keyword arguments it takes)")
+        ) from None
 
 
 def check_scores(mode: CreditMode, scores: Any, batch: ScoringBatch, scored: Tensor | None = None) -> Tensor:
@@ -285,17 +323,31 @@ def check_scores(mode: CreditMode, scores: Any, batch: ScoringBatch, scored: Ten
     return scores
 
 
-def run_scorer(
-    mode: CreditMode, model: nn.Module | None, batch: ScoringBatch, ctx: ScoringContext, **extra: Any
-) -> Tensor:
-    """The rule's checked (B, C) scores of `batch` (:func:`check_scores`), with the kwargs of `ctx`
-    (`CreditMode.kwargs`) updated by `extra`; ``model`` is None for rules that do not need it."""
+def checked_scorer(mode: CreditMode, probe: str = "lt-logits") -> Callable[..., Tensor]:
+    """The rule's scorer ``(model, batch, **kw) -> (B, C)``, each output checked (:func:`check_scores`, on
+    the tokens `probe` scores) before `score_rows` writes it into a (B, C) buffer (so none broadcasts)."""
     if mode.scorer is None:
         raise ValueError(f"credit rule {mode.name!r} has no scorer (reshape='none')")
+    scorer = mode.scorer
+
+    def checked(model: nn.Module | None, batch: ScoringBatch, **kw: Any) -> Tensor:
+        raw = scorer(model if mode.needs_model else None, batch, **kw)
+        return check_scores(mode, raw, batch, batch.scored(probe if mode.probe else "lt-logits"))
+
+    return checked
+
+
+def run_scorer(
+    mode: CreditMode, model: nn.Module | None, batch: ScoringBatch, ctx: ScoringContext, *,
+    rows: Tensor | None = None, **extra: Any,
+) -> Tensor:  # fmt: skip
+    """The rule's checked (B, C) scores of `batch` (:func:`checked_scorer`), the kwargs of `ctx` updated by
+    `extra`; `rows` (a (B,) bool): only those rows are scored (in one call), the others get 0."""
+    score = checked_scorer(mode, ctx.probe)
     kw = {**mode.kwargs(ctx), **extra}
-    raw = mode.scorer(model if mode.needs_model else None, batch, **kw)
-    scored = batch.scored(ctx.probe if mode.probe else "lt-logits")
-    return check_scores(mode, raw, batch, scored)
+    if rows is not None:
+        return score_rows(score, model, batch, rows, **kw)
+    return score(model, batch, **kw)
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -442,12 +494,7 @@ def compute_importance(
         model, prompt_ids, prompt_mask, completion_ids, completion_mask, answer_mask, reasoning_mask
     )
 
-    def checked(m: nn.Module, b: ScoringBatch, **kw: Any) -> Tensor:
-        raw = mode.scorer(m if mode.needs_model else None, b, **kw)
-        return check_scores(
-            mode, raw, b, b.scored(kw.get("probe", "lt-logits") if mode.probe else "lt-logits")
-        )
-
+    checked = checked_scorer(mode, kwargs.get("probe", "lt-logits"))
     if rows is not None:
         return score_rows(checked, model, batch, rows, **kwargs)
     return checked(model, batch, **kwargs)

@@ -20,16 +20,19 @@ Console: one progress bar with the reward and loss, and one summary line at the 
 shows (`oar_rl.console.attach`); `--verbose` prints TRL's log dicts instead. Every log dict still goes to
 `report_to` and to `output_dir/logs.jsonl`.
 
-Departures from TRL's script: reward functions are named `accuracy` / `format` (oar-rl's math-verify
-reward with a hang-proof worker pool, and the `<answer>` format check) or given as a dotted import path;
-their weights are TRL's `reward_weights`. `--resume_from_checkpoint true` (or `latest`) resumes from the
-newest `checkpoint-*` in `output_dir`; a path resumes from that checkpoint. A completion whose reward
-raises is logged and scored None (`--safe_rewards`, on by default; see `oar_rl.rewards.safe_reward`); a
-reward that fails on every completion of 3 consecutive batches stops the run with its error.
+Departures from TRL's script: reward functions are named `accuracy` / `format` (oar-rl's math-verify reward
+with a hang-proof worker pool, and the `<answer>` format check) or given as a dotted import path; their
+weights are TRL's `reward_weights`. `--credit-module` takes one or more modules, its repeats accumulate and
+add to the recipe's `credit_module` (every module named is loaded before the parser, whose `--credit` choices
+list their rules; the run records them all). `--resume_from_checkpoint true` (or `latest`) resumes from the
+newest `checkpoint-*` in `output_dir`; a path resumes from that checkpoint. A completion whose reward raises
+is logged and scored None (`--safe_rewards`, on by default; see `oar_rl.rewards.safe_reward`); a reward that
+fails on every completion of 3 consecutive batches stops the run with its error.
 """
 
 from __future__ import annotations
 
+import argparse
 import importlib
 import sys
 from collections.abc import Callable
@@ -155,6 +158,8 @@ def build_parser():
             from oar_rl import credits
 
             action.choices = credits.CREDITS
+        elif action.dest == "credit_module":  # repeats accumulate, onto the recipe's list
+            action.__class__ = _CreditModules
         elif action.dest == "seed":
             action.help = (
                 f"{action.help} TRL's default 42, kept here; the other oar-rl commands' --seed is 0."
@@ -177,6 +182,18 @@ def build_parser():
     return parser
 
 
+class _CreditModules(argparse._StoreAction):
+    """`--credit-module A [B ...]` (nargs='+', as TRL builds a list field) whose values accumulate: over
+    repeats of the flag and onto the recipe's `credit_module` (a plain store kept the last flag's values
+    only, while every module named was loaded before the parser, so the run recorded fewer than it ran
+    with); a module named twice is kept once."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        current = getattr(namespace, self.dest, None)
+        current = [current] if isinstance(current, str) else list(current or ())
+        setattr(namespace, self.dest, list(dict.fromkeys([*current, *values])))
+
+
 def resolve_reward(name: str) -> Callable[..., list[float | None]]:
     """'accuracy' | 'format' | 'package.module.function' -> the reward function."""
     from oar_rl import rewards
@@ -187,8 +204,9 @@ def resolve_reward(name: str) -> Callable[..., list[float | None]]:
         return rewards.format_reward
     elif "." in name or ":" in name:
         module_name, _, attr = name.replace(":", ".").rpartition(".")
-        if str(Path.cwd()) not in sys.path:
-            sys.path.insert(0, str(Path.cwd()))  # allow recipes to name a reward module next to them
+        from oar_rl.credit_modules import cwd_importable
+
+        cwd_importable()  # allow recipes to name a reward module next to them (as credit modules)
         try:
             fn = getattr(importlib.import_module(module_name), attr)
         except (ImportError, AttributeError) as err:
@@ -335,7 +353,7 @@ def _load_credit_modules(argv: list[str]) -> None:
     """Load the `--credit-module` files named on the command line or in the `--config` recipe."""
     from oar_rl.credit_modules import load_credit_modules, specs_in_argv
 
-    specs = specs_in_argv(argv)
+    specs: list[str] = []  # the recipe's, then the command line's: the parsed list's order
     if "--config" in argv and argv.index("--config") + 1 < len(argv):
         import yaml
 
@@ -343,7 +361,7 @@ def _load_credit_modules(argv: list[str]) -> None:
         if recipe.is_file():
             value = (yaml.safe_load(recipe.read_text()) or {}).get("credit_module") or []
             specs += [value] if isinstance(value, str) else list(value)
-    load_credit_modules(specs)
+    load_credit_modules([*specs, *specs_in_argv(argv)])
 
 
 def main(argv: list[str] | None = None) -> int:

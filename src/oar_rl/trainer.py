@@ -90,10 +90,9 @@ from trl.models import unwrap_model_for_generation
 from oar_rl.answer_span import answer_masks
 from oar_rl.config import OARConfig
 from oar_rl.credit_logging import BOOST_EPS, CreditLogging
-from oar_rl.credits import CREDIT_MODES, ScoringContext, check_scores, run_scorer
+from oar_rl.credits import CREDIT_MODES, ScoringContext, run_scorer
 from oar_rl.distributed import ScoringSync, row_generators, scoring_params
 from oar_rl.importance.grail import grail_rows
-from oar_rl.importance.rows import score_rows
 from oar_rl.probes import ANSWER_SPAN_PROBES, prepare_batch
 from oar_rl.reshape import entropy_shaped_advantages, grail_token_advantages, rescale_sum, token_advantages
 
@@ -335,8 +334,7 @@ class OARTrainer(CreditLogging, GRPOTrainer):
             if generators:  # the scorer sees the selected rows only: their generators, in order
                 picked = [g for g, keep in zip(generators, selected.tolist(), strict=True) if keep]
                 ctx = dataclasses.replace(ctx, generator=picked)
-            scores = score_rows(mode.scorer, model, batch, selected, **mode.kwargs(ctx))
-            return check_scores(mode, scores, batch), reasoning
+            return run_scorer(mode, model, batch, ctx, rows=selected), reasoning  # checked per call
         span = probe in ANSWER_SPAN_PROBES  # a rule without a probe reads none (lt-logits)
         answer_mask, reasoning = self._token_masks(sub["completion_ids"], sub["completion_mask"], span=span)
         if span:

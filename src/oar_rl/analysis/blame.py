@@ -30,18 +30,25 @@ error (`first_error(..., restate=True)`). The last result stays the last *equati
 Signals (`--signals`): the controls, `entropy`, `grail`, and `<mode>/<probe>` for every credit mode of
 `oar_rl.credits.CREDIT_MODES` that reads the outcome probe (default: oar-g and oar-p), under every probe.
 Any rule registered there with a scorer can be named, also one from the user's own file
-(`--credit-module PATH_OR_MODULE`), so a new rule is measured by adding its name (`signal_scores`: the
-rule's own options, from `OARConfig`'s defaults). `position` is the registered rule of that name (the
-token's index, `oar_rl.importance.baselines.position_scores`). The own-reshaping table also covers rules
-whose reshaping is 'weights' (their scores are the weights) and `entropy-80-20` (TRL's binary mask of the
-top 20% entropies, taken over the reasoning tokens of the rollouts measured).
+(`--credit-module PATH_OR_MODULE`) and one registered with `standalone=False` (which `compute_importance`,
+so `attribute`, `oracle` and the recall analysis, do not score: this command builds the trainer's context
+itself, gold answers and answer check included), so a new rule is measured by adding its name
+(`signal_scores`: the rule's own options, from `OARConfig`'s defaults with the rule's registered `config`
+over them, as `OARConfig` applies it in training). `position` is the registered rule of that name (the
+token's index, `oar_rl.importance.baselines.position_scores`). The own-reshaping table follows each rule's
+registered `reshape` (`own_weights`), not its name: 'uniform' (random's), 'entropy', 'grail', 'weights'
+(the scores are the weights), 'none' (GRPO's uniform weights, or for a rule that sets
+`top_entropy_quantile`, e.g. `entropy-80-20`, TRL's binary mask of the top entropies, taken over the
+reasoning tokens of the rollouts measured), and 'bilevel' with the rule's own τ, β, threshold or floor
+where its `config` sets them.
 
 Departures from the trainer, and why:
 - Every signal goes through the same bi-level reshaping over the same tokens, the reasoning tokens (those
   the trainer scores under an answer-span probe, `oar_rl.answer_span.scored_positions`): the question is
-  which tokens each *signal* blames, so the reshaping is held fixed. In training, `random` and `entropy`
-  reshape differently (Eq. 17 on the raw draws; Eq. 6) and GRAIL has its own weights; those are in a
-  second table (`own_reshaping`), with A_i = −1 where the weight depends on the advantage.
+  which tokens each *signal* blames, so the reshaping is held fixed (`OARConfig`'s defaults, also for a
+  rule whose `config` sets τ or β). In training, `random` and `entropy` reshape differently (Eq. 17 on
+  the raw draws; Eq. 6), GRAIL has its own weights, and a rule's `config` may set its own τ or β; those
+  are in a second table (`own_reshaping`), with A_i = −1 where the weight depends on the advantage.
 - Every wrong rollout counts, also those of groups where all eight are wrong (their GRPO advantage is 0,
   so the trainer would not reshape them): the weights are what the signal would do to them.
 - OAR-G draws one noise sample per rollout from one seeded generator (the trainer keys one per row).
@@ -145,14 +152,30 @@ def bilevel(
     return weights
 
 
+def rule_defaults(name: str, defaults: dict[str, Any]) -> dict[str, Any]:
+    """`defaults` with the `OARConfig` fields the signal's rule sets (its registered `config`, e.g.
+    ``{"tau": 0.7}``), as `OARConfig.__post_init__` applies them in training."""
+    from oar_rl.credits import CREDIT_MODES
+
+    spec = CREDIT_MODES.get(name.partition("/")[0])
+    return {**defaults, **(spec.config if spec is not None else {})}
+
+
+BILEVEL_FIELDS = ("tau", "oar_beta", "threshold", "floor")
+"""The `OARConfig` fields of the bi-level path (Eq. 14-17) that `bilevel` reads."""
+
+
 def own_weights(
     name: str, raw: torch.Tensor, mask: torch.Tensor, scored: torch.Tensor, defaults: dict[str, Any]
 ) -> torch.Tensor | None:
-    """(B, C) weights A_t / A_i of a mode's *own* trainer reshaping with A_i = −1 (a wrong rollout), for
-    random (Eq. 17 on the raw draws over the scored tokens, the others 1), entropy (Eq. 6, every token),
-    GRAIL, a 'weights' rule (its scores over the scored tokens, the others 1) and a rule that sets TRL's
-    `top_entropy_quantile` (entropy-80-20: 1 on the top tokens by score over the scored tokens of the
-    batch, 0 elsewhere); None otherwise."""
+    """(B, C) weights A_t / A_i of the signal's rule's *own* trainer reshaping (its registered
+    `reshape`) with A_i = −1 (a wrong rollout), `defaults` holding the rule's `config`
+    (:func:`rule_defaults`): 'uniform' (Eq. 17 on the raw scores over the scored tokens, the others 1;
+    e.g. random), 'entropy' (Eq. 6, every token), 'grail', 'weights' (the scores over the scored tokens,
+    the others 1), 'none' (GRPO: 1 on every valid token; a rule that sets TRL's `top_entropy_quantile`,
+    e.g. entropy-80-20: 1 on the top tokens by score over the scored tokens of the batch, 0 elsewhere),
+    and 'bilevel' where the rule's `config` changes τ, β, the threshold or the floor. None for 'bilevel'
+    otherwise (the shared bi-level table is the rule's own reshaping) and for an unregistered name."""
     from oar_rl.credits import CREDIT_MODES
     from oar_rl.reshape import (
         entropy_shaped_advantages,
@@ -163,24 +186,29 @@ def own_weights(
 
     adv = -torch.ones(raw.shape[0])
     spec = CREDIT_MODES.get(name.partition("/")[0])
-    if spec is not None and spec.reshape == "weights":  # the scores are the weights (others keep 1)
+    if spec is None:
+        return None
+    if spec.reshape == "weights":  # the scores are the weights (others keep 1)
         return torch.where(scored, raw, mask.float())
-    if spec is not None and "top_entropy_quantile" in spec.config:  # TRL's binary entropy mask
-        keep = top_quantile_mask(raw, scored, float(spec.config["top_entropy_quantile"]))
-        return keep.float()
-    if name == "random":
+    if spec.reshape == "none":
+        if "top_entropy_quantile" in spec.config:  # TRL's binary entropy mask
+            return top_quantile_mask(raw, scored, float(spec.config["top_entropy_quantile"])).float()
+        return mask.float()  # GRPO's advantage on every token
+    if spec.reshape == "uniform":
         return torch.where(scored, rescale_sum(raw * scored, scored), mask.float())
-    if name == "entropy":
+    if spec.reshape == "entropy":
         a = entropy_shaped_advantages(
             adv, raw, mask, alpha=defaults["entropy_alpha"], kappa=defaults["entropy_kappa"]
         )
         return a / adv[:, None]
-    if name == "grail":
+    if spec.reshape == "grail":
         _, w = grail_token_advantages(
             adv, raw, mask, scored, rollouts="wrong", mu=defaults["grail_mu"], sigma=defaults["grail_sigma"],
             w_min=defaults["grail_min"], w_max=defaults["grail_max"],
         )  # fmt: skip
         return w
+    if any(k in spec.config for k in BILEVEL_FIELDS):  # its own τ, β, threshold or floor
+        return bilevel(raw, mask, scored, defaults)
     return None
 
 
@@ -267,11 +295,12 @@ def measure(model, tok, trajs, rows, signals, *, seed: int, task) -> dict[str, A
     per_row, own = {}, {}
     for name in signals:
         t0 = time.perf_counter()
-        raw = signal_scores(name, model, batch, answer_mask, reasoning, seed=seed, defaults=defaults,
+        own_defaults = rule_defaults(name, defaults)  # the rule's `config` over OARConfig's defaults
+        raw = signal_scores(name, model, batch, answer_mask, reasoning, seed=seed, defaults=own_defaults,
                             context=context)  # fmt: skip
         norm = normalize_importance(raw, scored)
         per_row[name] = row_metrics(bilevel(raw, valid, scored, defaults), norm, err, last, scored)
-        w_own = own_weights(name, raw, valid, scored, defaults)
+        w_own = own_weights(name, raw, valid, scored, own_defaults)
         if w_own is not None:
             own[name] = summarize(row_metrics(w_own, None, err, last, scored), seed=seed)
         print(f"[blame] {name}: {time.perf_counter() - t0:.1f} s", flush=True)
