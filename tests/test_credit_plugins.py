@@ -248,6 +248,26 @@ def test_a_noisy_grail_rule_gets_the_generators_of_the_rows_it_scores(tmp_path, 
     assert any(len(got) < len(all_rows) for got, all_rows in zip(seen, drawn, strict=True))
 
 
+@pytest.mark.parametrize("shape", ["(C,)", "(1, C)"])
+def test_a_grail_rule_s_scores_are_checked_before_they_fill_the_batch(
+    tmp_path, tokenizer, dataset, rule, shape
+):
+    """reshape='grail' scores only the rollouts it selects, into a (B, C) buffer: a (C,) or (1, C) output
+    was broadcast over the rows there, unchecked (now: the rule's name and the expected shape)."""
+
+    def flat(model, batch, **kw):
+        c = batch.completion_mask.shape[1]
+        return torch.ones(c) if shape == "(C,)" else torch.ones(1, c)
+
+    rule("t-flat-grail", flat, reshape="grail")
+    args = make_args(tmp_path, credit="t-flat-grail", answer_pattern="([a-z])")
+    trainer = make_trainer(args, tokenizer, dataset)
+    with pytest.raises(
+        ValueError, match=r"credit rule 't-flat-grail'.*scores have shape .*expected \(B, C\)"
+    ):
+        trainer.train()
+
+
 # ---------------------------------------------------------------------------------------------------
 # --credit-module
 
@@ -391,10 +411,13 @@ def test_example_rule_runs_in_study_and_blame(tmp_path, capsys):
     assert study_cli.main(args) == 0
     run = json.loads((out / "runs" / "last-tokens.seed0.json").read_text())
     digest = load_credit_module(str(EXAMPLE)).sha256
-    assert run["credit"] == "last-tokens" and run["protocol"]["credit_modules"] == [[str(EXAMPLE), digest]]
+    assert run["credit"] == "last-tokens"
+    assert run["credit_module"] == {"module": str(EXAMPLE), "sha256": digest}
     assert run["final"]["sampled"] is not None
     grpo = json.loads((out / "runs" / "grpo.seed0.json").read_text())
-    assert grpo["protocol_hash"] == run["protocol_hash"]
+    # the module is recorded on its rule's runs, not in the protocol every run shares
+    assert grpo["protocol_hash"] == run["protocol_hash"] and "credit_modules" not in run["protocol"]
+    assert "credit_module" not in grpo
 
     out = tmp_path / "blame"
     argv = ["--prompts", "4", "--samples", "4", "--signals", "position,random,last-tokens", "--out", str(out),
@@ -404,3 +427,148 @@ def test_example_rule_runs_in_study_and_blame(tmp_path, capsys):
     assert set(result["signals"]) == {"position", "random", "last-tokens"} and result["rows"] >= 1
     assert result["credit_modules"] == [{"module": str(EXAMPLE), "sha256": digest}]
     assert "last-tokens − position" in result["paired"]
+
+
+def test_a_users_probe_rule_is_scored_under_every_probe_in_the_recall(rule, monkeypatch):
+    """`scores_per_probe` runs every rule registered with probe=True under each probe (named
+    '<rule>/<probe>'), read from the registry when called (before: a fixed (oar-g, oar-p), so a user's
+    probe rule was scored under the model-free probe alone, named as if it read none)."""
+    from oar_rl.analysis import recall
+    from oar_rl.probes import PROBES
+
+    rule("t-probed", lambda m, b, probe, **kw: b.completion_mask.float(), reshape="bilevel", probe=True)
+    rule("t-plain", lambda m, b, **kw: b.completion_mask.float(), reshape="bilevel")
+    mask = torch.ones(2, 3, dtype=torch.bool)
+    asked: list[tuple[str, list[str]]] = []
+
+    def fake_scores(model, tok, trajs, methods, *, probe, **kw):
+        asked.append((probe, list(methods)))
+        return {m: torch.rand(2, 3) for m in methods}, mask
+
+    monkeypatch.setattr(recall, "method_scores", fake_scores)
+    scores, _ = recall.scores_per_probe(None, None, [], ["oar-g", "t-probed", "t-plain"], PROBES,
+                                        model_free_probe="as-mean", seed=0)  # fmt: skip
+    assert {"t-probed", "oar-g"} <= set(recall.probe_methods()) and "t-plain" not in recall.probe_methods()
+    assert {f"t-probed/{p}" for p in PROBES} <= set(scores) and "t-probed" not in scores
+    assert "t-plain" in scores and not any(k.startswith("t-plain/") for k in scores)
+    assert asked == [(p, ["oar-g", "t-probed"] + (["t-plain"] if p == "as-mean" else [])) for p in PROBES]
+
+
+def test_oracle_and_study_recall_record_the_credit_modules(tiny_model_dir, tmp_path, monkeypatch):
+    """`oar-rl oracle` and `python -m oar_rl.study.recall` take --credit-module rules and record each
+    module with its code's sha256, as train, study and blame do (before: neither recorded any)."""
+    import oar_rl.data.arithmetic as arithmetic
+    from conftest import register_fake_task
+    from oar_rl.analysis import recall
+    from oar_rl.study import recall as study_recall
+
+    digest = load_credit_module(str(EXAMPLE)).sha256
+    monkeypatch.setattr(arithmetic, "check", lambda text, answer: True)
+    out = tmp_path / "oracle"
+    argv = ["--task", "arithmetic", "--model", str(tiny_model_dir), "--trajectories", "2",
+            "--max-prompts", "8", "--max-new-tokens", "4", "--methods", "last-tokens",
+            "--credit-module", str(EXAMPLE), "--out", str(out)]  # fmt: skip
+    assert recall.main(argv) == 0
+    result = json.loads((out / "recall.json").read_text())
+    assert "last-tokens" in result["recall"]
+    assert result["credit_modules"] == [{"module": str(EXAMPLE), "sha256": digest}]
+
+    register_fake_task(monkeypatch, "fake-recall", tmp_path / "ws")  # the analysis itself is stubbed
+    seen = {}
+
+    def fake_analysis(task, model, tok, *, methods, **kw):
+        seen["methods"] = methods
+        return {"ks": list(study_recall.KS), "sampled": 0, "trajectories": 0, "skipped": "stub"}
+
+    monkeypatch.setattr(study_recall, "recall_analysis", fake_analysis)
+    out = tmp_path / "study-recall"
+    argv = ["--task", "fake-recall", "--methods", "last-tokens", "--credit-module", str(EXAMPLE),
+            "--out", str(out)]  # fmt: skip
+    assert study_recall.main(argv) == 0 and "last-tokens" in seen["methods"]
+    written = json.loads((out / "recall.json").read_text())
+    assert written["credit_modules"] == [{"module": str(EXAMPLE), "sha256": digest}]
+
+
+def test_a_rule_registered_twice_names_both_files_and_the_remedy(tmp_path):
+    """A file loaded by path is imported under a made-up module name; the "already registered" error named
+    that name only (now: the files, and what to do)."""
+    import oar_rl
+
+    first, second = tmp_path / "t_first_rules.py", tmp_path / "t_second_rules.py"
+    for path in (first, second):
+        path.write_text(
+            "from oar_rl import register_credit\n"
+            "register_credit('t-twice', lambda m, b, **kw: b.completion_mask.float(), reshape='weights')\n"
+        )
+    try:
+        load_credit_module(str(first))
+        with pytest.raises(ValueError) as err:
+            load_credit_module(str(second))
+        msg = str(err.value)
+        assert f"'t-twice' is already registered by {first.resolve()}; registering it again from " in msg
+        assert str(second.resolve()) in msg and "oar_rl_credit_module_" not in msg
+        assert "another name" in msg and "oar_rl.unregister_credit('t-twice')" in msg
+        assert oar_rl.unregister_credit is unregister_credit  # the remedy is public
+        assert oar_rl.compute_importance is credits.compute_importance
+    finally:
+        LOADED.pop(str(first.resolve()), None)
+        if "t-twice" in credits.CREDIT_MODES:
+            unregister_credit("t-twice")
+
+
+def test_a_scorer_that_cannot_take_its_keyword_arguments_is_refused_at_registration(rule):
+    """Before, it was accepted and failed at its first call with a TypeError that named no rule."""
+    import functools
+
+    def no_kw(model, batch):
+        return batch.completion_mask.float()
+
+    msg = r"'t-no-kw': scorer .*no_kw\(model, batch\) cannot be called as scorer\(model, batch, settings="
+    with pytest.raises(ValueError, match=msg + r".*take \*\*kw, or give options="):
+        register_credit("t-no-kw", no_kw, reshape="weights")
+    with pytest.raises(ValueError, match=r"'t-no-probe'.*scorer\(model, batch, probe=\.\.\., \.\.\.\)"):
+        register_credit("t-no-probe", no_kw, reshape="bilevel", probe=True, options=lambda c: {})
+    with pytest.raises(ValueError, match=r"'t-one-arg'.*take \*\*kw"):
+        register_credit("t-one-arg", lambda batch, **kw: None, reshape="weights")
+    assert "t-no-kw" not in credits.CREDIT_MODES and "t-no-probe" not in credits.CREDIT_MODES
+    # what can be called passes: its own options, explicit keywords, a partial, an uninspectable builtin
+    rule("t-opts", no_kw, reshape="weights", options=lambda c: {})
+    rule("t-explicit", lambda m, b, settings, batch_size, temperature, tokenizer, generator: None,
+         reshape="uniform", noisy=True)  # fmt: skip
+    rule("t-partial-kw", functools.partial(lambda m, b, k, **kw: None, k=1), reshape="weights")
+    rule("t-builtin", torch.ones_like, reshape="weights")
+
+
+def test_a_dotted_credit_module_in_the_current_directory_imports_under_the_console_script(
+    tmp_path, monkeypatch
+):
+    """`oar-rl train --credit-module my_rules` (the console script has no current directory on sys.path,
+    unlike `python -m`): found as the reward functions of `oar-rl train` are."""
+    import sys
+
+    (tmp_path / "t_cwd_rules.py").write_text(
+        "from oar_rl import register_credit\n"
+        "register_credit('t-cwd', lambda m, b, **kw: b.completion_mask.float(), reshape='weights')\n"
+    )
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "path", [p for p in sys.path if p not in ("", ".", str(tmp_path))])
+    try:
+        assert load_credit_module("t_cwd_rules").rules == ("t-cwd",)
+    finally:
+        LOADED.pop(str((tmp_path / "t_cwd_rules.py").resolve()), None)
+        sys.modules.pop("t_cwd_rules", None)
+        if "t-cwd" in credits.CREDIT_MODES:
+            unregister_credit("t-cwd")
+
+
+def test_standalone_false_rules_are_refused_by_compute_importance_and_run_by_blame(rule):
+    """`standalone=False`: compute_importance's callers (attribute, oracle, recall) give no gold answers
+    or answer check; blame builds the trainer's context and runs every rule (first-error by default)."""
+    from oar_rl.analysis.blame import DEFAULT_SIGNALS, check_signal
+
+    rule("t-trainer-only", lambda m, b, **kw: b.completion_mask.float(), reshape="weights", standalone=False)
+    assert "t-trainer-only" not in credits.SCORED_CREDITS and "first-error" in DEFAULT_SIGNALS
+    check_signal("t-trainer-only")
+    ids = torch.ones(1, 2, dtype=torch.long)
+    with pytest.raises(ValueError, match=r"kind='t-trainer-only' is not a known importance kind"):
+        credits.compute_importance("t-trainer-only", None, ids, ids, ids, ids)

@@ -401,6 +401,98 @@ def test_per_method_learning_rates_and_grpo_lr_group(tmp_path, fake_study):
     assert study["groups"]["main"]["oar-g"]["seeds"] == [0]  # --seeds 2,oar-g=1
 
 
+@pytest.fixture
+def own_rule(tmp_path):
+    """A credit module in tmp_path registering 't-own-study' (unloaded afterwards); returns its path and a
+    `reload()` that loads the file's current text again (what a new `oar-rl study` process does)."""
+    from oar_rl import credits
+    from oar_rl.credit_modules import LOADED
+
+    src = tmp_path / "t_own_study_rule.py"
+    src.write_text(
+        "from oar_rl import register_credit\n"
+        "register_credit('t-own-study', lambda m, b, **kw: b.completion_mask.float(), reshape='weights')\n"
+    )
+
+    def reload() -> None:
+        if "t-own-study" in credits.CREDIT_MODES:
+            credits.unregister_credit("t-own-study")
+        LOADED.pop(str(src.resolve()), None)
+
+    yield src, reload
+    reload()
+
+
+def test_a_users_rule_joins_a_study_reusing_its_runs_and_a_changed_module_is_refused(
+    tmp_path, fake_study, own_rule, capsys
+):
+    """A rule from --credit-module added to a finished study (same --out) trains only its own runs; GRPO's
+    are reused (before: the module was in the protocol every run shares, so the study was refused with a
+    diff). The module's code is recorded on the rule's runs, and a changed module refuses them."""
+    calls, _ = fake_study
+    src, reload = own_rule
+    out = tmp_path / "out"
+    plain = [*_args(out), "--methods", "grpo"]
+    assert study_cli.main(plain) == 0 and [c[0] for c in calls] == ["grpo", "grpo"]
+    grpo = (out / "runs" / "grpo.seed0.json").read_text()
+    with_rule = [*_args(out), "--methods", "grpo,t-own-study", "--credit-module", str(src)]
+    assert study_cli.main(with_rule) == 0, capsys.readouterr().err
+    assert [c[0] for c in calls[2:]] == ["t-own-study", "t-own-study"]  # GRPO's runs reused
+    assert (out / "runs" / "grpo.seed0.json").read_text() == grpo
+    import hashlib
+
+    digest = hashlib.sha256(src.read_bytes()).hexdigest()
+    run = json.loads((out / "runs" / "t-own-study.seed0.json").read_text())
+    assert run["credit_module"] == {"module": str(src), "sha256": digest}
+    assert "credit_modules" not in run["protocol"]
+    assert run["protocol_hash"] == json.loads(grpo)["protocol_hash"]
+    study = json.loads((out / "study.json").read_text())
+    assert study["complete"] and study["credit_modules"] == [
+        {"module": str(src), "sha256": digest, "rules": ["t-own-study"]}
+    ]
+    assert study_cli.main(with_rule) == 0 and len(calls) == 4  # a rerun reuses the rule's runs too
+    # the rule's code changed: its runs are refused (never reused), nothing trains
+    src.write_text(src.read_text() + "# changed\n")
+    reload()
+    capsys.readouterr()
+    assert study_cli.main(with_rule) == 2 and len(calls) == 4
+    err = capsys.readouterr().err
+    assert "t-own-study.seed0.json is a run of 't-own-study' made by --credit-module" in err
+    assert f"sha256 {digest[:12]}" in err and "the rule's code changed" in err
+    assert study_cli.main(plain) == 0 and len(calls) == 4  # a scope without the rule is not affected
+    # deleting the rule's runs retrains them with the new code
+    for p in (out / "runs").glob("t-own-study.*.json"):
+        p.unlink()
+    assert study_cli.main(with_rule) == 0 and [c[0] for c in calls[4:]] == ["t-own-study", "t-own-study"]
+    new = hashlib.sha256(src.read_bytes()).hexdigest()
+    assert json.loads((out / "runs" / "t-own-study.seed1.json").read_text())["credit_module"]["sha256"] == new
+
+
+def test_a_users_rule_in_the_lr_sweep_records_its_module(tmp_path, fake_study, own_rule, capsys):
+    """--tune-lr with a rule of --credit-module: its sweep runs and lr_tuning.json record the module; a
+    changed module's rate is not reused for it."""
+    calls, _ = fake_study
+    src, reload = own_rule
+    out = tmp_path / "out"
+    args = [*_args(out), "--methods", "grpo,t-own-study", "--credit-module", str(src)]
+    assert study_cli.main([*args, "--tune-lr", "--lr-grid", "1e-5,1e-4"]) == 0
+    import hashlib
+
+    record = {"module": str(src), "sha256": hashlib.sha256(src.read_bytes()).hexdigest()}
+    tuning = json.loads((out / "lr_tuning.json").read_text())
+    assert tuning["credit_modules"] == {"t-own-study": record} and "credit_modules" not in tuning["protocol"]
+    swept = json.loads((out / "lr" / "t-own-study-lr1e-05.seed1000.json").read_text())
+    assert swept["credit_module"] == record
+    assert "credit_module" not in json.loads((out / "lr" / "grpo-lr1e-05.seed1000.json").read_text())
+    src.write_text(src.read_text() + "# changed\n")
+    reload()
+    settings = study_cli.settings_from_args(study_cli.build_parser().parse_args(args))
+    with pytest.raises(runner.StudyError, match=r"rate of 't-own-study' in lr_tuning\.json was chosen"):
+        runner.method_lrs(settings, tuning)
+    n = len(calls)
+    assert study_cli.main(args) == 2 and len(calls) == n
+
+
 def test_two_processes_share_one_study(tmp_path, fake_study):
     """Claim files split the runs: a run claimed by a live process is left to it; a dead one's is taken."""
     import os

@@ -124,3 +124,50 @@ def test_heldout_evaluation_does_not_change_training(tmp_path):
     assert [[h[k] for k in keys if k in h] for h in h1] == [[h[k] for k in keys if k in h] for h in h2]
     for (n1, p1), (_, p2) in zip(m1.named_parameters(), m2.named_parameters(), strict=True):
         assert torch.equal(p1, p2), n1
+
+
+def test_the_study_recall_scores_the_studys_own_rules(tmp_path, parity_task, monkeypatch):
+    """A study's recall covers the built-in scorers and every method of the study with a standalone scorer:
+    a --credit-module rule that reads the probe appears under every probe (before: the built-in list
+    only, so the user's rule was missing). The extra signals key recall.json, so adding a rule recomputes
+    the cached recall; a study of built-in methods keeps the key its recall files always had. Training is
+    faked: the recall is the real pipeline on the tiny warm start."""
+    from oar_rl import credits
+    from oar_rl.credit_modules import LOADED
+    from oar_rl.probes import PROBES
+    from oar_rl.study.config import protocol_hash
+
+    def fake_train(task, ws, settings, variant, seed, *a, learning_rate, **k):
+        return {
+            "variant": variant.name, "method": variant.method, "credit": variant.credit,
+            "overrides": dict(variant.overrides), "seed": seed, "learning_rate": learning_rate,
+            "curve": {"1": 0.5, "2": 0.5}, "final": {"sampled": 0.5, "greedy": 0.5, "step": 2},
+            "train_seconds": 1.0, "eval_seconds": 0.1, "wall_seconds": 1.1, "history": [],
+        }  # fmt: skip
+
+    monkeypatch.setattr(study_cli, "train_and_evaluate", fake_train)
+    src = tmp_path / "t_recall_rule.py"
+    src.write_text(
+        "from oar_rl import register_credit\n"
+        "register_credit('t-recall', lambda m, b, probe, **kw: b.completion_mask.float().cumsum(1),\n"
+        "                reshape='bilevel', probe=True)\n"
+    )
+    out = tmp_path / "out"
+    base = ["--tiny", "--task", "parity", "--seeds", "1", "--out", str(out),
+            "--cache-dir", str(tmp_path / "cache")]  # fmt: skip
+    try:
+        assert study_cli.main([*base, "--methods", "grpo"]) == 0
+        study = json.loads((out / "study.json").read_text())
+        cached = json.loads((out / "recall.json").read_text())
+        assert cached["protocol_hash"] == protocol_hash({**study["protocol"], "recall_format": 2})
+        assert not any(k.startswith("t-recall") for k in study["recall"]["oracle"]["recall"])
+        assert study_cli.main([*base, "--methods", "grpo,t-recall", "--credit-module", str(src)]) == 0
+        recall = json.loads((out / "recall.json").read_text())
+        assert recall["protocol_hash"] != cached["protocol_hash"]  # recomputed, not read back
+        names = set(recall["result"]["oracle"]["recall"])
+        assert {f"t-recall/{p}" for p in PROBES} <= names and {"oar-g/as-mean", "position", "random"} <= names
+        assert json.loads((out / "study.json").read_text())["recall"] == recall["result"]
+    finally:
+        LOADED.pop(str(src.resolve()), None)
+        if "t-recall" in credits.CREDIT_MODES:
+            credits.unregister_credit("t-recall")

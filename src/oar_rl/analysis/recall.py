@@ -14,7 +14,8 @@ without reading the model, so a signal's recall means something only where it be
 as `random`; every other signal's paired difference to each control (`control_differences`, a paired
 bootstrap over trajectories) is reported beside the curves.
 
-Writes `recall.json` (per-K recall of each method, pivot statistics, settings), `recall.md`,
+Writes `recall.json` (per-K recall of each method, pivot statistics, settings, the `--credit-module`
+files loaded with the sha256 of their code), `recall.md`,
 `recall.png` and `heatmaps.html` (a few traces coloured by each method, with the oracle row).
 
 The oracle pipeline here, `oracle_labels` (Eq. 19 per trajectory), `label_matrix` and `scores_per_probe`
@@ -63,8 +64,14 @@ from oar_rl.importance.baselines import CONTROLS  # `position` is added by `with
 from oar_rl.io import ensure_writable_dir, savefig_atomic, write_text_atomic
 from oar_rl.tasks import exact_check, get_task
 
-PROBE_METHODS = ("oar-g", "oar-p")
-"""The scorers whose importance depends on the outcome probe."""
+
+def probe_methods() -> tuple[str, ...]:
+    """The rules whose importance depends on the outcome probe: those registered with ``probe=True``
+    (oar-g, oar-p, oar-p-span, a user's probe rule), read from the registry when called, so a rule
+    registered after this module was imported (a `--credit-module` file) counts."""
+    from oar_rl.credits import CREDIT_MODES
+
+    return tuple(name for name, mode in CREDIT_MODES.items() if mode.probe)
 
 
 def oracle_labels(
@@ -120,14 +127,15 @@ def scores_per_probe(
     answer_pattern: str | None = None,
     scored_tokens: str = "reasoning",
 ) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
-    """`method_scores` of the probe-dependent `methods` under every probe (named 'oar-g/as-mean') and of
-    the others once, alongside `model_free_probe` (named plainly), plus the `position` control; returns
-    (scores, reasoning mask)."""
+    """`method_scores` of the probe-dependent `methods` (`probe_methods`) under every probe (named
+    'oar-g/as-mean') and of the others once, alongside `model_free_probe` (named plainly), plus the
+    `position` control; returns (scores, reasoning mask)."""
     scores: dict[str, torch.Tensor] = {}
     mask = None
+    by_probe = probe_methods()
     for p in probes:
-        wanted = [m for m in methods if m in PROBE_METHODS]
-        wanted += [m for m in methods if m not in PROBE_METHODS] if p == model_free_probe else []
+        wanted = [m for m in methods if m in by_probe]
+        wanted += [m for m in methods if m not in by_probe] if p == model_free_probe else []
         s, mask = method_scores(
             model,
             tokenizer,
@@ -139,7 +147,7 @@ def scores_per_probe(
             scored_tokens=scored_tokens,
         )
         for name, v in s.items():
-            scores[f"{name}/{p}" if name in PROBE_METHODS else name] = v
+            scores[f"{name}/{p}" if name in by_probe else name] = v
     if mask is None:
         raise ValueError("scores_per_probe needs at least one probe")
     return with_position(scores, mask), mask
@@ -269,7 +277,10 @@ def main(argv: list[str] | None = None) -> int:
 
     a = build_parser().parse_args(list(sys.argv[1:] if argv is None else argv))
     try:
+        from oar_rl.credit_modules import load_credit_modules
+
         methods = parse_methods(a)  # --credit-module loaded first
+        modules = load_credit_modules(a.credit_module)  # loaded now: their records
         if a.trajectories < 1 or a.max_prompts < 1:
             raise ValueError(
                 f"--trajectories and --max-prompts must be >= 1, got {a.trajectories} and {a.max_prompts}"
@@ -337,6 +348,7 @@ def main(argv: list[str] | None = None) -> int:
     n_pivots = int((oracle & mask).sum())
     result = {
         "settings": {**vars(a), "methods": methods},
+        "credit_modules": [m.record() for m in modules],  # the code of the user's rules scored here
         "trajectories": len(correct),
         "sampled": len(trajs),
         "tokens": n_tokens,

@@ -178,7 +178,7 @@ def settings_from_args(a: argparse.Namespace) -> StudySettings:
         from oar_rl.credit_modules import load_credit_modules
 
         loaded = load_credit_modules(a.credit_module)
-        changes["credit_modules"] = tuple((m.spec, m.sha256) for m in loaded)
+        changes["credit_modules"] = tuple((m.spec, m.sha256, tuple(m.rules)) for m in loaded)
     if a.task is not None:
         changes["task"] = a.task
     if a.probe is not None:

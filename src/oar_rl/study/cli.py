@@ -75,7 +75,7 @@ def run_study(
                 task, ws, settings, out, progress, Path(work), tune_lr, lr
             )
             protocol = settings.protocol()
-            store = RunStore(out / "runs", protocol)
+            store = RunStore(out / "runs", protocol, settings.module_records())
             stored = store.check_all()
             test_rows = task.prompts("test", settings.test_problems)
             ws_rec = _measure_warm_start(task, ws, settings, test_rows, out, protocol)
@@ -117,9 +117,8 @@ def _check_stored_protocol(settings: StudySettings, task: Any, out: Path) -> Non
     heavy (only when the learning rate is not being chosen now)."""
     lr_value, lr_source, tuning = resolve_learning_rate(settings, task, out, lr=None)
     method_lrs(settings, tuning)
-    RunStore(
-        out / "runs", replace(settings, learning_rate=lr_value, lr_source=lr_source).protocol()
-    ).check_all()
+    resolved = replace(settings, learning_rate=lr_value, lr_source=lr_source)
+    RunStore(out / "runs", resolved.protocol(), resolved.module_records()).check_all()
 
 
 def _total_steps(settings: StudySettings, tune_lr: bool) -> int:
@@ -248,12 +247,15 @@ def _train_runs(
 def _recall(
     task: Any, ws: Any, settings: StudySettings, protocol: dict[str, Any], out: Path
 ) -> dict[str, Any] | None:
-    """recall.json: recall@K% of every signal on the warm start (read back under the same protocol)."""
-    from oar_rl.study.recall import recall_analysis
+    """recall.json: recall@K% of every signal on the warm start (read back under the same protocol and
+    signals): the built-in scorers and every other method of the study with a standalone scorer
+    (`study_signals`)."""
+    from oar_rl.study.recall import recall_analysis, recall_key, study_signals
 
     if not settings.recall_trajectories:
         return None
-    recall_protocol = {**protocol, "recall_format": 2}  # 2: position control, CIs, paired
+    methods = study_signals(settings)
+    recall_protocol = recall_key(settings, protocol)
     cached = _read_json(out / "recall.json")
     if cached is not None and cached.get("protocol_hash") == protocol_hash(recall_protocol):
         return cached["result"]
@@ -262,7 +264,7 @@ def _recall(
     recall = recall_analysis(
         task, ws.model, ws.tokenizer, n=settings.recall_trajectories,
         max_new_tokens=settings.max_completion_length, seed=settings.eval_seed, probe=settings.probe,
-        scored_tokens=settings.scored_tokens,
+        scored_tokens=settings.scored_tokens, methods=methods,
     )  # fmt: skip
     recall["seconds"] = time.perf_counter() - t0
     _write_json(out / "recall.json", {"protocol_hash": protocol_hash(recall_protocol), "result": recall})
@@ -303,6 +305,7 @@ def _study_record(
             "method_seeds": dict(settings.method_seeds),
             "ablations": list(settings.ablations),
         },
+        **_credit_modules(settings),
         "task": {
             "name": task.name,
             "description": task.description,
@@ -332,6 +335,15 @@ def _study_record(
         },
     }
     return study
+
+
+def _credit_modules(settings: StudySettings) -> dict[str, Any]:
+    """study.json's `credit_modules`: each `--credit-module` file, its code's sha256 and its rules (each
+    rule's runs record their own module); absent without any (the studies made before it)."""
+    if not settings.credit_modules:
+        return {}
+    mods = [{"module": m, "sha256": h, "rules": list(r)} for m, h, r in settings.credit_modules]
+    return {"credit_modules": mods}
 
 
 def _summary_lines(study: dict[str, Any]) -> list[str]:

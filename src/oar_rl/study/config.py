@@ -9,8 +9,12 @@ Two parts, kept apart on purpose:
   finished runs are reused.
 
 Methods are read from the credit registry (`oar_rl.credits.CREDITS`), so a credit mode added to
-the library, or registered by a `--credit-module` file (recorded in the protocol as `credit_modules`),
-joins the study without an edit here; credit "none" is called "grpo".
+the library, or registered by a `--credit-module` file, joins the study without an edit here; credit
+"none" is called "grpo". A credit module's identity (the spec as given and the sha256 of its code,
+`StudySettings.credit_modules`) is not part of the protocol every run shares: it is recorded on the runs
+of its own rules (`credit_module` in the run file, `StudySettings.module_record`), so a study grows by a
+user's rule reusing GRPO's runs, and a rule's run made by other code is refused, never reused
+(`oar_rl.study.runner.RunStore`).
 """
 
 from __future__ import annotations
@@ -101,11 +105,13 @@ class StudySettings:
     """Size of the RL prompt pool; None: 2 × steps × prompts_per_step."""
     recall_trajectories: int = 40
     """Correct warm-start trajectories for recall@K% (0: skip the recall analysis)."""
-    credit_modules: tuple[tuple[str, str], ...] = ()
-    """(module as given, sha256 of its source) of each `--credit-module` loaded (`oar_rl.credit_modules`):
-    part of the protocol, so a run records the rule's code and the hash changes when it does; absent from
-    the protocol when empty (earlier studies' protocols hold)."""
     # --- scope ---
+    credit_modules: tuple[tuple[str, str, tuple[str, ...]], ...] = ()
+    """(module as given, sha256 of its code, the rules it registered) of each `--credit-module` loaded
+    (`oar_rl.credit_modules.CreditModule`). Not in the shared protocol (a GRPO run does not depend on a
+    user's file): each run of one of its rules records the module (`module_record`, the run file's
+    `credit_module`), and a stored run whose module differs from this one is refused
+    (`oar_rl.study.runner.RunStore`); the recall records the modules of the rules it scores."""
     methods: tuple[str, ...] = ()
     """Empty: every method (`all_methods()`)."""
     seeds: int = 5
@@ -121,6 +127,12 @@ class StudySettings:
     validation_problems: int = 200
 
     def __post_init__(self) -> None:
+        for entry in self.credit_modules:
+            if not (isinstance(entry, tuple) and len(entry) == 3 and isinstance(entry[2], tuple)):
+                raise ValueError(
+                    f"credit_modules entry {entry!r} must be (module as given, sha256, rules it registered): "
+                    "`oar_rl.credit_modules.CreditModule`'s spec, sha256 and rules"
+                )
         valid = all_methods()
         bad = [m for m in self.methods if m not in valid]
         if bad:
@@ -189,6 +201,19 @@ class StudySettings:
     def max_seeds(self) -> int:
         return max([self.seeds_for(m) for m in self.method_list], default=self.seeds)
 
+    def module_record(self, method: str) -> dict[str, str] | None:
+        """The credit module whose rule `method` is, as its runs record it ({"module", "sha256"}); None for
+        a method no `credit_modules` entry registered (the built-in rules)."""
+        for spec, sha256, rules in self.credit_modules:
+            if credit_of(method) in rules:
+                return {"module": spec, "sha256": sha256}
+        return None
+
+    def module_records(self) -> dict[str, dict[str, str] | None]:
+        """`module_record` of every method this study trains (its method list and ablation groups)."""
+        methods = {v.method for group in self.variants().values() for v in group}
+        return {m: self.module_record(m) for m in (*self.method_list, *sorted(methods))}
+
     def lr_for(self, method: str) -> float | None:
         """The learning rate `method` trains at in the main group: its own sweep choice, else GRPO's."""
         return dict(self.method_lrs).get(method, self.learning_rate)
@@ -219,8 +244,7 @@ class StudySettings:
         for key in ("curve_problems", "curve_samples"):  # absent when unset: earlier studies' protocols hold
             if d[key] is None:
                 del d[key]
-        if not d["credit_modules"]:
-            del d["credit_modules"]
+        del d["credit_modules"]  # recorded on the runs of each module's own rules (`module_record`)
         if d["scored_tokens"] == "before-answer":  # the scored set of every study before issue 26
             del d["scored_tokens"]
         d["study_format"] = STUDY_FORMAT

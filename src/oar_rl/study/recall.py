@@ -4,9 +4,16 @@ Eq. 19) and, when the task labels roles, vs its ground-truth pivot tokens.
 A caller of `oar_rl.analysis.recall` (the oracle pipeline) and `oar_rl.analysis.recall_stats` (the one
 recall implementation): trajectories are sampled with `sample_trajectories`, the correct ones labelled
 by the counterfactual oracle (`oracle_labels`), scored by `scores_per_probe` (normalised importance over
-the reasoning tokens, those before the answer span) and ranked by `recall_summary`. The OAR scorers
-are run with every probe (the probe ablation's attribution side, paper Fig. 5b); random and entropy do
-not depend on the probe and are scored once.
+the reasoning tokens, those before the answer span) and ranked by `recall_summary`. Every rule that
+reads the outcome probe (registered with `probe=True`: OAR-G, OAR-P, oar-p-span, a user's probe rule)
+is run with every probe (the probe ablation's attribution side, paper Fig. 5b) and named
+`<rule>/<probe>`; random, entropy and the other rules do not depend on the probe and are scored once.
+
+In `oar-rl study` the signals are the built-in scorers (`oar_rl.analysis.attribute.METHODS`) plus every
+other method of the study with a standalone scorer (`study_signals`: e.g. a `--credit-module` rule,
+oar-p-span); the extra ones, and the credit modules of their rules, are part of recall.json's key
+(`recall_key`), so a study whose signals changed recomputes its recall, and one with only the built-in
+scorers keeps the key it always had.
 
 Ground truth: the task's `label_roles` gives each completion token a role; the pivots are the tokens
 labelled `pivot` among the reasoning tokens. A trajectory the labeller cannot label (None) or whose
@@ -34,6 +41,42 @@ import torch
 KS = (0.05, 0.1, 0.2, 0.3, 0.5)
 TABLE_KS = (0.1, 0.2, 0.3)
 """The K of the paired differences (the top of the ranking, where credit is concentrated)."""
+RECALL_FORMAT = 2
+"""The study's recall.json format (2: position control, CIs, paired differences); in its key."""
+
+
+def study_signals(settings) -> tuple[str, ...]:
+    """The signals of a study's recall: the built-in scorers, then each other method of the study (in its
+    order) that has a standalone scorer (`oar_rl.credits.SCORED_CREDITS`), the controls aside (`position`
+    and `random` are in every table anyway)."""
+    from oar_rl import credits
+    from oar_rl.analysis.attribute import METHODS
+    from oar_rl.importance.baselines import CONTROLS
+    from oar_rl.study.config import credit_of
+
+    extra = [
+        credit_of(m)
+        for m in settings.method_list
+        if credit_of(m) in credits.SCORED_CREDITS and credit_of(m) not in (*METHODS, *CONTROLS)
+    ]
+    return tuple(dict.fromkeys([*METHODS, *extra]))
+
+
+def recall_key(settings, protocol: dict[str, Any]) -> dict[str, Any]:
+    """What the study's recall.json is keyed by (its `protocol_hash`): the study's protocol, the recall
+    format and, only when the study adds signals to the built-in scorers (`study_signals`), those signals
+    and the credit modules of the ones from a user's file (so a study of built-in methods keeps the key
+    of the recall files made before signals were added)."""
+    from oar_rl.analysis.attribute import METHODS
+
+    key = {**protocol, "recall_format": RECALL_FORMAT}
+    extra = [m for m in study_signals(settings) if m not in METHODS]
+    if extra:
+        key["recall_signals"] = extra
+        modules = {m: settings.module_record(m) for m in extra if settings.module_record(m) is not None}
+        if modules:
+            key["credit_modules"] = modules
+    return key
 
 
 def recall_analysis(
@@ -182,6 +225,9 @@ def main(argv: list[str] | None = None) -> int:
         methods = tuple(dict.fromkeys([*parse_methods(a), "random"]))  # the random control, always
     except ValueError as e:
         p.error(str(e))
+    from oar_rl.credit_modules import load_credit_modules
+
+    modules = load_credit_modules(a.credit_module)  # loaded by parse_methods: their records
     torch.set_num_threads(a.threads)
     t0 = time.perf_counter()
     task = get_task(a.task)
@@ -194,6 +240,7 @@ def main(argv: list[str] | None = None) -> int:
     result["seconds"] = round(time.perf_counter() - t0, 1)
     result["command"] = "python -m oar_rl.study.recall " + " ".join(sys.argv[1:] if argv is None else argv)
     result["threads"] = a.threads
+    result["credit_modules"] = [m.record() for m in modules]  # the code of the user's rules scored here
     write_text_atomic(out / "recall.json", json.dumps(result, indent=2) + "\n")
     write_text_atomic(out / "recall.md", recall_markdown(result))
     plot_recall(result, "oracle", out / "recall_oracle.png", "recall of oracle pivots")

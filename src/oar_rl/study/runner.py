@@ -6,7 +6,10 @@ Files in the output directory:
   skips every run whose file exists; each file records the full protocol, and a file whose protocol
   differs from the current one stops the study with a diff (results of two protocols never mix). Each
   also records the machine it ran on (`machine`, `oar_rl.machine`): descriptive, not protocol, so a
-  file made before the key existed, or on another machine, still loads and verifies.
+  file made before the key existed, or on another machine, still loads and verifies. A run of a rule
+  from a `--credit-module` file records that module (`credit_module`: spec and sha256 of its code); a
+  stored run of a rule in scope whose module differs from the one loaded now stops the study (its code
+  changed: the run is not reused).
 - `lr/lr<value>.seed<k>.json`: the runs of the learning-rate sweep, same rules (the sweep's protocol is
   the study's minus the learning rate); `lr_tuning.json`: the choice and how it was made.
 - `warm_start.json`: the warm start's held-out accuracy (step 0 of every curve).
@@ -60,19 +63,54 @@ def _check_same(path: Path, record: dict[str, Any], protocol: dict[str, Any]) ->
     old = record.get("protocol", {})
     if protocol_hash(old) != protocol_hash(protocol):
         diff = "\n".join(protocol_diff(old, protocol))
+        legacy = (
+            "\n(credit_modules: made when the protocol of every run recorded the --credit-module files; "
+            "each rule's runs now record their own module instead)"
+            if "credit_modules" in old and "credit_modules" not in protocol
+            else ""
+        )
         raise StudyError(
-            f"{path} was made under a different configuration:\n{diff}\n"
+            f"{path} was made under a different configuration:\n{diff}{legacy}\n"
             "The protocol is fixed once results exist. Use a new --out, or --fresh to discard these results."
         )
 
 
-class RunStore:
-    """One JSON file per finished run under `root`, each stamped with its protocol."""
+def _module_text(record: dict[str, str] | None) -> str:
+    if record is None:
+        return "no --credit-module"
+    return f"--credit-module {record.get('module')} (sha256 {str(record.get('sha256'))[:12]}…)"
 
-    def __init__(self, root: Path, protocol: dict[str, Any]) -> None:
+
+class RunStore:
+    """One JSON file per finished run under `root`, each stamped with its protocol; `modules`: the credit
+    module of each method in scope (`StudySettings.module_records`), which that method's runs record
+    (`credit_module`) and must match to be reused."""
+
+    def __init__(
+        self,
+        root: Path,
+        protocol: dict[str, Any],
+        modules: dict[str, dict[str, str] | None] | None = None,
+    ) -> None:
         self.root = root
         self.protocol = protocol
         self.hash = protocol_hash(protocol)
+        self.modules = dict(modules or {})
+
+    def _check_module(self, path: Path, record: dict[str, Any]) -> None:
+        """StudyError when `record` is a run of a method in scope made by another credit module (or by
+        one where none is loaded now, or the other way round): its rule's code is not this study's."""
+        method = record.get("method")
+        if method not in self.modules:  # out of scope (kept, not aggregated), or no module check here
+            return
+        want, got = self.modules[method], record.get("credit_module")
+        if (want or {}).get("sha256") != (got or {}).get("sha256"):
+            raise StudyError(
+                f"{path} is a run of {method!r} made by {_module_text(got)}, but this study loads "
+                f"{_module_text(want)}: the rule's code changed since, so the run is not reused. Restore "
+                f"the module, delete the runs of {method!r} (and its lr/ sweep runs) to retrain them with "
+                "the new code, or use a new --out."
+            )
 
     @staticmethod
     def filename(name: str, seed: int) -> str:
@@ -87,6 +125,7 @@ class RunStore:
             rec = _read_json(path)
             assert rec is not None
             _check_same(path, rec, self.protocol)
+            self._check_module(path, rec)
             name, _, seed = str(rec.get("key", "")).rpartition("/seed")
             home = self.filename(name, int(seed)) if name and seed.isdigit() else None
             if path.name != home:
@@ -102,12 +141,16 @@ class RunStore:
         rec = _read_json(path)
         if rec is not None:
             _check_same(path, rec, self.protocol)
+            self._check_module(path, rec)
         return rec
 
     def put(self, name: str, seed: int, record: dict[str, Any]) -> dict[str, Any]:
-        """Write the run's file atomically; returns the record as stored (with key and protocol)."""
+        """Write the run's file atomically; returns the record as stored (with key, protocol and, for a
+        rule of a credit module, the module)."""
+        module = self.modules.get(str(record.get("method")))
         record = {
             **record,
+            **({"credit_module": module} if module is not None else {}),
             "key": f"{name}/seed{seed}",
             "protocol": self.protocol,
             "protocol_hash": self.hash,
@@ -291,7 +334,8 @@ def tune_learning_rate(
     import statistics
 
     protocol = settings.tuning_protocol()
-    store = RunStore(out / "lr", protocol)
+    modules = settings.module_records()
+    store = RunStore(out / "lr", protocol, modules)
     store.check_all()
     rows_train = task.prompts("train", settings.n_train_prompts)
     rows_val = task.prompts("validation", settings.validation_problems)
@@ -348,6 +392,9 @@ def tune_learning_rate(
         "grid": list(settings.lr_grid),
         "results": per_method,
     }
+    swept_modules = {m: modules[m] for m in settings.method_list if modules.get(m) is not None}
+    if swept_modules:  # the code each user rule was swept with (`method_lrs` checks it)
+        record["credit_modules"] = swept_modules
     _write_json(out / "lr_tuning.json", record)
     return record
 
@@ -384,4 +431,13 @@ def method_lrs(settings: StudySettings, tuning: dict[str, Any] | None) -> tuple[
             f"no learning rate was chosen for {', '.join(missing)} (the sweep in lr_tuning.json covered "
             f"{', '.join(chosen)}); rerun with --tune-lr to sweep them too"
         )
+    swept = (tuning or {}).get("credit_modules") or {}
+    for m in settings.method_list:
+        want, got = settings.module_record(m), swept.get(m)
+        if (want or {}).get("sha256") != (got or {}).get("sha256"):
+            raise StudyError(
+                f"the learning rate of {m!r} in lr_tuning.json was chosen with {_module_text(got)}, but this "
+                f"study loads {_module_text(want)}: the rule's code changed since. Restore the module, or "
+                f"delete the lr/ sweep runs of {m!r} and rerun with --tune-lr."
+            )
     return tuple((m, float(chosen[m])) for m in settings.method_list)
