@@ -539,6 +539,22 @@ def test_a_scorer_that_cannot_take_its_keyword_arguments_is_refused_at_registrat
     rule("t-builtin", torch.ones_like, reshape="weights")
 
 
+def test_a_rule_config_key_that_is_no_oarconfig_field_is_refused_in_training_and_blame(rule):
+    """blame merged a misspelt key into its settings and scored with the default τ, silently."""
+    from oar_rl.analysis.blame import rule_defaults
+    from oar_rl.config import OARConfig, oar_defaults
+
+    rule("t-typo", lambda m, b, **kw: b.completion_mask.float(), reshape="bilevel", config={"tua": 0.7})
+    with pytest.raises(
+        ValueError, match=r"'t-typo' sets 'tua', which is not an OARConfig field \(did you mean tau"
+    ):
+        OARConfig(output_dir="unused", credit="t-typo")
+    with pytest.raises(ValueError, match=r"'t-typo' sets 'tua'"):
+        rule_defaults("t-typo/as-mean", oar_defaults())
+    rule("t-tau", lambda m, b, **kw: b.completion_mask.float(), reshape="bilevel", config={"tau": 0.7})
+    assert rule_defaults("t-tau", oar_defaults())["tau"] == 0.7
+
+
 def test_a_dotted_credit_module_in_the_current_directory_imports_under_the_console_script(
     tmp_path, monkeypatch
 ):

@@ -315,9 +315,7 @@ class OARConfig(GRPOConfig):
         """Set the fields the credit rule's `config` names where they are at their default; a value the
         user set to something else is an error (never silently replaced)."""
         defaults = {f.name: f.default for f in fields(self) if f.default is not MISSING}
-        for key, value in credits.CREDIT_MODES[self.credit].config.items():
-            if key not in defaults:
-                raise ValueError(f"credit rule {self.credit!r} sets {key!r}, which is not an OARConfig field")
+        for key, value in rule_config(self.credit).items():
             current = getattr(self, key)
             if current == defaults[key]:
                 setattr(self, key, value)
@@ -326,6 +324,25 @@ class OARConfig(GRPOConfig):
                     f"credit={self.credit!r} sets {key}={value!r}, but {key}={current!r} was given; leave "
                     f"{key} at its default or use another credit mode"
                 )
+
+
+def rule_config(credit: str) -> dict[str, Any]:
+    """The `OARConfig` fields credit rule `credit` sets (its registered `config`); ValueError naming the
+    rule, the key and the nearest fields for a key that is not an `OARConfig` field with a default."""
+    import difflib
+
+    spec = credits.CREDIT_MODES.get(credit)
+    config = dict(spec.config) if spec is not None else {}
+    valid = [f.name for f in fields(OARConfig) if f.default is not MISSING]
+    for key in config:
+        if key not in valid:
+            near = difflib.get_close_matches(str(key), valid, n=3)
+            raise ValueError(
+                f"credit rule {credit!r} sets {key!r}, which is not an OARConfig field"
+                + (f" (did you mean {', '.join(near)}?)" if near else "")
+                + "; its config= may set any OARConfig field with a default (e.g. tau, oar_beta, floor)"
+            )
+    return config
 
 
 def oar_defaults() -> dict[str, Any]:

@@ -155,10 +155,9 @@ def bilevel(
 def rule_defaults(name: str, defaults: dict[str, Any]) -> dict[str, Any]:
     """`defaults` with the `OARConfig` fields the signal's rule sets (its registered `config`, e.g.
     ``{"tau": 0.7}``), as `OARConfig.__post_init__` applies them in training."""
-    from oar_rl.credits import CREDIT_MODES
+    from oar_rl.config import rule_config
 
-    spec = CREDIT_MODES.get(name.partition("/")[0])
-    return {**defaults, **(spec.config if spec is not None else {})}
+    return {**defaults, **rule_config(name.partition("/")[0])}  # an unknown field: ValueError, named
 
 
 BILEVEL_FIELDS = ("tau", "oar_beta", "threshold", "floor")
