@@ -284,6 +284,13 @@ def test_credit_module_loads_once_and_config_validates_after_it(tmp_path):
 
     assert loaded.sha256 == hashlib.sha256(EXAMPLE.read_bytes()).hexdigest()
     assert specs_in_argv(["--credit-module", "a.py", "--x", "--credit_module=b"]) == ["a.py", "b"]
+    # every other command reads the flag as train does: several values, repeats accumulated, in order
+    from oar_rl.analysis.blame import build_parser as blame_parser
+    from oar_rl.study.args import build_parser as study_parser
+
+    argv = ["--credit-module", "a.py", "b.py", "--credit_module", "c", "--credit-module=d"]
+    for parser in (study_parser(), blame_parser()):
+        assert parser.parse_args(argv).credit_module == specs_in_argv(argv) == ["a.py", "b.py", "c", "d"]
     bad = tmp_path / "nothing.py"
     bad.write_text("x = 1\n")
     with pytest.raises(ValueError, match=r"registered no credit rule; call oar_rl\.register_credit"):

@@ -211,15 +211,17 @@ def specs_in_argv(argv: Sequence[str]) -> list[str]:
 
 
 def add_flag(parser) -> None:
-    """`--credit-module` (both spellings, repeatable) on an argparse parser or group."""
+    """`--credit-module X [Y ...]` (both spellings; repeats accumulate) on an argparse parser or group, read
+    as `oar-rl train` reads it (`specs_in_argv`): a flat list of specs."""
     from oar_rl.argparsing import add
 
     add(
         parser,
         FLAG,
-        action="append",
+        action="extend",
+        nargs="+",
         default=None,
         metavar="PATH_OR_MODULE",
-        help="a .py file or dotted module that registers credit rules with oar_rl.register_credit "
-        "(repeatable; docs/guides/own-credit-rule.md); its rules become valid credit modes",
+        help="one or more .py files or dotted modules that register credit rules with oar_rl.register_credit "
+        "(repeatable; docs/guides/own-credit-rule.md); their rules become valid credit modes",
     )
