@@ -275,7 +275,10 @@ def page(
         "",
         "Every credit rule on every regime measured so far, in one table. Each figure is computed from the "
         "committed files under `results/`; *evidence* names the source, and the list at the bottom links "
-        "each to the page that says what it asked and how it ran.",
+        "each to the page that says what it asked and how it ran. To see your own rule beside them: run "
+        "`oar-rl study --credit-module my_rules.py --methods grpo,my-rule --out my_study`, then "
+        "`python -m experiments.leaderboard --source mine=my_study --out my_leaderboard.md` (a page of "
+        "your own, with your study as one more column group; experiments/leaderboard/README.md).",
         "",
         "- **Δ vs GRPO**: final sampled accuracy minus GRPO's on the same seeds, percentage points, "
         "Student-t 95% interval over seeds; from the first source that confirmed the rule "
