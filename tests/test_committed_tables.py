@@ -16,15 +16,40 @@ V2 = ROOT / "results" / "study-wordproblems-v2"
 
 
 @pytest.mark.parametrize("kind", ["screen", "confirm"])
-def test_credit_screen_tables_regenerate_from_the_run_files(tmp_path, kind):
+def test_credit_screen_tables_regenerate_from_the_run_files(tmp_path, kind, monkeypatch):
+    """The .md text for text (its figure's image line aside: the committed .md gains it when it is next
+    regenerated), twice over (deterministic); the figure's PNG bytes vary with matplotlib and fonts, so
+    what it plots is compared instead: each arm's row, in the table's order, with the committed table's
+    paired difference and interval and one dot per seed."""
     from experiments.credit_screen.plan import CREDIT_SCREEN
+    from oar_rl.study import screen_plot
     from oar_rl.study.screen import write_report
+    from oar_rl.study.screen_report import fmt_ci
 
     for part in ("screen", "confirm"):
         shutil.copytree(SCREEN / part / "runs", tmp_path / part / "runs")
     shutil.copy(SCREEN / "screen" / "study.json", tmp_path / "screen" / "study.json")  # the winners
-    write_report(tmp_path, kind, CREDIT_SCREEN)
-    assert (tmp_path / f"{kind}.md").read_text() == (SCREEN / f"{kind}.md").read_text()
+    drawn: list[dict] = []
+    monkeypatch.setattr(screen_plot, "draw", lambda data, path: drawn.append(data) or path)
+    figure = screen_plot.image_line(kind) + "\n\n"
+    committed = (SCREEN / f"{kind}.md").read_text()
+    texts = []
+    for _ in range(2):
+        write_report(tmp_path, kind, CREDIT_SCREEN)
+        texts.append((tmp_path / f"{kind}.md").read_text())
+    assert texts[0] == texts[1] and figure in texts[0]
+    assert texts[0].replace(figure, "", 1) == committed.replace(figure, "", 1)
+    assert drawn[0] == drawn[1]
+    table = [[c.strip() for c in line.strip("|").split("|")] for line in committed.split("\n\n## ")[0]
+             .splitlines() if line.startswith("| ")]  # fmt: skip
+    head, body = table[0], table[1:]
+    delta, seeds = head.index("Δ vs baseline, paired (95% CI)"), head.index("seeds")
+    arms = [r for r in drawn[0]["rows"] if "arm" in r]
+    assert [r["arm"] for r in arms] == [c[0] for c in body]
+    for r, cells in zip(arms, body, strict=True):
+        assert fmt_ci(r, signed=True) == cells[delta], r["arm"]  # the plotted mean and interval
+        assert len(r["diffs"]) in (0, int(cells[seeds])), r["arm"]  # a baseline's row has no dots
+        assert (len(r["diffs"]) == 0) == (r["baseline"] is None), r["arm"]
 
 
 def _close(new, old, path: str = "") -> None:

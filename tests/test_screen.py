@@ -148,10 +148,12 @@ def test_a_confirmation_is_blinded_until_every_arm_has_its_seeds(tmp_path):
     text = (tmp_path / "confirm.md").read_text()
     assert rec["blinded"] and rec["rows"] == [] and rec["landed"]["oar-g"] == list(seeds[:-1])
     assert "Running: 29 of 30 runs landed" in text and "| oar-g | 9/10 |" in text and "61" not in text
+    assert not (tmp_path / "confirm.png").exists()  # no figure either (tests/test_screen_plot.py)
     last = {"variant": "oar-g", "seed": seeds[-1], "final": {"sampled": 0.5, "greedy": 0.5}}
     store.put("oar-g", seeds[-1], last | {"train_seconds": 1.0, "history": []})
     assert not write_report(tmp_path, "confirm", CREDIT_SCREEN).get("blinded")
     assert "| first-error | 10 | " in (tmp_path / "confirm.md").read_text()
+    assert (tmp_path / "confirm.png").exists()
 
 
 def test_decision_rule_pairs_each_arm_with_its_own_baseline():
@@ -250,18 +252,24 @@ def test_confirmation_arms_come_from_the_screens_recorded_winners(tmp_path):
 
 def test_report_regenerates_the_committed_tables_from_their_run_files(tmp_path):
     """`report` on a copy of the committed run files (load_runs, summarize, the decision rule, contrasts,
-    diagnostics, write_report, main) writes exactly the committed screen.md and confirm.md."""
+    diagnostics, write_report, main) writes exactly the committed screen.md and confirm.md, and the
+    figure each shows under its title (its image line aside, whether or not the committed .md has it
+    yet; the figure's data: tests/test_committed_tables.py)."""
     import shutil
     from pathlib import Path
 
     from experiments.credit_screen.__main__ import main
+    from oar_rl.study.screen_plot import image_line
 
     committed = Path(__file__).parents[1] / "results" / "credit-screen"
     for kind in ("screen", "confirm"):
         shutil.copytree(committed / kind / "runs", tmp_path / kind / "runs")
     assert main(["report", "--out", str(tmp_path)]) == 0
     for kind in ("screen", "confirm"):
-        assert (tmp_path / f"{kind}.md").read_text() == (committed / f"{kind}.md").read_text(), kind
+        new, old = ((d / f"{kind}.md").read_text() for d in (tmp_path, committed))
+        figure = image_line(kind) + "\n\n"
+        assert new.splitlines()[2] == image_line(kind) and (tmp_path / f"{kind}.png").exists()
+        assert new.replace(figure, "", 1) == old.replace(figure, "", 1), kind
     import json
 
     screen = json.loads((tmp_path / "screen" / "study.json").read_text())

@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from oar_rl.io import write_text_atomic
+from oar_rl.study import screen_plot
 from oar_rl.study.config import PRESETS
 from oar_rl.study.screen_plan import Arm, ScreenPlan, load_plan
 from oar_rl.study.screen_report import (
@@ -355,7 +356,8 @@ def _seed_range(seeds: tuple[int, ...]) -> str:
 
 def write_report(out: Path, kind: str, plan: ScreenPlan) -> dict[str, Any]:
     """`out/<kind>/study.json` (beside the runs) and `out/<kind>.md`: the table of every arm with runs (and,
-    for the screen, the winners once it is complete), the contrasts and the diagnostics."""
+    for the screen, the winners once it is complete), the contrasts and the diagnostics; `out/<kind>.png`:
+    its figure (`screen_plot`), none for a blinded confirmation (:func:`blinded`), which shows progress."""
     runs = load_runs(out, kind, plan)
     arms = [a for a in plan.arms if a.name in runs] if kind == "screen" else confirm_arms(out, plan)
     seeds = plan.screen_seeds if kind == "screen" else plan.confirm_seeds
@@ -363,6 +365,7 @@ def write_report(out: Path, kind: str, plan: ScreenPlan) -> dict[str, Any]:
     landed = blinded(runs, [a.name for a in arms], seeds) if kind == "confirm" else None
     if landed is not None:
         record.update(rows=[], blinded=True, landed=landed)
+        (out / f"{kind}.png").unlink(missing_ok=True)  # no figure while blinded (not even an old one)
         write_text_atomic(out / kind / "study.json", json.dumps(record, indent=1, sort_keys=True))
         write_text_atomic(out / f"{kind}.md", progress_markdown(landed, list(seeds), f"Credit {kind}"))
         return record
@@ -390,7 +393,8 @@ def write_report(out: Path, kind: str, plan: ScreenPlan) -> dict[str, Any]:
                 f" Stage{'s' * (len(later) > 1)} {', '.join(map(str, later))}: {what} screened after the "
                 "decision, outside the winners' rule."
             )
-    text = markdown(rows, f"Credit {kind}", note)
+    figure = screen_plot.write_figure(out / f"{kind}.png", rows, kind, plan, record["protocol"])
+    text = markdown(rows, f"Credit {kind}", note, figure=figure)
     record["contrasts"] = contrasts(runs, plan)  # the confirmation's: those between its arms
     if record["contrasts"]:
         text += "\n" + contrasts_markdown(record["contrasts"])
@@ -485,7 +489,8 @@ def main(argv: list[str] | None = None, plan: ScreenPlan | None = None, prog: st
             print(progress_markdown(rec["landed"], rec["seeds"], f"Credit {kind}"), file=sys.stderr)
         else:
             print(markdown(rec["rows"], f"Credit {kind}", ""), file=sys.stderr)
-        print(f"{kind}: {time.perf_counter() - t0:.0f} s; wrote {out}/{kind}.md", file=sys.stderr)
+        wrote = f"{out}/{kind}.md" + ("" if rec.get("blinded") else f" and {out}/{kind}.png")
+        print(f"{kind}: {time.perf_counter() - t0:.0f} s; wrote {wrote}", file=sys.stderr)
     return 0
 
 

@@ -88,9 +88,10 @@ def progress_markdown(landed: dict[str, list[int]], seeds: list[int], title: str
     return "\n".join(lines) + "\n"
 
 
-def markdown(rows: list[dict[str, Any]], title: str, note: str) -> str:
+def markdown(rows: list[dict[str, Any]], title: str, note: str, figure: str | None = None) -> str:
     """The table; with greedy accuracies (the confirmation) two greedy columns follow the sampled ones
-    and the stage column is left out."""
+    and the stage column is left out. `figure`: an image line shown under the title
+    (`oar_rl.study.screen_plot.image_line`)."""
     greedy = any(r.get("greedy") for r in rows)
     head = "| arm | " + ("" if greedy else "stage | ") + "seeds | accuracy % (95% CI) | "
     head += "Δ vs baseline, paired (95% CI) | baseline | wins | "
@@ -98,7 +99,7 @@ def markdown(rows: list[dict[str, Any]], title: str, note: str) -> str:
     rule = (
         "|---|" + ("" if greedy else "---:|") + "---:|---:|---:|---|---:|" + ("---:|---:|" if greedy else "")
     )
-    lines = [f"# {title}", "", note, "", head, rule + "---:|"]
+    lines = [f"# {title}", "", *([figure, ""] if figure else []), note, "", head, rule + "---:|"]
     for r in rows:
         p, pg = r.get("paired"), r.get("paired_greedy")
         wins = wins_text(p) if p else "–"
