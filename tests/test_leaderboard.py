@@ -105,6 +105,25 @@ def test_a_study_is_labelled_by_its_seeds_against_the_committed_sizes(tmp_path):
     assert "credit module `old_rules.py` (sha256 `cdcdcdcdcdcd`)" in lb.page(tmp_path, (regime,))
 
 
+def test_a_study_with_tuned_learning_rates_shows_its_rules_at_their_rates(tmp_path):
+    """`oar-rl study --tune-lr` records each method's chosen rate as an override of its main variant: the
+    rule's row was dropped (no default variant), silently. Now shown, and the evidence says so."""
+    study = _study(tmp_path / "s")
+    for path in (study / "runs").glob("*.json"):
+        rec = json.loads(path.read_text())
+        rec["overrides"] = {"learning_rate": 2e-4 if rec["variant"] == "grpo" else 4e-4}
+        path.write_text(json.dumps(rec))
+    _run(study / "runs", "my-rule[tau=0.2]", 0, 0.9)  # an ablation variant: not the rule's row
+    path = study / "runs" / "my-rule[tau=0.2].seed0.json"
+    path.write_text(json.dumps({**json.loads(path.read_text()), "overrides": {"tau": 0.2}}))
+    regime = sources.study_regime(tmp_path, f"mine={study}", taken=())
+    cells = lb.accuracy_cells(tmp_path, regime, "my-rule")
+    assert cells[0] == "+2.0 (-0.5, +4.5)" and cells[2].endswith("each at its tuned learning rate")
+    assert "my-rule" in lb.rules(tmp_path, (regime,)) and "my-rule[tau=0.2]" not in lb.rules(
+        tmp_path, (regime,)
+    )
+
+
 def test_source_never_writes_the_committed_page(tmp_path, capsys):
     """With --source the page goes to --out, never to docs/results/leaderboard.md (nor is --check mixed
     with it)."""
@@ -162,6 +181,8 @@ def test_a_bad_source_is_refused_naming_the_value_and_what_is_valid(tmp_path, ca
         _run(d / "runs", "my-rule", 0, 0.5)
     elif case == "blinded":  # the committed confirmation, still running: not read through --source either
         _study(root / "results/credit-screen/confirm")
+        # refused by its path before any run file is opened: a file that would fail to parse is not reached
+        (root / "results/credit-screen/confirm/runs/zz.json").write_text("not json")
         src = [f"c={root / 'results/credit-screen/confirm'}"]
     elif case == "blame-missing":
         src, extra = [f"mine={good}"], ["--blame", "nowhere.json"]
@@ -199,6 +220,13 @@ def test_blame_and_recall_find_a_rule_under_its_name_then_under_the_default_prob
     assert lb.recall_cells(tmp_path, regime, "my-rule") == ["0.20 (0.10, 0.50)", "n/a"]
     assert lb.recall_cells(tmp_path, regime, "oar-g")[0] == "0.30 (0.10, 0.50)"
     assert lb.recall_cells(tmp_path, regime, "oar-gp") == ["n/a", "n/a"]
+    # a probe rule's own reshaping (blame's `own_reshaping`) is under rule/as-mean too, and wins
+    own_sig = {"w_error": [3.0], "w_last": [0.5], "error_minus_last": [2.5, 2.0, 3.0]}
+    blame["own_reshaping"] = {"oar-p-span/as-mean": own_sig}
+    (tmp_path / "blame.json").write_text(json.dumps(blame))
+    assert lb.blame_cells(tmp_path, regime, "oar-p-span") == ["3.00 vs 0.50", "+2.50 (+2.00, +3.00)"]
+    blame.pop("own_reshaping")
+    (tmp_path / "blame.json").write_text(json.dumps(blame))
     # a study's own recall.json is its column group's recall, and --blame FILE its blame
     study = _study(tmp_path / "my_study", rule="oar-p-span")
     own = {"recall": {"oar-p-span/as-mean": {"0.1": 0.25}}}

@@ -54,6 +54,7 @@ from experiments.leaderboard.regimes import (
     load_runs,
     pp_cell,
     shown_path,
+    study_variant,
     train_ratio,
 )
 from experiments.leaderboard.sources import SourceError, studies_note, study_cells, study_line, study_regimes
@@ -159,7 +160,8 @@ def blame_cells(root: Path, regime: Regime, rule: str) -> list[str]:
     if rule == "grpo":
         return ["1 vs 1 (every token)", NA]
     rec = json.loads((root / regime.blame).read_text())
-    m = rec.get("own_reshaping", {}).get(rule) or (_lookup(rec["signals"], rule) or (None, None))[1]
+    own = _lookup(rec.get("own_reshaping", {}), rule)  # a probe rule's is under rule/as-mean too
+    m = (own or _lookup(rec["signals"], rule) or (None, None))[1]
     if m is None:
         return [NA, NA]
     return [f"{m['w_error'][0]:.2f} vs {m['w_last'][0]:.2f}", _ci(m["error_minus_last"], signed=True)]
@@ -201,7 +203,8 @@ def rules(root: Path, regimes: Sequence[Regime]) -> list[str]:
     for regime in regimes:
         for source in regime.sources:
             runs = load_runs(root, source.runs)
-            found |= {v for v in runs if default_variant(runs, v)}
+            pick = study_variant if source.study else default_variant  # a user's study: tuned rates too
+            found |= {v for v in runs if pick(runs, v)}
     return [r for r in ORDER if r in found] + sorted(found - set(ORDER))
 
 

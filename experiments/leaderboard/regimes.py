@@ -129,6 +129,20 @@ def default_variant(
     return got if all(not r.get("overrides") for r in got.values()) else {}
 
 
+def study_variant(
+    runs: Mapping[str, Mapping[int, dict[str, Any]]], rule: str
+) -> Mapping[int, dict[str, Any]]:
+    """A user's study's main-group runs of `rule`: its own name, no override but the learning rate (a
+    study run with --tune-lr trains each method at its own chosen rate, recorded as an override)."""
+    got = runs.get(rule, {})
+    return got if all(set(r.get("overrides") or {}) <= {"learning_rate"} for r in got.values()) else {}
+
+
+def tuned(runs: Mapping[int, dict[str, Any]]) -> bool:
+    """Whether these runs trained at a learning rate chosen per method (an override)."""
+    return any("learning_rate" in (r.get("overrides") or {}) for r in runs.values())
+
+
 def pp_cell(ci: Mapping[str, Any]) -> str:
     """A Δ cell: a paired difference in percentage points, signed, with its 95% interval."""
     from oar_rl.study.screen_report import fmt_ci

@@ -26,12 +26,13 @@ from experiments.leaderboard.regimes import (
     SCREEN_SEEDS,
     Regime,
     Source,
-    default_variant,
     ground_truth,
     load_runs,
     pp_cell,
     shown_path,
+    study_variant,
     train_ratio,
+    tuned,
 )
 
 
@@ -65,18 +66,19 @@ def study_cells(root: Path, source: Source, rule: str) -> list[str] | None:
     from oar_rl.study.stats import paired_difference
 
     runs = load_runs(root, source.runs)
-    mine, grpo = default_variant(runs, rule), default_variant(runs, "grpo")
+    mine, grpo = study_variant(runs, rule), study_variant(runs, "grpo")
     if not mine or not grpo:
         return None
     ratio, planned = train_ratio(mine, grpo), _planned(root, source, rule)
+    label = source.label + (", each at its tuned learning rate" if tuned(mine) or tuned(grpo) else "")
     if rule == "grpo":
-        return ["(reference)", study_seeds_label(len(mine), planned), source.label, ratio]
+        return ["(reference)", study_seeds_label(len(mine), planned), label, ratio]
     acc = {s: 100 * r["final"]["sampled"] for s, r in mine.items()}
     ref = {s: 100 * r["final"]["sampled"] for s, r in grpo.items()}
     d = paired_difference(acc, ref)
     if not d["seeds"]:  # no seed in common yet
         return None
-    return [pp_cell(d), study_seeds_label(len(d["seeds"]), planned), source.label, ratio]
+    return [pp_cell(d), study_seeds_label(len(d["seeds"]), planned), label, ratio]
 
 
 def _modules(recs: Sequence[Mapping[str, Any]]) -> dict[tuple[str, str], set[str]]:
@@ -168,6 +170,15 @@ def study_regime(root: Path, value: str, taken: Sequence[str], blame: str | None
         raise SourceError(f"--source {value!r}: {folder} is not a directory; pass {STUDY_LAYOUT}")
     if not (d / "runs").is_dir():
         raise SourceError(_not_a_study(value, d))
+    runs_dir = str((d / "runs").resolve())
+    for regime in REGIMES:  # a blinded confirmation: refused by its path, before any of its files is read
+        for src in regime.confirmed:
+            if src.blinded and (root / src.runs).resolve() == Path(runs_dir):
+                raise SourceError(
+                    f"--source {value!r}: {d / 'runs'} is a pre-registered confirmation of the committed "
+                    f"regime {regime.name} ({src.label}), blinded until every arm has its seeds and then "
+                    "shown on the committed page; pass a study of your own"
+                )
     files = sorted((d / "runs").glob("*.json"))
     if not files:
         raise SourceError(f"--source {value!r}: {d / 'runs'} has no run files yet (an `oar-rl study` "
@@ -181,20 +192,11 @@ def study_regime(root: Path, value: str, taken: Sequence[str], blame: str | None
         if missing or "sampled" not in (rec["final"] or {}):
             raise SourceError(f"--source {value!r}: {f} is not an `oar-rl study` run file (it lacks "
                               f"{', '.join(missing) or 'final.sampled'}; {STUDY_LAYOUT})")  # fmt: skip
-    runs_dir = str((d / "runs").resolve())
-    for regime in REGIMES:  # a pre-registered confirmation is read whole on the committed page, or not at all
-        for src in regime.confirmed:
-            if src.blinded and (root / src.runs).resolve() == Path(runs_dir):
-                raise SourceError(
-                    f"--source {value!r}: {d / 'runs'} is a pre-registered confirmation of the committed "
-                    f"regime {regime.name} ({src.label}), blinded until every arm has its seeds and then "
-                    "shown on the committed page; pass a study of your own"
-                )
     try:
         runs = load_runs(root, runs_dir)
     except ValueError as e:
         raise SourceError(f"--source {value!r}: {e}") from None
-    if not default_variant(runs, "grpo"):
+    if not study_variant(runs, "grpo"):
         raise SourceError(f"--source {value!r}: {d / 'runs'} has no grpo run; every Δ is paired to GRPO's "
                           f"run on the same seed (its rules: {', '.join(sorted(runs))}; the study's "
                           "--methods must include grpo)")  # fmt: skip
