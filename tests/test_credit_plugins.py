@@ -558,6 +558,10 @@ def test_a_rule_config_key_that_is_no_oarconfig_field_is_refused_in_training_and
         OARConfig(output_dir="unused", credit="t-typo")
     with pytest.raises(ValueError, match=r"'t-typo' sets 'tua'"):
         rule_defaults("t-typo/as-mean", oar_defaults())
+    from oar_rl.analysis.blame import check_signal
+
+    with pytest.raises(ValueError, match=r"'t-typo' sets 'tua'"):  # before anything loads or samples
+        check_signal("t-typo")
     rule("t-tau", lambda m, b, **kw: b.completion_mask.float(), reshape="bilevel", config={"tau": 0.7})
     assert rule_defaults("t-tau", oar_defaults())["tau"] == 0.7
 

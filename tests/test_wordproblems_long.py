@@ -11,6 +11,8 @@ import pytest
 
 from oar_rl.data import wordproblems as wp
 
+ROOT = Path(__file__).resolve().parents[1]
+
 
 def _digest(problems) -> str:
     return hashlib.sha256("".join(p.prompt + p.solution for p in problems).encode()).hexdigest()[:12]
@@ -133,7 +135,7 @@ def test_the_figures_table_says_how_many_trajectories_the_oracle_tried():
 
     from oar_rl.analysis.task_figures import format_table
 
-    committed = json.loads(Path("results/credit-long/task-figures/figures.json").read_text())
+    committed = json.loads((ROOT / "results/credit-long/task-figures/figures.json").read_text())
     assert "oracle on 30 of the samples." in format_table(committed)  # recorded before the tried count
     table = format_table({**committed, "oracle_rows_tried": 40})
     assert "oracle on the 30 of 40 sampled trajectories it could label" in table

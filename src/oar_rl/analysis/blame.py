@@ -101,6 +101,9 @@ def check_signal(name: str) -> None:
         )
     if probe and (not CREDIT_MODES[mode].probe or probe not in PROBES):
         raise ValueError(f"signal {name!r}: {mode} does not take the probe {probe!r}; name it {mode!r}")
+    from oar_rl.config import rule_config
+
+    rule_config(mode)  # a config key that is no OARConfig field: named now, not after the rollouts
 
 
 def signal_scores(
