@@ -1,4 +1,5 @@
-"""Shared fixtures: one torch thread for the whole suite, and a tiny saved Qwen2 checkpoint."""
+"""Shared fixtures: one torch thread for the whole suite, a tiny saved Qwen2 checkpoint, a credit rule
+registered for one test."""
 
 from __future__ import annotations
 
@@ -162,3 +163,22 @@ def another_version(model_dir: Path) -> None:
     data = bytearray(weights.read_bytes())
     data[-1] ^= 1
     weights.write_bytes(bytes(data))
+
+
+@pytest.fixture
+def rule():
+    """`rule(name, scorer, **kw)` registers a credit rule for one test and removes it after
+    (test_credit_rules.py has its own, whose reshape defaults to 'bilevel')."""
+    from oar_rl import credits
+    from oar_rl.credits import register_credit, unregister_credit
+
+    names: list[str] = []
+
+    def make(name, scorer, **kw):
+        names.append(name)
+        return register_credit(name, scorer, **kw)
+
+    yield make
+    for n in names:
+        if n in credits.CREDIT_MODES:
+            unregister_credit(n)
