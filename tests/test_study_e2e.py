@@ -91,6 +91,20 @@ def test_tiny_study_end_to_end_then_resume(tmp_path, parity_task, monkeypatch, c
     again = json.loads((out / "study.json").read_text())
     assert again["groups"] == study["groups"] and again["runs"] == study["runs"]
 
+    # The study's real files on a leaderboard of its own, beside the committed regimes (`--source`)
+    from pathlib import Path
+
+    from experiments.leaderboard import leaderboard
+
+    page, root = tmp_path / "board.md", Path(__file__).resolve().parents[1]
+    argv = ["--root", str(root), "--source", f"mine={out}", "--out", str(page)]
+    assert leaderboard.main(argv) == 0, capsys.readouterr().err
+    row = next(line for line in page.read_text().splitlines() if "<code>oar-g</code>" in line)
+    mine = row.split("<td>")[-9:]  # the last column group is the study's
+    assert mine[1].startswith("exploratory, 2 seeds") and mine[2].startswith(f"study {out}, ")
+    assert mine[0].removesuffix("</td>") not in ("n/a", "")  # its Δ vs GRPO, from the study's own run files
+    assert mine[5].removesuffix("</td>") != "n/a"  # its ground-truth recall, from the study's own recall.json
+
 
 def test_heldout_evaluation_does_not_change_training(tmp_path):
     """Evaluating every step (forked RNG) must leave the training run exactly as without evaluation."""
