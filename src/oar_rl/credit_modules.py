@@ -176,7 +176,8 @@ def _helper_files(module: ModuleType, rules: tuple[str, ...]) -> list[Path]:
 
 def _digest(path: Path, helpers: list[Path]) -> str:
     """sha256 of the module's source, or, when its rules come from helper files too, of every file's name
-    and bytes (so a changed helper changes the protocol hash; a module without helpers keeps its hash)."""
+    and bytes (so a changed helper changes the recorded sha256 and a study refuses the old runs; a module
+    without helpers keeps its hash)."""
     if not helpers:
         return _sha256(path)
     h = hashlib.sha256()
