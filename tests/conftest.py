@@ -168,7 +168,7 @@ def another_version(model_dir: Path) -> None:
 @pytest.fixture
 def rule():
     """`rule(name, scorer, **kw)` registers a credit rule for one test and removes it after
-    (test_credit_rules.py has its own, whose reshape defaults to 'bilevel')."""
+    (test_credit_rules.py wraps it: reshape defaults to "bilevel" there)."""
     from oar_rl import credits
     from oar_rl.credits import register_credit, unregister_credit
 

@@ -12,7 +12,7 @@ from conftest import pad_texts
 from float64 import float64_copy
 from oar_rl import credits
 from oar_rl.answer_span import answer_span_mask, scored_positions
-from oar_rl.credits import compute_importance, register_credit, unregister_credit
+from oar_rl.credits import compute_importance, register_credit
 from oar_rl.importance import perturbation_importance
 from oar_rl.importance.baselines import entropy_scores, position_scores, reasoning_entropy_scores
 from oar_rl.importance.span import (
@@ -54,19 +54,14 @@ def model64(tokenizer):
 
 
 @pytest.fixture
-def rule():
-    """Register rules for one test and remove them after it."""
-    names: list[str] = []
+def rule(rule):
+    """conftest's `rule` (registered for one test, removed after it) with reshape 'bilevel' by default."""
 
     def make(name, scorer, **kw):
         kw.setdefault("reshape", "bilevel")
-        names.append(name)
-        return register_credit(name, scorer, **kw)
+        return rule(name, scorer, **kw)
 
-    yield make
-    for n in names:
-        if n in credits.CREDIT_MODES:
-            unregister_credit(n)
+    return make
 
 
 # ---------------------------------------------------------------------------------------------------
