@@ -47,6 +47,7 @@ from experiments.leaderboard.regimes import (
     NA,
     REGIMES,
     SCREEN_SEEDS,
+    TUNED,
     Regime,
     Source,
     default_variant,
@@ -54,7 +55,6 @@ from experiments.leaderboard.regimes import (
     load_runs,
     pp_cell,
     shown_path,
-    study_variant,
     train_ratio,
 )
 from experiments.leaderboard.sources import SourceError, studies_note, study_cells, study_line, study_regimes
@@ -203,8 +203,8 @@ def rules(root: Path, regimes: Sequence[Regime]) -> list[str]:
     for regime in regimes:
         for source in regime.sources:
             runs = load_runs(root, source.runs)
-            pick = study_variant if source.study else default_variant  # a user's study: tuned rates too
-            found |= {v for v in runs if pick(runs, v)}
+            allowed = TUNED if source.study else frozenset()  # a user's study: tuned rates too
+            found |= {v for v in runs if default_variant(runs, v, allowed)}
     return [r for r in ORDER if r in found] + sorted(found - set(ORDER))
 
 

@@ -122,20 +122,16 @@ def load_runs(root: Path, folder: str) -> dict[str, dict[int, dict[str, Any]]]:
 
 
 def default_variant(
-    runs: Mapping[str, Mapping[int, dict[str, Any]]], rule: str
+    runs: Mapping[str, Mapping[int, dict[str, Any]]], rule: str, allowed: frozenset[str] = frozenset()
 ) -> Mapping[int, dict[str, Any]]:
-    """The rule's default variant (its own name, no overrides) in one folder."""
+    """The rule's default variant in one folder: its own name, no overrides but `allowed` ones (a user's
+    study passes ``TUNED``: with --tune-lr each method trains at its own chosen rate, an override)."""
     got = runs.get(rule, {})
-    return got if all(not r.get("overrides") for r in got.values()) else {}
+    return got if all(set(r.get("overrides") or {}) <= allowed for r in got.values()) else {}
 
 
-def study_variant(
-    runs: Mapping[str, Mapping[int, dict[str, Any]]], rule: str
-) -> Mapping[int, dict[str, Any]]:
-    """A user's study's main-group runs of `rule`: its own name, no override but the learning rate (a
-    study run with --tune-lr trains each method at its own chosen rate, recorded as an override)."""
-    got = runs.get(rule, {})
-    return got if all(set(r.get("overrides") or {}) <= {"learning_rate"} for r in got.values()) else {}
+TUNED = frozenset({"learning_rate"})
+"""The override a user's study's main group may carry (`default_variant`)."""
 
 
 def tuned(runs: Mapping[int, dict[str, Any]]) -> bool:

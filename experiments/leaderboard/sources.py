@@ -24,13 +24,14 @@ from experiments.leaderboard.regimes import (
     CONFIRM_SEEDS,
     REGIMES,
     SCREEN_SEEDS,
+    TUNED,
     Regime,
     Source,
+    default_variant,
     ground_truth,
     load_runs,
     pp_cell,
     shown_path,
-    study_variant,
     train_ratio,
     tuned,
 )
@@ -66,7 +67,7 @@ def study_cells(root: Path, source: Source, rule: str) -> list[str] | None:
     from oar_rl.study.stats import paired_difference
 
     runs = load_runs(root, source.runs)
-    mine, grpo = study_variant(runs, rule), study_variant(runs, "grpo")
+    mine, grpo = default_variant(runs, rule, TUNED), default_variant(runs, "grpo", TUNED)
     if not mine or not grpo:
         return None
     ratio, planned = train_ratio(mine, grpo), _planned(root, source, rule)
@@ -196,7 +197,7 @@ def study_regime(root: Path, value: str, taken: Sequence[str], blame: str | None
         runs = load_runs(root, runs_dir)
     except ValueError as e:
         raise SourceError(f"--source {value!r}: {e}") from None
-    if not study_variant(runs, "grpo"):
+    if not default_variant(runs, "grpo", TUNED):
         raise SourceError(f"--source {value!r}: {d / 'runs'} has no grpo run; every Δ is paired to GRPO's "
                           f"run on the same seed (its rules: {', '.join(sorted(runs))}; the study's "
                           "--methods must include grpo)")  # fmt: skip
