@@ -55,6 +55,7 @@ TIERS: dict[str, int] = {
     "oar_rl.sampling": 2,
     "oar_rl.roles": 2,
     "oar_rl.credits": 2,
+    "oar_rl.credit_names": 2,  # a rule's name as written: grpo and its alias none, the nearest names
     "oar_rl.credit_modules": 2,  # --credit-module: rules from the user's own file
     # 3 the TRL seam
     "oar_rl.config": 3,

@@ -298,7 +298,7 @@ def test_the_word_problem_shapes_are_the_shipped_warm_starts_on_their_tasks(name
 @pytest.mark.parametrize(
     ("argv", "needle"),
     [
-        (["--methods", "oar-g"], "must include 'none'"),
+        (["--methods", "oar-g"], "must include grpo (or its alias none"),
         (["--methods", "none,oar-x"], "unknown method"),
         (["--methods", "none,none"], "twice"),
         (["--num-generations", "1"], "--num-generations"),

@@ -146,7 +146,7 @@ def test_train_tiny_recipe_saves_and_resumes(tiny_model_dir, tmp_path, capsys):
         ),
         (["--reward_weights", "1.0"], "reward_weights has 1 values but there are 2 reward functions"),
         (["--tau", "2"], r"tau must be in [0, 1], got 2.0"),
-        (["--credit", "oar-x"], "invalid choice: 'oar-x'"),
+        (["--credit", "oar-x"], "--credit='oar-x' is not valid (did you mean 'oar-"),
         (["--resume_from_checkpoint", "true"], "no checkpoint-* directory"),
         (["--resume_from_checkpoint", "/no/such/checkpoint"], "not a directory"),
         (["--model_name_or_path", ""], "--model is required (TRL's --model_name_or_path)"),

@@ -5,7 +5,9 @@ the outcome probes in :mod:`oar_rl.probes`; how the trainer uses them, and where
 paper, is described in :mod:`oar_rl.trainer`. `credit` is validated in `__post_init__` against the live
 registry, after the modules of `credit_module` are loaded (:mod:`oar_rl.credit_modules`), so a rule from
 the user's own file is a valid `credit` (its type is `str`, not a `Literal` fixed at import); a rule's
-`config` (e.g. entropy-80-20's `top_entropy_quantile=0.2`) is applied there too.
+`config` (e.g. entropy-80-20's `top_entropy_quantile=0.2`) is applied there too. Plain GRPO is
+``credit='grpo'`` or its alias ``'none'`` (the registered name `credit` holds after `__post_init__`;
+:mod:`oar_rl.credit_names`).
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from trl import GRPOConfig
 from oar_rl import credits
 from oar_rl.answer_span import compile_answer_pattern
 from oar_rl.credit_modules import load_credit_modules
+from oar_rl.credit_names import registered, unknown_message
 from oar_rl.credits import credit_help
 from oar_rl.importance.first_error import DEFAULT_BRANCHING, check_branching
 from oar_rl.probes import PROBES, Probe
@@ -259,15 +262,14 @@ class OARConfig(GRPOConfig):
         if isinstance(self.credit_module, str):
             self.credit_module = [self.credit_module]
         load_credit_modules(self.credit_module)  # before `credit` is checked: their rules are valid
+        self.credit = registered(self.credit)  # 'grpo' is plain GRPO's name, registered as 'none'
         if self.credit not in credits.CREDIT_MODES:
             hint = (
                 ""
                 if self.credit_module
                 else " (a rule from your own file needs credit_module / --credit-module)"
             )
-            raise ValueError(
-                f"credit={self.credit!r} is not valid; choose one of {', '.join(credits.CREDITS)}{hint}"
-            )
+            raise ValueError(unknown_message("credit", self.credit, credits.CREDITS) + hint)
         self._apply_rule_config()
         _check_choice("probe", self.probe, PROBES)
         _check_choice("threshold", self.threshold, THRESHOLDS)

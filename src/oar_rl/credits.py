@@ -171,7 +171,7 @@ def register_credit(
     """Register a credit rule: `OARConfig(credit=name)`, `oar-rl train/study/blame/attribute/oracle/bench`.
 
     Args:
-        name: the rule's name (letters, digits, '.', '_', '-'; not 'grpo', the study's name for 'none').
+        name: the rule's name (letters, digits, '.', '_', '-'; not 'grpo', plain GRPO's name for 'none').
         scorer: ``(model, batch: oar_rl.probes.ScoringBatch, **kw) -> (B, C)`` float scores over the
             batch's completion positions; only the scored tokens (``batch.scored(probe)``: the reasoning
             tokens by default) are read. None only with ``reshape='none'``.
@@ -192,7 +192,7 @@ def register_credit(
     if not isinstance(name, str) or not _NAME.match(name) or name == "grpo":
         raise ValueError(
             f"credit rule name {name!r} is not valid: letters, digits, '.', '_' and '-' (not 'grpo', "
-            "the study's name for 'none'; no '/', which the analyses use for <rule>/<probe>)"
+            "plain GRPO's name, oar_rl.credit_names; no '/', which the analyses use for <rule>/<probe>)"
         )
     origins = _origins(scorer)
     if name in CREDIT_MODES:
@@ -390,7 +390,7 @@ def _first_error_options(c: ScoringContext) -> dict[str, Any]:
     )  # fmt: skip
 
 
-register_credit("none", reshape="none", help="plain GRPO (sequence advantage on every token)")
+register_credit("none", reshape="none", help="plain GRPO (sequence advantage on every token), also 'grpo'")
 register_credit(
     "random", random_scores, reshape="uniform", noisy=True, options=lambda c: {"generator": c.generator},
     help="U(0,1) weights rescaled to sum to T (paper §4.2 baseline)",

@@ -155,9 +155,11 @@ def build_parser():
         if action.dest == "model_name_or_path":
             action.help = MODEL_HELP + " (--model in every oar-rl command; TRL's name also works)"
         elif action.dest == "credit":  # the live registry: rules of --credit-module loaded before the parser
-            from oar_rl import credits
-
-            action.choices = credits.CREDITS
+            action.__class__, action.metavar = _Credit, "RULE"
+        elif action.option_strings[0].startswith("--no_") and isinstance(action, argparse._StoreFalseAction):
+            name = action.option_strings[0][len("--no_") :]  # TRL's negation of a bool field on by default
+            action.help = f"turn --{name} off (sets {name} to False; it is on by default)"
+            action.default = argparse.SUPPRESS  # the field's own flag sets the default; no "(default: ...)"
         elif action.dest == "credit_module":  # repeats accumulate, onto the recipe's list
             action.__class__ = _CreditModules
         elif action.dest == "seed":
@@ -180,6 +182,19 @@ def build_parser():
     group = next(g for g in parser._action_groups if g.title == "OAR options: model, data and rewards")
     group._group_actions.sort(key=lambda a: first.index(a.dest) if a.dest in first else len(first))
     return parser
+
+
+class _Credit(argparse._StoreAction):
+    """`--credit RULE`: a registered rule (read live: --credit-module's rules are loaded before the parser)
+    or an alias (`grpo`, `oar_rl.credit_names`); an unknown name is an error naming the nearest ones."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        from oar_rl import credits
+        from oar_rl.credit_names import registered, unknown_message
+
+        if registered(values) not in credits.CREDIT_MODES:
+            parser.error(unknown_message(option_string or "--credit", values, credits.CREDITS))
+        setattr(namespace, self.dest, values)
 
 
 class _CreditModules(argparse._StoreAction):

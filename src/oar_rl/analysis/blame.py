@@ -82,18 +82,33 @@ def trainer_defaults() -> dict[str, Any]:
     return oar_defaults()
 
 
+def signal_names() -> str:
+    """`--signals`' valid values: each registered rule with a scorer, `<rule>/<probe>` where it reads one."""
+    from oar_rl.credits import CREDIT_MODES
+    from oar_rl.probes import PROBES
+
+    names = [f"{m}/<probe>" if c.probe else m for m, c in CREDIT_MODES.items() if c.scorer is not None]
+    return f"{', '.join(names)}; <probe> one of {', '.join(PROBES)}"
+
+
 def check_signal(name: str) -> None:
     """ValueError unless `name` is a registered credit mode with a scorer, or `<mode>/<probe>` of a mode
     that reads the probe (required for those)."""
+    from oar_rl.credit_names import registered, unknown_message
     from oar_rl.credits import CREDIT_MODES
     from oar_rl.probes import PROBES
 
     mode, _, probe = name.partition("/")
+    if registered(mode) == "none":
+        raise ValueError(
+            f"signal {name!r}: plain GRPO scores no token (every token keeps weight 1), so it blames nothing "
+            f"to measure; valid signals: {signal_names()}"
+        )
     valid = [m for m, c in CREDIT_MODES.items() if c.scorer is not None]
     if mode not in valid:
         raise ValueError(
-            f"unknown signal {name!r}; valid: {', '.join(valid)} (with /<probe> where the rule reads one; "
-            "a rule from your own file needs --credit-module)"
+            unknown_message("signal", mode, valid) + " (with /<probe> where the rule reads one; a rule "
+            "from your own file needs --credit-module)"
         )
     if CREDIT_MODES[mode].probe and probe not in PROBES:
         raise ValueError(
@@ -336,7 +351,8 @@ def build_parser():
     add(p, "--prompts", type=int, default=64, help="word problems sampled (the first of the split)")
     add(p, "--samples", type=int, default=8, help="completions per problem, at T = 1")
     add(p, "--split", default="train", choices=("train", "validation", "eval"), help="problems' split")
-    add(p, "--signals", default=",".join(DEFAULT_SIGNALS), help="comma-separated signals (module doc)")
+    what = f"comma-separated signals, from: {signal_names()}; and the rules of --credit-module (not grpo: "
+    add(p, "--signals", default=",".join(DEFAULT_SIGNALS), help=what + "plain GRPO scores no token)")
     return p
 
 

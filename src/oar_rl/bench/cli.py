@@ -49,6 +49,7 @@ from typing import Any
 from oar_rl.argparsing import add, new_parser
 from oar_rl.bench.shapes import SHAPE_NAMES, WARM_STARTS
 from oar_rl.bench.steps import METHOD_CONFIG, SEARCH_KEYS, BenchWorkerError, run_interleaved
+from oar_rl.credit_names import registered, spelled, unknown_message
 from oar_rl.io import ensure_writable_dir, write_text_atomic
 
 DEFAULT_METHODS = "none,oar-g,oar-p,oar-gp"
@@ -82,8 +83,8 @@ def build_parser() -> argparse.ArgumentParser:
         p,
         "--methods",
         default=DEFAULT_METHODS,
-        help=f"the training steps' methods, comma-separated, from: {', '.join(methods())}, and the rules of "
-        "--credit-module (the scorer part always times its whole table)",
+        help=f"the training steps' methods, comma-separated, from: {', '.join(spelled(methods()))}, and the "
+        "rules of --credit-module (the scorer part always times its whole table)",
     )
     add_flag(p)
     add(p, "--repeats", type=int, default=3, help="measured steps per method (interleaved)")
@@ -155,13 +156,14 @@ def _parse(argv: list[str]) -> argparse.Namespace:
         load_credit_modules(a.credit_module)  # before the methods are checked: their rules are methods
     except ValueError as exc:
         p.error(str(exc))
-    chosen = [m.strip() for m in a.methods.split(",") if m.strip()]
+    chosen = [registered(m.strip()) for m in a.methods.split(",") if m.strip()]  # grpo: "none"
     valid = methods()
     unknown = [m for m in chosen if m not in valid]
     if unknown or not chosen:
-        p.error(f"unknown method(s) {unknown or a.methods!r}; valid: {', '.join(valid)}")
+        told = "; ".join(unknown_message("method", m, valid) for m in unknown) or f"valid: {', '.join(valid)}"
+        p.error(f"unknown method(s) {unknown or a.methods!r}: {told}")
     if "none" not in chosen:
-        p.error("--methods must include 'none' (the GRPO reference the ratios divide by)")
+        p.error("--methods must include grpo (or its alias none: the GRPO reference the ratios divide by)")
     if len(set(chosen)) != len(chosen):
         p.error(f"--methods lists a method twice: {a.methods!r}")
     if a.completion_len is None:

@@ -11,6 +11,7 @@ import argparse
 from dataclasses import replace
 from typing import Any
 
+from oar_rl.credit_names import spelled, study_name
 from oar_rl.study.config import ABLATIONS, PRESETS, SCORED_TOKENS, StudySettings, all_methods
 
 FULL, QUICK = PRESETS["full"], PRESETS["quick"]
@@ -83,7 +84,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     add(p, "--tiny", action="store_true", help=argparse.SUPPRESS)  # tests
     add(p, "--methods", help=f"comma-separated (default: all; --quick {','.join(QUICK.methods)}); valid: "
-        f"{','.join(all_methods())}, and the rules of --credit-module")  # fmt: skip
+        f"{','.join(spelled(all_methods()))}, and the rules of --credit-module")  # fmt: skip
     add(
         p,
         "--seeds",
@@ -157,7 +158,7 @@ def _parse_seeds(value: str) -> tuple[int, tuple[tuple[str, int], ...]]:
         except ValueError:
             raise ValueError(f"--seeds {value!r}: {part!r} is not N or METHOD=N") from None
         if eq:
-            per.append((name.strip(), n))
+            per.append((study_name(name.strip()), n))
         elif default is None:
             default = n
         else:
@@ -186,7 +187,7 @@ def settings_from_args(a: argparse.Namespace) -> StudySettings:
     if a.scored_tokens is not None:
         changes["scored_tokens"] = a.scored_tokens
     if a.methods is not None:
-        changes["methods"] = _csv(a.methods)
+        changes["methods"] = tuple(study_name(m) for m in _csv(a.methods))  # "none" is "grpo"
         if not changes["methods"]:
             raise ValueError(f"--methods {a.methods!r} names no method; valid: {','.join(all_methods())}")
     if a.seeds is not None:

@@ -45,7 +45,10 @@ def all_methods() -> tuple[str, ...]:
 
 
 def credit_of(method: str) -> str:
-    return "none" if method == "grpo" else method
+    """The registered credit mode of a study method ("grpo" -> "none"; `oar_rl.credit_names`)."""
+    from oar_rl.credit_names import registered
+
+    return registered(method)
 
 
 def probes() -> tuple[str, ...]:
@@ -136,8 +139,11 @@ class StudySettings:
         valid = all_methods()
         bad = [m for m in self.methods if m not in valid]
         if bad:
+            from oar_rl.credit_names import unknown_message
+
             hint = "" if self.credit_modules else " (a rule from your own file needs --credit-module)"
-            raise ValueError(f"unknown methods {bad}; valid methods: {', '.join(valid)}{hint}")
+            what = "; ".join(unknown_message("method", m, valid) for m in bad)
+            raise ValueError(f"unknown methods {bad}: {what}{hint}")
         if len(set(self.methods)) != len(self.methods):
             raise ValueError(f"methods {list(self.methods)} contain duplicates")
         if self.methods and "grpo" not in self.methods:

@@ -445,6 +445,10 @@ def main(argv: list[str] | None = None, plan: ScreenPlan | None = None, prog: st
     p.add_argument("--cache-dir", "--cache_dir", dest="cache_dir", default=None)
     p.add_argument("--threads", type=int, default=1, help="torch threads per process (default 1)")
     a = p.parse_args(argv)
+    uses = {"run": ("stages", "arms", "cache_dir"), "report": ()}.get(a.action, ("cache_dir",))
+    unused = [f"--{f}" for f in ("stages", "arms", "cache_dir") if getattr(a, f) and f not in uses]
+    if unused:  # refused, not ignored: --stages and --arms choose the runs of `run` only
+        p.error(f"`{a.action}` does not use {', '.join(unused)}; --stages and --arms are for `run`")
     import torch
 
     if plan is None:
@@ -477,8 +481,6 @@ def main(argv: list[str] | None = None, plan: ScreenPlan | None = None, prog: st
         write_report(out, "screen", plan)
         train_arms(out, confirm_arms(out, plan), plan.confirm_seeds, "confirm", a.cache_dir, plan)
     if a.action == "all":
-        if a.stages or a.arms:
-            p.error("`all` runs the whole plan in its order; --stages and --arms are for `run`")
         run_all(out, plan, a.cache_dir)
     kinds = ["confirm"] if a.action == "confirm" else ["screen"]
     if a.action in ("report", "all") and any((out / "confirm" / "runs").glob("*.json")):
