@@ -171,8 +171,8 @@ def test_row_metrics_reject_a_row_without_tokens():
 def test_signal_names_are_checked():
     for good in ("random", "position", "entropy", "grail", "oar-g/as-mean", "oar-p/lt-logits", "first-error"):
         check_signal(good)
-    for bad, msg in (("oar-g", "needs a probe"), ("random/as-mean", "does not take"), ("nope", "signal=.nope. is not valid"),
-                     ("first-error/bogus", "does not take")):  # fmt: skip
+    for bad, msg in (("oar-g", "needs a probe"), ("random/as-mean", "does not take"),
+                     ("nope", "signal=.nope. is not valid"), ("first-error/x", "does not take")):  # fmt: skip
         with pytest.raises(ValueError, match=msg):
             check_signal(bad)
     assert main(["--signals", "oar-g/bogus", "--out", "unused"]) == 2

@@ -69,3 +69,9 @@ def ensure_writable_dir(out: str | os.PathLike, flag: str = "--out") -> Path:
     except OSError as e:
         raise ValueError(f"{flag} {str(out)!r} is not writable: {e.strerror or e}") from e
     return out
+
+
+def markdown_cell(text: object) -> str:
+    """`text` as one cell of a Markdown table: `|` escaped (it would end the cell and, in a header, turn the
+    whole table into a paragraph), line breaks and runs of spaces as one space."""
+    return " ".join(str(text).split()).replace("|", "\\|")

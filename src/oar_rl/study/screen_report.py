@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from oar_rl.io import markdown_cell
 from oar_rl.study.stats import wins_text
 
 DIAGNOSTIC_LABELS: tuple[tuple[str, str], ...] = (
@@ -38,7 +39,7 @@ def contrasts_markdown(rows: list[dict[str, Any]]) -> str:
 
 
 def diagnostics_markdown(rows: list[dict[str, Any]]) -> str:
-    head = " | ".join(label for _, label in DIAGNOSTIC_LABELS)
+    head = " | ".join(markdown_cell(label) for _, label in DIAGNOSTIC_LABELS)  # "|A|" would end a cell
     lines = [
         "## Training diagnostics (logged, means over the 30 steps and the seeds)",
         "",
@@ -50,7 +51,7 @@ def diagnostics_markdown(rows: list[dict[str, Any]]) -> str:
     for r in rows:
         cells = ["–" if r[k] is None else f"{r[k]:.4f}" for k, _ in DIAGNOSTIC_LABELS]
         ratio = "–" if r["grad_norm_ratio"] is None else f"{r['grad_norm_ratio']:.2f}"
-        lines.append(f"| {r['arm']} | {ratio} | " + " | ".join(cells) + " |")
+        lines.append(f"| {markdown_cell(r['arm'])} | {ratio} | " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 
 
