@@ -5,6 +5,7 @@ Markdown tables text for text, and the v2 study's aggregates number for number."
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -136,6 +137,22 @@ def test_the_committed_leaderboard_is_the_regenerated_one():
     assert leaderboard.main(["--root", str(ROOT), "--check"]) == 0
 
 
+def test_the_leaderboard_fits_marks_its_scored_sets_and_prints_minus_signs():
+    """Issue 47: a compact summary (rule × regime: Δ and evidence), the details per regime below it; a
+    figure of the v2 study's scored set (before-answer) marked; `−`, never ASCII "-", before a number."""
+    from experiments.leaderboard import leaderboard
+
+    text = (ROOT / leaderboard.PAGE).read_text()
+    summary = text[text.index("<table>") : text.index("</table>")]
+    assert summary.count("<th colspan='2'>") == 2 and "## wordproblems-long: details" in text
+    assert "<td>+1.0 (+0.2, +1.8)†</td><td>v2 study, 10 seeds</td>" in summary  # entropy, before-answer
+    assert "<td>−3.5 (−4.8, −2.1)</td><td>confirmed, 10 seeds</td>" in summary  # oar-g, reasoning tokens
+    assert "**†**: scored set `before-answer`" in text
+    cells = re.findall(r"<td>(.*?)</td>", text)
+    assert cells and not [c for c in cells if re.search(r"(?<![\w.])-\d", c)]
+    assert leaderboard.minus("oar-g[lr=2e-4] -1.1 (-2.0, +0.3)") == "oar-g[lr=2e-4] −1.1 (−2.0, +0.3)"
+
+
 def test_leaderboard_figures_are_the_confirmed_and_recorded_ones():
     """Spot checks against the committed tables: the confirmation's first-error and OAR-G, the v2 study's
     entropy, the blame page's OAR-G weights, the testbed's recall and the bench's step ratio."""
@@ -190,9 +207,10 @@ def test_leaderboard_shows_screen_only_rules_and_adds_a_regime_when_its_runs_lan
         _run(tmp_path / "s", "grpo", seed, 0.5)
         _run(tmp_path / "s", "my-rule", seed, 0.5 + 0.01 * (seed + 1))
     text = lb.page(tmp_path, (short, long))
-    assert text.count("<th colspan='9'>") == 1 and "Regime **long** (test): no run files yet" in text
-    row = next(line for line in text.splitlines() if "<code>my-rule</code>" in line)
+    assert text.count("<th colspan='2'>") == 1 and "Regime **long** (test): no run files yet" in text
+    summary, row = [line for line in text.splitlines() if "<code>my-rule</code>" in line][:2]
     # t(4) = 2.776; an unblinded folder's 2 seeds are no confirmation (a finished study may have fewer)
+    assert summary.endswith("<td>+3.0 (+1.0, +5.0)</td><td>screen only, 5 seeds</td></tr>")
     assert "<td>+3.0 (+1.0, +5.0)</td><td>screen only, 5 seeds</td><td>screen</td>" in row
     assert "<td>+1.5 (+1.1, +1.9)</td><td>10</td><td>confirmation</td>" in text  # t(9) = 2.262, sd 0.527
     assert "<td>2.00×</td></tr>" in text  # oar-g's train time against GRPO's
@@ -227,7 +245,7 @@ def test_leaderboard_shows_screen_only_rules_and_adds_a_regime_when_its_runs_lan
     _run(tmp_path / "long" / "c", "grpo", 0, 0.4)
     _run(tmp_path / "long" / "c", "oar-g", 0, 0.5)
     text = lb.page(tmp_path, (short, long))
-    assert text.count("<th colspan='9'>") == 2 and "no run files yet" not in text
+    assert text.count("<th colspan='2'>") == 2 and "no run files yet" not in text
     _run(tmp_path / "c", "random", 0, 0.5, protocol="p2")
     with pytest.raises(ValueError, match="mixes run files of 2 protocols"):
         lb.page(tmp_path, (short, long))

@@ -69,14 +69,17 @@ def test_a_users_study_is_a_column_group_beside_the_committed_ones(tmp_path, cap
     rc, err = _main(capsys, "--root", str(root), "--source", f"mine={study}", "--out", str(out))
     assert rc == 0, err
     text = out.read_text()
-    assert "<th colspan='9'>wordproblems</th><th colspan='9'>mine</th>" in text
-    row = next(line for line in text.splitlines() if "<code>my-rule</code>" in line)
-    # diffs +1, +2, +3 pp: mean 2, sd 1, t(2) = 4.303 -> ±2.48; train time 15 s against 10 s
+    assert "<th colspan='2'>wordproblems</th><th colspan='2'>mine</th>" in text  # the summary
+    assert "## wordproblems: details" in text and "## mine: details" in text
     label = f"study {study}, test split"
-    assert f"<td>+2.0 (-0.5, +4.5)</td><td>exploratory, 3 seeds</td><td>{label}</td>" in row
-    assert row.endswith("<td>1.50×</td></tr>")
-    assert "<td>n/a</td><td>0</td><td>no runs</td>" in row  # not in the committed regime
-    grpo = next(line for line in text.splitlines() if "<code>grpo</code>" in line)
+    summary, short = [line for line in text.splitlines() if "<code>my-rule</code>" in line][:2]
+    detail = next(line for line in text.splitlines() if "<code>my-rule</code>" in line and label in line)
+    # diffs +1, +2, +3 pp: mean 2, sd 1, t(2) = 4.303 -> ±2.48; train time 15 s against 10 s
+    assert summary.endswith("<td>no runs</td><td>+2.0 (−0.5, +4.5)</td><td>exploratory, 3 seeds</td></tr>")
+    assert f"<td>+2.0 (−0.5, +4.5)</td><td>exploratory, 3 seeds</td><td>{label}</td>" in detail
+    assert detail.endswith("<td>1.50×</td></tr>")
+    assert "<td>n/a</td><td>0</td><td>no runs</td>" in short  # not in the committed regime
+    grpo = next(line for line in text.splitlines() if "<code>grpo</code>" in line and label in line)
     assert f"<td>(reference)</td><td>exploratory, 3 seeds</td><td>{label}</td>" in grpo
     assert "**Your studies**" in text and "*exploratory* (fewer than 5 seeds" in text
     assert f"`--source mine={study}`" in text

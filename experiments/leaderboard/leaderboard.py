@@ -1,5 +1,7 @@
-"""The leaderboard: one row per credit rule, one column group per regime, generated from the committed
-run files and result records (`docs/results/leaderboard.md`).
+"""The leaderboard: a summary (one row per credit rule, a Δ-and-evidence pair of columns per regime) that
+fits a 1280 px page, then each regime's details, generated from the committed run files and result
+records (`docs/results/leaderboard.md`). A figure whose source scored another token set than today's
+default is marked (`OTHER_SCORED`), and every number prints `−`.
 
     python -m experiments.leaderboard            # rewrite the page (also run by `make docs`)
     python -m experiments.leaderboard --check    # exit 1 if the committed page is out of date
@@ -37,6 +39,7 @@ import argparse
 import html
 import json
 import os
+import re
 import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -82,17 +85,25 @@ def _arms_running(root: Path, source: Source, runs: Mapping[str, Mapping[int, An
     return blinded(dict(runs), arms, plan.confirm_seeds) is not None
 
 
-COLUMNS = (
-    "Δ vs GRPO, pp (95% CI)",
-    "seeds",
-    "evidence",
+SUMMARY = ("Δ vs GRPO, pp (95% CI)", "evidence")
+"""The summary's columns per regime (`summary_table`)."""
+ACCURACY = ("Δ vs GRPO, pp (95% CI)", "seeds", "evidence", "step × GRPO", "train time × GRPO")
+CREDIT_COLUMNS = (
     "ω̃ first error vs last result",
     "error − last (95% CI)",
     "pivot recall@10% (95% CI)",
     "Δ recall vs position (95% CI)",
-    "step × GRPO",
-    "train time × GRPO",
 )
+"""A regime's two detail tables (`detail_tables`): accuracy and cost; where the credit goes."""
+OTHER_SCORED = "†"
+"""Marks a Δ measured with another scored set than today's default (the reasoning tokens)."""
+_MINUS = re.compile(r"(?<![\w.])-(?=\d)")
+
+
+def minus(text: str) -> str:
+    """A number's ASCII "-" as the Unicode minus every other page prints ("-1.1" -> "−1.1"); the hyphen of
+    a name ("first-error", "2e-4") stays."""
+    return _MINUS.sub("−", text)
 
 
 def accuracy_cells(root: Path, regime: Regime, rule: str) -> list[str]:
@@ -208,23 +219,58 @@ def rules(root: Path, regimes: Sequence[Regime]) -> list[str]:
     return [r for r in ORDER if r in found] + sorted(found - set(ORDER))
 
 
-def table(root: Path, regimes: Sequence[Regime]) -> str:
-    """The HTML table: a header row of regimes (one column group each), then one row per rule."""
-    cols = len(COLUMNS)
-    head = "<tr><th rowspan='2'>rule</th>" + "".join(
-        f"<th colspan='{cols}'>{html.escape(r.name)}</th>" for r in regimes
-    )
-    head += "</tr>\n<tr>" + "".join(f"<th>{html.escape(c)}</th>" for _ in regimes for c in COLUMNS) + "</tr>"
+def _html_table(head: str, rows: Sequence[tuple[str, Sequence[str]]]) -> str:
+    """An HTML table: `head` (its <tr> rows), then a row per (rule, cells), numbers with `−`."""
     body = []
-    for rule in rules(root, regimes):
-        cells = []
-        for regime in regimes:
-            acc = accuracy_cells(root, regime, rule)
-            cells += acc[:3] + blame_cells(root, regime, rule) + recall_cells(root, regime, rule)
-            cells += [cost_cell(root, regime, rule), acc[3]]
-        tds = "".join(f"<td>{html.escape(c)}</td>" for c in cells)
+    for rule, cells in rows:
+        tds = "".join(f"<td>{html.escape(minus(c))}</td>" for c in cells)
         body.append(f"<tr><td><code>{html.escape(rule)}</code></td>{tds}</tr>")
     return "<table>\n<thead>\n" + head + "\n</thead>\n<tbody>\n" + "\n".join(body) + "\n</tbody>\n</table>"
+
+
+def _source(regime: Regime, evidence: str) -> Source | None:
+    """The source an evidence cell names (the longest label it starts with)."""
+    text = evidence.removeprefix("screen only: ")
+    named = [s for s in regime.sources if text.startswith(s.label)]
+    return max(named, key=lambda s: len(s.label), default=None)
+
+
+def summary_cells(regime: Regime, acc: Sequence[str]) -> list[str]:
+    """A rule's summary cells in `regime` from its `accuracy_cells`: the Δ (marked `OTHER_SCORED` where its
+    source scored another token set) and the evidence in a few words, with the seeds."""
+    delta, seeds, evidence = acc[:3]
+    source = _source(regime, evidence)
+    mark = OTHER_SCORED if source is not None and source.scored != "reasoning" else ""
+    if evidence == "no runs":
+        return [delta, "no runs"]
+    if source is not None and seeds.isdigit() and not source.study:
+        kind = "confirmed" if source.blinded else source.label.split(",")[0]
+        kind = "screen only" if evidence.startswith("screen only") else kind
+        return [delta + mark, f"{kind}, {seeds} seeds"]
+    return [delta + mark, seeds]
+
+
+def summary_table(root: Path, regimes: Sequence[Regime]) -> str:
+    """Rule × regime: the Δ vs GRPO with its interval and the evidence, one column pair per regime."""
+    head = "<tr><th rowspan='2'>rule</th>" + "".join(
+        f"<th colspan='{len(SUMMARY)}'>{html.escape(r.name)}</th>" for r in regimes
+    )
+    head += "</tr>\n<tr>" + "".join(f"<th>{html.escape(c)}</th>" for _ in regimes for c in SUMMARY) + "</tr>"
+    rows = [(rule, [c for r in regimes for c in summary_cells(r, accuracy_cells(root, r, rule))])
+            for rule in rules(root, regimes)]  # fmt: skip
+    return _html_table(head, rows)
+
+
+def detail_tables(root: Path, regime: Regime, names: Sequence[str]) -> str:
+    """A regime's details: accuracy and cost per rule, then where its credit goes (blame and recall)."""
+    acc_rows, credit_rows = [], []
+    for rule in names:
+        acc = accuracy_cells(root, regime, rule)
+        acc_rows.append((rule, [*acc[:3], cost_cell(root, regime, rule), acc[3]]))
+        credit_rows.append((rule, blame_cells(root, regime, rule) + recall_cells(root, regime, rule)))
+    heads = ["<tr><th>rule</th>" + "".join(f"<th>{html.escape(c)}</th>" for c in cols) + "</tr>"
+             for cols in (ACCURACY, CREDIT_COLUMNS)]  # fmt: skip
+    return _html_table(heads[0], acc_rows) + "\n\n" + _html_table(heads[1], credit_rows)
 
 
 def _link(root: Path, target: str, out: Path | None) -> str:
@@ -276,16 +322,38 @@ def page(
         "",
         "# Leaderboard",
         "",
-        "Every credit rule on every regime measured so far, in one table. Each figure is computed from the "
-        "committed files under `results/`; *evidence* names the source, and the list at the bottom links "
-        "each to the page that says what it asked and how it ran. To see your own rule beside them: run "
+        "Every credit rule on every regime measured so far: first the summary, each rule's Δ to GRPO per "
+        "regime, then each regime's details (the same Δ with its cost, and where the rule's credit goes on "
+        "wrong rollouts and on pivot tokens). Each figure is computed from the committed files under "
+        "`results/`; *evidence* names the source, and the list at the bottom links each to the page that "
+        "says what it asked and how it ran. To see your own rule beside them: run "
         "`oar-rl study --credit-module my_rules.py --methods grpo,my-rule --out my_study`, then "
         "`python -m experiments.leaderboard --source mine=my_study --out my_leaderboard.md` (a page of "
-        "your own, with your study as one more column group; experiments/leaderboard/README.md).",
+        "your own, with your study as one more regime; experiments/leaderboard/README.md).",
+        "",
+        *studies_note(shown),
+        summary_table(root, shown) if shown else "No regime has run files yet.",
         "",
         "- **Δ vs GRPO**: final sampled accuracy minus GRPO's on the same seeds, percentage points, "
         "Student-t 95% interval over seeds; from the first source that confirmed the rule "
-        "(10 fresh seeds on the test split), else *screen only* (5 seeds, validation split).",
+        "(*confirmed*: 10 fresh seeds on the test split, pre-registered), else *screen only* (5 seeds, "
+        "validation split).",
+        f"- **{OTHER_SCORED}**: scored set `before-answer` (every token before the answer: the v2 study, "
+        "made before the option existed); every unmarked figure scored the reasoning tokens, today's "
+        "default (`OARConfig.scored_tokens`): two settings, two experiments.",
+        "",
+    ]
+    for r in shown:
+        lines += [f"## {r.name}: details", "", f"{r.what[0].upper()}{r.what[1:]}.", "",
+                  detail_tables(root, r, rules(root, shown)), ""]  # fmt: skip
+    lines += [
+        "In the details:",
+        "",
+        "- **step × GRPO**: the whole training step's time per token against GRPO's, median [min–max] "
+        "over paired repeats on one machine (29M-parameter Qwen2 shape, 256 tokens; "
+        f"[cost]({_link(root, 'cost.md', out)})). "
+        "**train time × GRPO**: mean training seconds per run against GRPO's in the Δ's source (same "
+        "machine, shared with other jobs).",
         "- **ω̃ first error vs last result**: on wrong rollouts whose first error lies before their last "
         "step, the rule's mean reshaping weight on the first erroneous result and on the carried last "
         "result (GRPO: 1 on every token), and their difference with a 95% bootstrap interval "
@@ -294,14 +362,6 @@ def page(
         "top 10% reasoning tokens on 40 correct warm-start trajectories (AS-Mean probe for OAR), 95% "
         "bootstrap interval, and the paired difference to the `position` control (later tokens first); "
         f"n/a where there is no such figure ([study]({_link(root, 'study.md#recall', out)})).",
-        "- **step × GRPO**: the whole training step's time per token against GRPO's, median [min–max] "
-        "over paired repeats on one machine (29M-parameter Qwen2 shape, 256 tokens; "
-        f"[cost]({_link(root, 'cost.md', out)})). "
-        "**train time × GRPO**: mean training seconds per run against GRPO's in the Δ's source (same "
-        "machine, shared with other jobs).",
-        "",
-        *studies_note(shown),
-        table(root, shown) if shown else "No regime has run files yet.",
         "",
     ]
     for r in waiting:

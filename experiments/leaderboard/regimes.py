@@ -28,6 +28,10 @@ class Source:
     """With `blinded`: the study plan ("module:NAME", a `ScreenPlan`) whose confirmation arms must all be
     complete, those without a run file yet included (`oar_rl.study.screen.confirm_arms` of the study
     folder, two levels above `runs`); None: the arms with run files in the folder."""
+    scored: str = "reasoning"
+    """The tokens its credit rules scored (`OARConfig.scored_tokens`): today's default, the reasoning
+    tokens, unless the source says otherwise (the v2 study predates the option: every token before the
+    answer). The leaderboard marks a figure of another scored set."""
     study: str | None = None
     """A user's `oar-rl study` folder (`--source NAME=DIR`, DIR as given; `runs` is its runs/ folder):
     read whole, whatever its seeds, each cell labelled with its seed count (`sources.study_seeds_label`)."""
@@ -69,6 +73,7 @@ REGIMES: tuple[Regime, ...] = (
                 "results/study-wordproblems-v2/runs",
                 "v2 study, test split, scored set before-answer",
                 "study.md",
+                scored="before-answer",
             ),
         ),
         screens=(

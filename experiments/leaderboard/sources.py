@@ -201,7 +201,8 @@ def study_regime(root: Path, value: str, taken: Sequence[str], blame: str | None
         raise SourceError(f"--source {value!r}: {d / 'runs'} has no grpo run; every Δ is paired to GRPO's "
                           f"run on the same seed (its rules: {', '.join(sorted(runs))}; the study's "
                           "--methods must include grpo)")  # fmt: skip
-    split = next(iter(next(iter(runs.values())).values())).get("protocol", {}).get("split", "test")
+    protocol = next(iter(next(iter(runs.values())).values())).get("protocol", {})
+    split, scored = protocol.get("split", "test"), protocol.get("scored_tokens", "reasoning")
     own = d / "recall.json"  # the study's recall analysis, when it ran with ground truth
     if recall is None and own.is_file() and ground_truth(json.loads(own.read_text())):
         recall = str(own)
@@ -211,7 +212,7 @@ def study_regime(root: Path, value: str, taken: Sequence[str], blame: str | None
         name,
         f"your study {folder}",
         confirmed=(),
-        studies=(Source(runs_dir, f"study {folder}, {split} split", "", study=folder),),
+        studies=(Source(runs_dir, f"study {folder}, {split} split", "", study=folder, scored=scored),),
         blame=checked.get("--blame"),
         recall=checked.get("--recall"),
     )
