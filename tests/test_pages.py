@@ -9,6 +9,7 @@ the same columns, and a table wider than the page must scroll inside its own box
 
 from __future__ import annotations
 
+import html
 import json
 import re
 import shutil
@@ -193,3 +194,78 @@ def test_report_fits_the_window_in_chromium(tmp_path):
     m = measure(render(_study(2), {}), tmp_path)
     assert m["scroll"] <= WIDTH, m  # the page itself never scrolls sideways
     assert m["scrolling_boxes"] >= 1, m  # the credit-metrics table is wider: it scrolls in its own box
+
+
+# ----------------------------------------------------------------------------------------------------
+# the docs site (issue 47): nothing scrolls sideways at 1280 px; the equations render with no network
+# ----------------------------------------------------------------------------------------------------
+SITE_PAGES = ("results/leaderboard", "quickstart", "guides/own-credit-rule", "gpu", "methods")
+"""Pages with long code blocks or the widest tables; none of their code blocks may scroll sideways."""
+NO_WIDE_TABLES = ("results/leaderboard",)
+"""Pages none of whose tables may scroll sideways either."""
+
+SITE_MEASURE = """<script>window.addEventListener('load', () => setTimeout(function () {
+  const wide = sel => [...document.querySelectorAll(sel)].filter(e => e.scrollWidth > e.clientWidth + 1)
+    .map(e => (e.textContent || '').trim().slice(0, 80));
+  const out = {inner: window.innerWidth, scroll: document.documentElement.scrollWidth,
+    code: wide('.md-content pre > code'),
+    tables: wide('.md-content .md-typeset__scrollwrap, .md-content table'),
+    math: document.querySelectorAll('.md-content mjx-container').length,
+    tex: document.querySelectorAll('.md-content .arithmatex').length};
+  const pre = document.createElement('pre'); pre.id = 'oar-measure'; pre.textContent = JSON.stringify(out);
+  document.body.appendChild(pre);
+}, 1500));</script>"""
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory):
+    """The docs site, built as `make docs-build` builds it (MathJax from `make mathjax`'s .cache/)."""
+    import os
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    if not (root / ".cache/mathjax/es5/tex-mml-chtml.js").is_file():
+        pytest.fail("MathJax is not fetched: run `make mathjax` (make docs-build and make test do)")
+    out = tmp_path_factory.mktemp("site")
+    env = {**os.environ, "NO_MKDOCS_2_WARNING": "1", "PYTHONPATH": str(root / "src")}
+    cmd = [sys.executable, "-m", "mkdocs", "build", "--strict", "--quiet", "--site-dir", str(out)]
+    done = subprocess.run(cmd, cwd=root, env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return out
+
+
+def measure_site(site, page: str, tmp_path) -> dict:
+    """Load the built `page` in headless Chromium at `WIDTH` px with the network off (every request goes to
+    a closed local port) and return what `SITE_MEASURE` found."""
+    path = site / page / "index.html"
+    probe = path.with_name("measure.html")
+    probe.write_text(path.read_text(encoding="utf-8").replace("</body>", SITE_MEASURE + "</body>"), "utf-8")
+    cmd = [
+        CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-sync",
+        "--disable-background-networking", "--disable-component-update", "--proxy-server=127.0.0.1:9",
+        f"--user-data-dir={tmp_path / 'profile'}", f"--window-size={WIDTH},900", "--virtual-time-budget=8000",
+        "--dump-dom", probe.as_uri(),
+    ]  # fmt: skip
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    found = re.search(r'<pre id="oar-measure">(.*?)</pre>', done.stdout)
+    assert found, f"chromium exited {done.returncode} without the measurement: {done.stderr[-2000:]}"
+    return json.loads(html.unescape(found.group(1)))
+
+
+@needs_chromium
+@pytest.mark.parametrize("page", SITE_PAGES)
+def test_site_pages_fit_1280_px(site, page, tmp_path):
+    m = measure_site(site, page, tmp_path)
+    assert m["scroll"] <= WIDTH, m  # the page itself never scrolls sideways
+    assert m["code"] == [], f"{page}: code blocks scroll sideways at {WIDTH} px: {m['code']}"
+    if page in NO_WIDE_TABLES:
+        assert m["tables"] == [], f"{page}: tables scroll sideways at {WIDTH} px: {m['tables']}"
+
+
+@needs_chromium
+def test_methods_page_renders_its_equations_with_no_network(site, tmp_path):
+    text = (site / "methods" / "index.html").read_text()
+    assert "unpkg.com" not in text and "cdn.jsdelivr" not in text  # MathJax is the site's own copy
+    m = measure_site(site, "methods", tmp_path)
+    assert m["tex"] > 0 and m["math"] >= m["tex"], m  # every equation typeset by MathJax (mjx-container)
