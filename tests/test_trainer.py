@@ -97,7 +97,7 @@ def test_config_defaults_follow_paper(tmp_path):
 @pytest.mark.parametrize(
     ("overrides", "match"),
     [
-        ({"credit": "oar"}, r"credit='oar' .*none, random, entropy, oar-g, oar-p"),
+        ({"credit": "oar"}, r"credit='oar' .*grpo \(alias none\), random, entropy, oar-g, oar-p"),
         ({"probe": "last"}, r"probe='last' .*lt-logits, as-mean, as-joint"),
         ({"threshold": "median"}, r"threshold='median' .*quantile, value"),
         ({"tau": 1.5}, r"tau must be in \[0, 1\], got 1.5"),
