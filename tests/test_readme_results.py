@@ -21,7 +21,7 @@ SHORT_CONFIRM = "results/credit-screen/confirm.md"
 LONG_CONFIRM = "results/credit-long/confirm.md"
 LEADERBOARD = "docs/results/leaderboard.md"
 SOURCES: dict[str, tuple[str, ...]] = {  # the start of a row's question -> the files its figures come from
-    "Does OAR beat GRPO": (STUDY, SHORT_CONFIRM),
+    "Does OAR beat GRPO": (STUDY, SHORT_CONFIRM, "results/bench-cpu-256/bench.md"),
     "Does OAR's credit land on the pivot": (STUDY,),
     "Does its ranking find causal": ("results/real-model/recall.md",),
     "Does its importance ranking find": ("results/real-model/recall.md",),
