@@ -459,8 +459,10 @@ def main(argv: list[str] | None = None) -> int:
     import time
 
     from oar_rl.console import attach, summary
+    from oar_rl.credit_names import study_name
 
-    attach(trainer, desc=f"train {training_args.credit}", verbose=data_args.verbose)
+    rule = study_name(training_args.credit)  # plain GRPO shown as grpo (registered as 'none')
+    attach(trainer, desc=f"train {rule}", verbose=data_args.verbose)
     if trainer.accelerator.is_main_process:
         from oar_rl.console import JsonlLog, print_settings
 
@@ -475,7 +477,7 @@ def main(argv: list[str] | None = None) -> int:
         trainer.save_model(training_args.output_dir)
     lines = summary(trainer.state.log_history)
     trainer.accelerator.print(
-        f"oar-rl train: credit={training_args.credit} done at step {trainer.state.global_step} in "
+        f"oar-rl train: credit={rule} done at step {trainer.state.global_step} in "
         f"{time.perf_counter() - t0:.0f} s; {'; '.join(lines[1:]) or lines[0]}; model saved to "
         f"{training_args.output_dir}"
     )
