@@ -235,8 +235,8 @@ def train_variant(
     if task.answer_pattern is not None:
         kw["answer_pattern"] = task.answer_pattern
     trainer_kwargs = task.trainer_kwargs() if task.trainer_kwargs else {}
-    if variant.credit == "first-error":  # greedy continuations are checked as held-out accuracy is
-        trainer_kwargs["answer_check"] = task.check
+    # every rule's ScoringContext.check: the task's own check (as held-out accuracy is scored)
+    trainer_kwargs.setdefault("answer_check", task.check)
     model, history, seconds = train_policy(
         ws.path,
         Dataset.from_list(train_rows),
