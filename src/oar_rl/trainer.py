@@ -93,6 +93,7 @@ from oar_rl.config import OARConfig
 from oar_rl.credit_logging import BOOST_EPS, CreditLogging
 from oar_rl.credits import CREDIT_MODES, ScoringContext, run_scorer
 from oar_rl.distributed import ScoringSync, row_generators, scoring_params
+from oar_rl.importance.first_error import recording
 from oar_rl.importance.grail import grail_rows
 from oar_rl.probes import ANSWER_SPAN_PROBES, prepare_batch
 from oar_rl.reshape import entropy_shaped_advantages, grail_token_advantages, rescale_sum, token_advantages
@@ -198,9 +199,13 @@ class OARTrainer(CreditLogging, GRPOTrainer):
         if "tool_mask" in output:
             mask = mask & output["tool_mask"].bool()  # (B, C): TRL trains only non-tool tokens
         start = time.perf_counter()
-        credit = self._assign_credit(output, mask)
+        with recording() as search:  # greedy continuations of any rule that runs the first-error locator
+            credit = self._assign_credit(output, mask)
         seconds = time.perf_counter() - start
         self._log_credit(mode, credit, mask, seconds)
+        if search.calls:
+            self._metrics[mode]["oar/search_tokens"].append(float(search.generated_tokens))
+            self._metrics[mode]["oar/search_continuations"].append(float(search.continuations))
         if self._oar_token_roles is not None:  # token_roles (oar-rl): ground-truth credit metrics
             self._log_roles(mode, credit, mask, output)
         if reshaped:
