@@ -189,3 +189,50 @@ def test_outcome_example_runs_in_study_and_blame(tmp_path):
     assert blame.main(argv) == 0
     result = json.loads((out / "blame.json").read_text())
     assert set(result["signals"]) == {"first-error", "error-step"} and result["rows"] >= 1
+
+
+RULE_FILE = """
+import json, os
+import oar_rl
+
+def reads_gold(model, batch, *, ctx):
+    gold = ctx.need("gold", "t-reads-gold")
+    check = ctx.need("check", "t-reads-gold")
+    with open(os.environ["OAR_TEST_SEEN"], "a") as f:
+        f.write(json.dumps({"gold": list(gold), "adv": ctx.need("advantages", "t-reads-gold").tolist(),
+                            "self_check": bool(check(str(gold[0]), str(gold[0])))}) + "\\n")
+    return batch.completion_mask.float()
+
+oar_rl.register_credit("t-reads-gold", reads_gold, reshape="bilevel", options=lambda c: {"ctx": c})
+"""
+
+
+def test_oar_rl_train_gives_a_users_rule_the_gold_and_the_check(tiny_model_dir, tmp_path, monkeypatch):
+    """`oar-rl train --credit-module FILE --credit RULE`: the rule reads the dataset's gold answers and the
+    answer check (math-verify's by default); before issue 46 it would have failed with KeyError 'gold'."""
+    from oar_rl import train
+    from oar_rl.credits import CREDIT_MODES, unregister_credit
+    from test_train_cli import TINY
+
+    rule = tmp_path / "my_rule.py"
+    rule.write_text(RULE_FILE)
+    seen = tmp_path / "seen.jsonl"
+    monkeypatch.setenv("OAR_TEST_SEEN", str(seen))
+    data = tmp_path / "mine.jsonl"
+    data.write_text("".join(json.dumps({"q": f"{i}+{i}=", "gold": str(2 * i)}) + "\n" for i in range(8)))
+    argv = ["--config", TINY, "--model_name_or_path", str(tiny_model_dir),
+            "--output_dir", str(tmp_path / "o"), "--dataset", str(data), "--question_column", "q",
+            "--answer_column", "gold", "--max_steps", "1",
+            "--credit-module", str(rule), "--credit", "t-reads-gold",
+            "--reward_funcs", "test_train_cli.digit_reward"]  # fmt: skip
+    try:
+        assert train.main(argv) == 0
+    finally:
+        if "t-reads-gold" in CREDIT_MODES:
+            unregister_credit("t-reads-gold")
+    records = [json.loads(line) for line in seen.read_text().splitlines()]
+    assert records, "the rule never scored a batch"
+    answers = {str(2 * i) for i in range(8)}
+    for r in records:
+        assert r["gold"] and set(r["gold"]) <= answers and r["self_check"]
+        assert len(r["adv"]) == len(r["gold"]) and all(a != 0 for a in r["adv"])
