@@ -90,3 +90,58 @@ def test_an_arms_prompts_per_step_reaches_training(monkeypatch, tmp_path):
     out = runner.train_variant(Task, WS, PRESETS["full"], variant, 0, [], tmp_path, [], learning_rate=4e-4)
     assert seen["prompts_per_step"] == 32 and seen["num_generations"] == PRESETS["full"].num_generations
     assert out[3] == 1e-4 and callable(seen["trainer_kwargs"]["answer_check"])
+
+
+def _confirm_runs(gap: dict[str, float], seeds=tuple(range(400, 410))) -> dict:
+    """Made-up confirmation runs: arm accuracy 0.40 + gap[arm] + a seed effect shared by every arm."""
+    import random
+
+    runs = {}
+    for arm, g in gap.items():
+        for s in seeds:
+            rng = random.Random(s * 7 + len(arm))
+            acc = 0.40 + g + (s - 404) * 0.004 + rng.uniform(-0.002, 0.002)
+            counts = [4 if i < round(acc * 500) else 0 for i in range(500)]
+            prompts = 32 if arm == "grpo-compute" else 16
+            runs.setdefault(arm, {})[s] = {
+                "final": {"sampled": acc, "greedy": 0.7 + g, "per_problem": {"sampled": counts}},
+                "curve": {str(k): acc for k in (5, 10, 15, 20, 25, 30)},
+                "train_seconds": 100.0
+                * (2.5 if arm in ("first-error", "random-departure", "save-prefix") else 1),
+                "overrides": {"prompts_per_step": prompts} if arm == "grpo-compute" else {},
+                "history": [{"loss": 0.0, "completions/mean_length": 100.0}],
+            }
+    return runs
+
+
+def test_answers_apply_the_preregistered_rules_and_stay_blinded_until_complete():
+    from experiments.credit_why import answers
+
+    warm = {
+        "sampled": 0.389,
+        "greedy": 0.708,
+        "curve": 0.39,
+        "per_problem": {"greedy": [1] * 250 + [0] * 250},
+    }
+    gaps = {"grpo": 0.0, "grpo-compute": 0.02, "first-error": 0.06, "lowest-prob": 0.06,
+            "random-departure": 0.0, "save-prefix": 0.01, "entropy": -0.30}  # fmt: skip
+    runs = _confirm_runs(gaps)
+    seeds = tuple(range(400, 410))
+    part = {a: dict(list(r.items())[:9]) if a == "entropy" else r for a, r in runs.items()}
+    rec = answers.answers(part, warm, seeds)
+    assert rec["blinded"] and rec["landed"]["entropy"] == list(range(400, 409))
+    assert "arms" not in rec and "Issue 48" in answers.markdown(rec, seeds)
+    rec = answers.answers(runs, warm, seeds)
+    assert rec["D1"] == {"first-error": True, "lowest-prob": True, "random-departure": False,
+                         "save-prefix": False, "entropy": False}  # fmt: skip
+    assert rec["D2"]["location"] and not rec["D3"]["distinguishable"]
+    fe = rec["arms"]["first-error"]
+    assert fe["vs_grpo"]["mean"] == pytest.approx(6.0, abs=0.2)
+    assert fe["vs_grpo_adjusted"]["low"] < fe["vs_grpo"]["low"]  # the 99.5% interval is wider
+    assert rec["arms"]["entropy"]["collapsed"] == 10 and rec["arms"]["grpo"]["collapsed"] == 0
+    assert rec["arms"]["grpo-compute"]["tokens_ratio"] == pytest.approx(2.0)
+    assert fe["seconds_ratio"] == pytest.approx(2.5)
+    assert answers.aulc({"5": 0.5, "30": 0.5}, 0.5) == pytest.approx(50.0)
+    assert answers.aulc({"30": 1.0}, 0.0) == pytest.approx(50.0)
+    text = answers.markdown(rec, seeds)
+    assert "**yes**" in text and "−" in text
