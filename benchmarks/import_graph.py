@@ -54,6 +54,7 @@ TIERS: dict[str, int] = {
     "oar_rl.distributed": 2,
     "oar_rl.sampling": 2,
     "oar_rl.roles": 2,
+    "oar_rl.scoring": 2,  # ScoringContext: what every rule is given
     "oar_rl.credits": 2,
     "oar_rl.credit_names": 2,  # a rule's name as written: grpo and its alias none, the nearest names
     "oar_rl.credit_modules": 2,  # --credit-module: rules from the user's own file

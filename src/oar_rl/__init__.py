@@ -44,8 +44,12 @@ _EXPORTS: dict[str, str] = {
     "register_credit": "oar_rl.credits",
     "unregister_credit": "oar_rl.credits",
     "compute_importance": "oar_rl.credits",
-    "ScoringContext": "oar_rl.credits",
+    "ScoringContext": "oar_rl.scoring",
     "ScoringBatch": "oar_rl.probes",
+    # the first-error locator, a building block for rules that read the outcome
+    "first_error_positions": "oar_rl.importance.first_error",
+    "locate_first_errors": "oar_rl.importance.outcome",
+    "token_logprobs": "oar_rl.importance.outcome",
     # the TRL seam
     "OARConfig": "oar_rl.config",
     "OARTrainer": "oar_rl.trainer",

@@ -194,8 +194,8 @@ class OARConfig(GRPOConfig):
     gold_column: str = field(
         default="answer",
         metadata={
-            "help": "credit='first-error': the dataset column with each prompt's gold answer (what the "
-            "greedy continuations are checked against)."
+            "help": "the dataset column with each prompt's gold answer: every credit rule's "
+            "ScoringContext.gold (first-error checks its greedy continuations against it)."
         },
     )
     first_error_branching: int = field(

@@ -9,12 +9,10 @@ call (``oar_rl.register_credit``) that the built-in rules below use too. A rule 
 reshaping needs no edit of the trainer; a rule in the user's own file is loaded with
 ``--credit-module PATH_OR_MODULE`` (:mod:`oar_rl.credit_modules`; docs/guides/own-credit-rule.md).
 
-Every scorer takes one :class:`oar_rl.probes.ScoringBatch` (ids, masks and answer span, laid out and
-validated once by `prepare_batch`); its keyword arguments come from the rule's `options` (built from a
-:class:`ScoringContext`: the `OARConfig` settings, the probe, the noise generators, the tokenizer), and
-its output is checked on every call (:func:`check_scores`: shape, finite, non-negative where the
-reshaping needs it), the error naming the rule. :func:`~oar_rl.importance.grail.grail_credit` is
-GRAIL's scoring and reshaping of a standalone batch.
+Every scorer takes one :class:`oar_rl.probes.ScoringBatch` (laid out and validated by `prepare_batch`);
+its keyword arguments come from the rule's `options`, of the one `oar_rl.scoring.ScoringContext` every
+rule gets (outcome included); its output is checked on every call (:func:`check_scores`), naming the rule.
+:func:`~oar_rl.importance.grail.grail_credit` is GRAIL's scoring and reshaping of a standalone batch.
 
 The registration order is the order of :data:`CREDITS` (the study's method order; do not reorder).
 """
@@ -37,15 +35,21 @@ from oar_rl.importance.baselines import (
     random_scores,
     reasoning_entropy_scores,
 )
-from oar_rl.importance.first_error import first_error_scores
 from oar_rl.importance.gradient import gradient_scores
 from oar_rl.importance.grail import grail_credit, grail_rows, grail_scores  # noqa: F401 (public here too)
 from oar_rl.importance.hybrid import hybrid_scores
+from oar_rl.importance.outcome import (
+    first_error_rule_scores,
+    lowest_prob_scores,
+    random_departure_scores,
+    save_prefix_scores,
+)
 from oar_rl.importance.perturbation import perturbation_scores
 from oar_rl.importance.rows import score_rows
 from oar_rl.importance.span import span_perturbation_scores
 from oar_rl.probes import ScoringBatch, prepare_batch
 from oar_rl.reshape import ENTROPY_ROUNDING
+from oar_rl.scoring import ScoringContext
 
 Reshape = Literal["none", "uniform", "entropy", "bilevel", "grail", "weights"]
 RESHAPES: tuple[str, ...] = ("none", "uniform", "entropy", "bilevel", "grail", "weights")
@@ -66,26 +70,6 @@ rounding (× the largest |score| of the scored tokens for 'bilevel', 'uniform'; 
 'entropy' (built-in rules score as before); further below, Eq. 6's bonus would be a penalty."""
 NEGATIVE_TOLERANCE = 1e-6
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
-
-
-@dataclass(frozen=True)
-class ScoringContext:
-    """What a caller knows when it scores a batch; a rule's `options` turns it into scorer kwargs."""
-
-    settings: Mapping[str, Any] = field(default_factory=dict)
-    """`OARConfig`'s field values (the trainer's config; the analyses pass its defaults)."""
-    probe: str = "lt-logits"
-    """The outcome probe in effect (given to rules with `probe=True`)."""
-    generator: Any = None
-    """One CPU `torch.Generator`, or one per row (the trainer's row-keyed draws); rules with `noisy=True`."""
-    batch_size: int | None = None
-    """Rows per forward pass (the trainer: TRL's micro-batch size)."""
-    temperature: float = 1.0
-    """The sampling temperature."""
-    tokenizer: Any = None
-    """The policy's tokenizer (to decode completions), when the caller has one."""
-    extras: Mapping[str, Any] = field(default_factory=dict)
-    """Anything else a built-in rule reads (first-error: gold, check, direction, max_new_tokens)."""
 
 
 @dataclass(frozen=True)
@@ -118,7 +102,8 @@ class CreditMode:
     default; a conflicting value given by the user is an error)."""
     standalone: bool = True
     """Scored by :func:`compute_importance` (attribute, oracle, recall: no gold answers, no answer check);
-    `oar-rl blame` builds the trainer's context (first-error's extras included) and runs every rule."""
+    False for a rule that reads the outcome fields of :class:`ScoringContext`. `oar-rl blame` and the
+    trainer give every rule the whole context, outcome included."""
     modules: tuple[str, ...] = ()
     """Where the rule comes from: the module being imported when it was registered, the module that
     called :func:`register_credit`, and the scorer's own module (a ``functools.partial`` unwrapped), each
@@ -382,14 +367,6 @@ def _forward_options(c: ScoringContext) -> dict[str, Any]:
     return {"batch_size": c.batch_size, "temperature": c.temperature}
 
 
-def _first_error_options(c: ScoringContext) -> dict[str, Any]:
-    e = c.extras
-    return dict(
-        tokenizer=c.tokenizer, gold=e["gold"], check=e["check"], direction=e["direction"],
-        max_new_tokens=int(e["max_new_tokens"]), batch_size=c.batch_size or 64,
-    )  # fmt: skip
-
-
 register_credit("none", reshape="none", help="plain GRPO (sequence advantage on every token), also 'grpo'")
 register_credit(
     "random", random_scores, reshape="uniform", noisy=True, options=lambda c: {"generator": c.generator},
@@ -419,8 +396,8 @@ register_credit(
     "oar_rl.importance.hybrid)",
 )  # fmt: skip
 register_credit(
-    "first-error", first_error_scores, reshape="bilevel", needs_model=True, options=_first_error_options,
-    standalone=False,
+    "first-error", first_error_rule_scores, reshape="bilevel", needs_model=True, standalone=False,
+    options=lambda c: {"ctx": c},
     help="blame a wrong rollout's first token after which the policy's own greedy continuation misses the "
     "gold answer (binary search; not in the paper, oar_rl.importance.first_error); correct rollouts "
     "keep GRPO's uniform advantage",
@@ -445,6 +422,28 @@ register_credit(
     "top_entropy_quantile=0.2 (gradient only on the top 20 percent of tokens by entropy), GRPO's "
     "advantages; blame and recall score it as the entropy of the reasoning tokens (weights: the binary "
     "top-20-percent mask)",
+)  # fmt: skip
+
+
+# Rules that read the outcome (oar_rl.importance.outcome), each handed the whole context; none standalone.
+register_credit(
+    "save-prefix", save_prefix_scores, reshape="weights", needs_model=True, options=lambda c: {"ctx": c},
+    standalone=False,
+    help="VPPO's saved prefix ('Save the Good Prefix', arXiv 2601.18984): in a wrong rollout the reasoning "
+    "before its located first error (first-error's search) gets no penalty, the error and what follows "
+    "keep it (oar_rl.importance.outcome)",
+)  # fmt: skip
+register_credit(
+    "lowest-prob", lowest_prob_scores, reshape="bilevel", needs_model=True, options=lambda c: {"ctx": c},
+    standalone=False,
+    help="in a wrong rollout the least likely reasoning token (one forward, no continuation) gets "
+    "first-error's importance, then Eq. 14-17 (oar_rl.importance.outcome)",
+)  # fmt: skip
+register_credit(
+    "random-departure", random_departure_scores, reshape="bilevel", needs_model=True, noisy=True,
+    options=lambda c: {"ctx": c}, standalone=False,
+    help="the control for first-error's location: same search and rows, the importance on a random "
+    "off-greedy reasoning token of the row instead of the located one (oar_rl.importance.outcome)",
 )  # fmt: skip
 
 

@@ -346,7 +346,10 @@ def run_settings(given: str, model_args, data_args: DataArguments, args) -> dict
     """The resolved settings `oar-rl train` prints at its start."""
     path = model_args.model_name_or_path
     probe = args.probe
-    if args.credit in ("oar-g", "oar-p", "oar-gp") and probe != "lt-logits":
+    from oar_rl.credits import CREDIT_MODES
+
+    mode = CREDIT_MODES.get(args.credit)
+    if mode is not None and mode.probe and probe != "lt-logits":  # a rule that reads the probe
         probe += f" (answer span: {args.answer_pattern or 'rewarded'}; rows without one: lt-logits)"
     return {
         "model": path if given == path else f"{given} -> {path}",

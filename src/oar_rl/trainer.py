@@ -34,8 +34,10 @@ Credit modes (`OARConfig.credit`):
   GRPO's advantages left as they are.
 - any rule registered with `oar_rl.register_credit` (from the user's file: `credit_module`): its scorer
   through the reshaping it names; the generic path below (`_score`) serves every rule except the
-  built-in entropy, GRAIL and first-error paths, and its scores are checked on every call
-  (`oar_rl.credits.check_scores`).
+  built-in entropy and GRAIL paths (which need other batches), and its scores are checked on every call
+  (`oar_rl.credits.check_scores`). Every rule gets one `oar_rl.credits.ScoringContext`, outcome included:
+  the rows' gold answers (`gold_column`), the answer check, the rows' sequence advantages and the
+  completion budget; no branch here names a rule.
 
 Where this departs from the paper or from TRL, and why:
 
@@ -77,7 +79,6 @@ Where this departs from the paper or from TRL, and why:
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -92,6 +93,7 @@ from oar_rl.config import OARConfig
 from oar_rl.credit_logging import BOOST_EPS, CreditLogging
 from oar_rl.credits import CREDIT_MODES, ScoringContext, run_scorer
 from oar_rl.distributed import ScoringSync, row_generators, scoring_params
+from oar_rl.importance.first_error import recording
 from oar_rl.importance.grail import grail_rows
 from oar_rl.probes import ANSWER_SPAN_PROBES, prepare_batch
 from oar_rl.reshape import entropy_shaped_advantages, grail_token_advantages, rescale_sum, token_advantages
@@ -139,8 +141,8 @@ class OARTrainer(CreditLogging, GRPOTrainer):
         # token_roles (oar-rl): optional labeller `completion text -> per-char roles | None` (see
         # oar_rl.roles); when given, ground-truth credit metrics are logged every step.
         self._oar_token_roles = kwargs.pop("token_roles", None)
-        # answer_check (oar-rl, credit="first-error"): (completion text, gold) -> correct; default: the
-        # math-verify accuracy reward
+        # answer_check (oar-rl): (completion text, gold) -> correct, every rule's ScoringContext.check
+        # (first-error's continuations); default: the math-verify accuracy reward
         self._oar_answer_check = kwargs.pop("answer_check", None)
         if self._oar_answer_check is not None and not callable(self._oar_answer_check):
             raise ValueError(
@@ -187,7 +189,7 @@ class OARTrainer(CreditLogging, GRPOTrainer):
     # the seam
     # ------------------------------------------------------------------------------------------------
     def _generate_and_score_completions(self, inputs: list[dict[str, Any]]) -> dict[str, Any]:
-        self._oar_inputs = inputs  # this process's rows, one per completion (first-error reads the gold)
+        self._oar_inputs = inputs  # this process's rows, one per completion (ScoringContext.gold)
         output = super()._generate_and_score_completions(inputs)
         mode = "train" if self.model.training else "eval"
         reshaped = CREDIT_MODES[self.args.credit].reshape != "none"
@@ -197,9 +199,13 @@ class OARTrainer(CreditLogging, GRPOTrainer):
         if "tool_mask" in output:
             mask = mask & output["tool_mask"].bool()  # (B, C): TRL trains only non-tool tokens
         start = time.perf_counter()
-        credit = self._assign_credit(output, mask)
+        with recording() as search:  # greedy continuations of any rule that runs the first-error locator
+            credit = self._assign_credit(output, mask)
         seconds = time.perf_counter() - start
         self._log_credit(mode, credit, mask, seconds)
+        if search.calls:
+            self._metrics[mode]["oar/search_tokens"].append(float(search.generated_tokens))
+            self._metrics[mode]["oar/search_continuations"].append(float(search.continuations))
         if self._oar_token_roles is not None:  # token_roles (oar-rl): ground-truth credit metrics
             self._log_roles(mode, credit, mask, output)
         if reshaped:
@@ -317,9 +323,10 @@ class OARTrainer(CreditLogging, GRPOTrainer):
             args.per_device_train_batch_size if self.model.training else args.per_device_eval_batch_size
         )
         probe = self._probe() if mode.probe else "lt-logits"
-        ctx = ScoringContext(
+        ctx = ScoringContext(  # the same context for every rule, built-in or from a user's file
             settings=vars(args), probe=probe, generator=generators, batch_size=batch_size,
-            temperature=args.temperature, tokenizer=self.processing_class,
+            temperature=args.temperature, tokenizer=self.processing_class, gold=self._gold(rows),
+            check=self._answer_check(), advantages=seq_adv, max_new_tokens=int(args.max_completion_length),
         )  # fmt: skip
         if mode.reshape == "entropy":  # H of the sampling distribution over every token (Eq. 6's paper)
             batch = prepare_batch(model, *sub.values())
@@ -331,43 +338,27 @@ class OARTrainer(CreditLogging, GRPOTrainer):
             fallback[rows] = ~answer_mask.any(dim=1)  # no span: weight 1
             batch = prepare_batch(model, *sub.values(), answer_mask, reasoning)
             selected, reasoning = grail_rows(batch, seq_adv, args.grail_rollouts)  # (R,), (R, C)
-            if generators:  # the scorer sees the selected rows only: their generators, in order
-                picked = [g for g, keep in zip(generators, selected.tolist(), strict=True) if keep]
-                ctx = dataclasses.replace(ctx, generator=picked)
+            ctx = ctx.rows(selected.tolist())  # the scorer sees the selected rows only, in order
             return run_scorer(mode, model, batch, ctx, rows=selected), reasoning  # checked per call
         span = probe in ANSWER_SPAN_PROBES  # a rule without a probe reads none (lt-logits)
         answer_mask, reasoning = self._token_masks(sub["completion_ids"], sub["completion_mask"], span=span)
         if span:
             fallback[rows] = ~answer_mask.any(dim=1)
-        if args.credit == "first-error":
-            return self._first_error(model, sub, rows, seq_adv, batch_size, reasoning)
-        # every other rule, built-in or registered from the user's file: its scorer, its options, checked
+        # every rule, built-in or registered from the user's file: its scorer, its options, checked
         batch = prepare_batch(model, *sub.values(), answer_mask if span else None, reasoning)
         return run_scorer(mode, model, batch, ctx), batch.scored(probe)
 
-    def _first_error(self, model, sub, rows, seq_adv, batch_size, reasoning):
-        """credit="first-error": (R, C) scores of the rows `rows` and the tokens they reweight."""
-        gold = [self._gold(int(r)) for r in rows.tolist()]
-        batch = prepare_batch(model, *sub.values(), None, reasoning)
-        extras = dict(gold=gold, check=self._answer_check(), direction=torch.sign(seq_adv),
-                      max_new_tokens=int(self.args.max_completion_length))  # fmt: skip
-        ctx = ScoringContext(batch_size=batch_size, tokenizer=self.processing_class, extras=extras)
-        scores = run_scorer(
-            CREDIT_MODES["first-error"], model, batch, ctx, branching=self.args.first_error_branching,
-            reuse_greedy=self.args.first_error_reuse_greedy,
-        )  # fmt: skip
-        return scores, batch.scored("lt-logits")
-
-    def _gold(self, row: int) -> str:
-        """The gold answer of local row `row` (the `gold_column` of its dataset row)."""
+    def _gold(self, rows: torch.Tensor) -> list[str] | None:
+        """The gold answers of local rows `rows` (their dataset column `gold_column`); None if a row has
+        none (a rule that needs them says so, naming the column: `ScoringContext.need`)."""
         column = self.args.gold_column
-        example = self._oar_inputs[row] if row < len(self._oar_inputs) else {}
-        if column not in example or example[column] is None:
-            raise ValueError(
-                f"credit='first-error' needs each prompt's gold answer in the dataset column "
-                f"gold_column={column!r}; this batch's rows have columns {sorted(example)}"
-            )
-        return str(example[column])
+        gold = []
+        for r in rows.tolist():
+            example = self._oar_inputs[r] if r < len(self._oar_inputs) else {}
+            if example.get(column) is None:
+                return None
+            gold.append(str(example[column]))
+        return gold
 
     def _answer_check(self):
         """(text, gold) -> correct: `answer_check` if given, else the math-verify accuracy reward."""

@@ -136,7 +136,7 @@ def signal_scores(
     """Raw (B, C) scores of one signal on a TRL-layout batch, with the options the trainer passes
     (`OARTrainer._score`: the rule's `options` over `OARConfig`'s defaults), checked as in training.
     `reasoning`: the tokens scored (None: as the probe allows); `context`: tokenizer, gold (per row),
-    check and max_new_tokens (`first-error` reads them, every rule gets the tokenizer). Rules that draw
+    check and max_new_tokens (every rule gets them: `ScoringContext`'s outcome fields). Rules that draw
     noise get one generator seeded with `seed`."""
     from oar_rl.credits import CREDIT_MODES, ScoringContext, run_scorer
     from oar_rl.probes import prepare_batch
@@ -146,13 +146,11 @@ def signal_scores(
     spec = CREDIT_MODES[mode]
     span = answer_mask if (probe and probe != "lt-logits") or spec.reshape == "grail" else None
     prepared = prepare_batch(model, *batch, span, None if spec.reshape == "entropy" else reasoning)
-    extras = {  # the rows are wrong rollouts: direction −1 (the trainer's sign of A_i)
-        "gold": context["gold"], "check": context["check"], "direction": -torch.ones(batch[0].shape[0]),
-        "max_new_tokens": context["max_new_tokens"],
-    }  # fmt: skip
-    ctx = ScoringContext(
+    ctx = ScoringContext(  # the trainer's context; the rows are wrong rollouts: A_i = −1
         settings=defaults, probe=probe or "lt-logits", generator=torch.Generator().manual_seed(seed),
-        batch_size=batch_size, temperature=1.0, tokenizer=context["tokenizer"], extras=extras,
+        batch_size=batch_size, temperature=1.0, tokenizer=context["tokenizer"], gold=context["gold"],
+        check=context["check"], advantages=-torch.ones(batch[0].shape[0]),
+        max_new_tokens=context["max_new_tokens"],
     )  # fmt: skip
     return run_scorer(spec, model, prepared, ctx).float().cpu()
 

@@ -59,14 +59,13 @@ def _trainer(mode: str, model, tokenizer, dataset, sizes: Sizes, workdir: str, s
         activation_checkpointing=True,
         disable_tqdm=True,
     )
-    extra = {"answer_check": hash_check} if mode == "first-error" else {}  # its continuations' checker
     trainer = OARTrainer(
         model=model,
         args=config,
         train_dataset=dataset,
         reward_funcs=hash_reward,
         processing_class=tokenizer,
-        **extra,
+        answer_check=hash_check,  # every rule's ScoringContext.check
     )
     from transformers.trainer_callback import PrinterCallback, ProgressCallback
 

@@ -189,8 +189,10 @@ def _accuracy(
     *,
     greedy: bool,
     samples: int | None = None,
+    per_row: list[int] | None = None,
 ) -> float:
-    """Held-out accuracy on `rows`: greedy, or `samples` (default `eval_samples`) per row at T."""
+    """Held-out accuracy on `rows`: greedy, or `samples` (default `eval_samples`) per row at T;
+    `per_row` gets each row's correct count (`heldout_accuracy`)."""
     from oar_rl.study.training import heldout_accuracy
 
     return heldout_accuracy(
@@ -202,6 +204,7 @@ def _accuracy(
         samples=1 if greedy else samples or settings.eval_samples,
         seed=settings.eval_seed,
         max_new_tokens=settings.max_completion_length,
+        per_row=per_row,
     )
 
 
@@ -232,11 +235,14 @@ def train_variant(
           "scored_tokens": settings.scored_tokens}  # fmt: skip
     kw.update(dict(variant.overrides))
     learning_rate = kw.pop("learning_rate", learning_rate)  # a method's own sweep choice
+    # an arm may train on more rollouts per step (e.g. GRPO given another rule's compute)
+    prompts_per_step = int(kw.pop("prompts_per_step", settings.prompts_per_step))
+    num_generations = int(kw.pop("num_generations", settings.num_generations))
     if task.answer_pattern is not None:
         kw["answer_pattern"] = task.answer_pattern
     trainer_kwargs = task.trainer_kwargs() if task.trainer_kwargs else {}
-    if variant.credit == "first-error":  # greedy continuations are checked as held-out accuracy is
-        trainer_kwargs["answer_check"] = task.check
+    # every rule's ScoringContext.check: the task's own check (as held-out accuracy is scored)
+    trainer_kwargs.setdefault("answer_check", task.check)
     model, history, seconds = train_policy(
         ws.path,
         Dataset.from_list(train_rows),
@@ -244,8 +250,8 @@ def train_variant(
         credit=variant.credit,
         seed=seed,
         steps=settings.steps,
-        prompts_per_step=settings.prompts_per_step,
-        num_generations=settings.num_generations,
+        prompts_per_step=prompts_per_step,
+        num_generations=num_generations,
         learning_rate=learning_rate,
         max_completion_length=settings.max_completion_length,
         temperature=settings.temperature,
@@ -295,12 +301,19 @@ def train_and_evaluate(
     model, history, seconds, learning_rate = train_variant(
         task, ws, settings, variant, seed, train_rows, workdir, callbacks, learning_rate=learning_rate
     )
-    greedy = _accuracy(task, model, ws.tokenizer, eval_rows, settings, greedy=True) if curve else None
+    per_problem: dict[str, list[int]] = {"greedy": [], "sampled": []}  # correct counts, problem order
+    greedy = (
+        _accuracy(task, model, ws.tokenizer, eval_rows, settings, greedy=True, per_row=per_problem["greedy"])
+        if curve
+        else None
+    )
     final_step = max(heldout.curve) if heldout.curve else None
     final_sampled = heldout.curve[final_step] if final_step is not None else None
     t_final = time.perf_counter()
     if separate:  # the final accuracy on the whole test sample (the curve used a smaller one)
-        final_sampled = _accuracy(task, model, ws.tokenizer, eval_rows, settings, greedy=False)
+        final_sampled = _accuracy(
+            task, model, ws.tokenizer, eval_rows, settings, greedy=False, per_row=per_problem["sampled"]
+        )
     final_seconds = time.perf_counter() - t_final
     shutil.rmtree(workdir, ignore_errors=True)
     return {
@@ -316,6 +329,7 @@ def train_and_evaluate(
             "greedy": greedy,
             "step": final_step,
             "samples": len(eval_rows) * settings.eval_samples,
+            **({"per_problem": per_problem} if per_problem["sampled"] else {}),
         },
         "curve_samples": n_curve * curve_samples,
         "train_seconds": seconds - heldout.seconds,

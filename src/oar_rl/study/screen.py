@@ -53,7 +53,7 @@ __all__ = ["Arm", "ScreenPlan", "confirm_arms", "load_plan", "main", "protocol",
 
 def settings(kind: str, plan: ScreenPlan):
     """The v2 study's full recipe at the plan's learning rate, scored on the split of `kind`."""
-    curve = plan.confirm_curve if kind == "confirm" else (None, None)
+    curve = plan.confirm_curve if kind == "confirm" or plan.screen_curve else (None, None)
     return replace(
         PRESETS["full"],
         task=plan.task,
@@ -119,7 +119,7 @@ def train_arms(
                 progress.describe(f"[{i}/{len(todo)}] {arm.name} seed {seed}")
                 rec = train_and_evaluate(
                     task, ws, s, arm.variant(), seed, train_rows, eval_rows, Path(work) / f"run{i}",
-                    progress, learning_rate=s.learning_rate, curve=kind == "confirm",
+                    progress, learning_rate=s.learning_rate, curve=kind == "confirm" or plan.screen_curve,
                 )  # fmt: skip
                 progress.write(
                     f"[{i}/{len(todo)}] {arm.name} seed {seed}: {kind} accuracy "

@@ -52,6 +52,9 @@ class ScreenPlan:
     confirm_also: tuple[str, ...] = ()
     """Arms confirmed whatever the screen says (with their baselines)."""
     k_winners: int = 2
+    screen_curve: bool = False
+    """Screen runs are scored as confirmation runs are (a curve on `confirm_curve`'s sample, greedy
+    accuracy, per-problem counts), on the screen's split; False: the final sampled accuracy only."""
     drop_from_protocol: tuple[str, ...] = ()
     """Settings left out of the recorded protocol (the first screen's files predate `scored_tokens`)."""
 

@@ -41,8 +41,10 @@ def heldout_accuracy(
     seed: int,
     max_new_tokens: int,
     progress: bool = False,
+    per_row: list[int] | None = None,
 ) -> float:
-    """Mean correctness over `samples` completions per row (greedy when temperature == 0).
+    """Mean correctness over `samples` completions per row (greedy when temperature == 0); `per_row`, a
+    list, gets each row's count of correct completions (0..samples), in row order.
 
     Sampling is seeded and runs under forked RNGs, so the caller's random streams are untouched.
     """
@@ -68,7 +70,10 @@ def heldout_accuracy(
             seed=seed,
             progress=progress,
         )
-    return sum(bool(check(c, g)) for c, g in zip(comps, gold, strict=True)) / len(comps)
+    right = [bool(check(c, g)) for c, g in zip(comps, gold, strict=True)]
+    if per_row is not None:
+        per_row[:] = [sum(right[i : i + samples]) for i in range(0, len(right), samples)]
+    return sum(right) / len(right)
 
 
 class HeldOutEval(TrainerCallback):

@@ -1,0 +1,118 @@
+"""`python -m experiments.credit_why ACTION [--out results/credit-why] ...` (issue 48; plan.py):
+
+- `warm-start`: the warm start's accuracy on the exact evaluation samples of the grid (validation, 300 × 4
+  at T = 1, and greedy) and of the confirmation (test, 500 × 4, and greedy), with per-problem counts,
+  and on the learning curves' sample (150 × 2: step 0 of every run's curve) (`warm_start.json`);
+- `run`, `report`: the rate grid, by the screen engine (`oar_rl.study.screen`), resumable, two processes;
+- `rates`: the pre-registered choice of the rates and the compute multiplier (`rates.json`, `rates.md`);
+- `confirm`: the confirmation's arms at the chosen rates on the fresh test seeds, resumable.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from dataclasses import replace
+from pathlib import Path
+
+from experiments.credit_why import answers, rates
+from experiments.credit_why.plan import RATES, confirm_plan
+from oar_rl.io import write_text_atomic
+from oar_rl.study.screen import load_runs, settings, train_arms
+from oar_rl.study.screen import main as screen_main
+
+PROG = "python -m experiments.credit_why"
+
+
+def warm_start(out: Path, cache_dir: str | None) -> dict:
+    """Score the warm start on both evaluation samples (sampled and greedy, per problem)."""
+    from oar_rl.study.training import heldout_accuracy
+    from oar_rl.tasks import get_task
+
+    task = get_task(RATES.task)
+    ws = task.load_warm_start("default", cache_dir)
+    rec: dict = {"plan": RATES.name, "task": RATES.task}
+    for kind in ("screen", "confirm"):
+        split, problems = RATES.eval[kind]
+        s = replace(settings(kind, RATES), max_completion_length=task.max_completion_length)
+        rows = task.prompts(split, problems)
+        t0 = time.perf_counter()
+        per: dict[str, list[int]] = {"sampled": [], "greedy": []}
+        acc = {  # as every run is scored (oar_rl.study.runner): T = 0 and one sample for greedy
+            g: heldout_accuracy(
+                ws.model,
+                ws.tokenizer,
+                rows,
+                task.check,
+                temperature=0.0 if g == "greedy" else s.temperature,
+                samples=1 if g == "greedy" else s.eval_samples,
+                seed=s.eval_seed,
+                max_new_tokens=s.max_completion_length,
+                per_row=per[g],
+            )
+            for g in ("sampled", "greedy")
+        }
+        n_curve, curve_samples = s.n_curve  # the learning curve's sample: step 0 of every run's curve
+        curve = heldout_accuracy(
+            ws.model, ws.tokenizer, rows[:n_curve], task.check, temperature=s.temperature,
+            samples=curve_samples, seed=s.eval_seed, max_new_tokens=s.max_completion_length,
+        )  # fmt: skip
+        rec[split] = {**acc, "problems": problems, "samples": s.eval_samples, "eval_seed": s.eval_seed,
+                      "per_problem": per, "curve": curve, "curve_sample": [n_curve, curve_samples],
+                      "seconds": time.perf_counter() - t0}  # fmt: skip
+        print(f"warm start, {split}: {100 * acc['sampled']:.1f}% sampled, {100 * acc['greedy']:.1f}% greedy",
+              file=sys.stderr)  # fmt: skip
+    write_text_atomic(out / "warm_start.json", json.dumps(rec, indent=1, sort_keys=True) + "\n")
+    return rec
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and argv[0] in ("run", "report", "pilot"):
+        return screen_main(argv, plan=RATES, prog=PROG)
+    p = argparse.ArgumentParser(prog=PROG, description=__doc__.split("\n\n")[0])
+    p.add_argument("action", choices=("warm-start", "rates", "confirm", "answers", "run", "report"))
+    p.add_argument("--out", default=f"results/{RATES.name}", help="output directory")
+    p.add_argument("--cache-dir", "--cache_dir", dest="cache_dir", default=None)
+    p.add_argument("--threads", type=int, default=1, help="torch threads per process (default 1)")
+    a = p.parse_args(argv)
+    import torch
+
+    torch.set_num_threads(a.threads)
+    out = Path(a.out)
+    if a.action == "warm-start":
+        warm_start(out, a.cache_dir)
+    elif a.action == "rates":
+        rec = rates.write(out, load_runs(out, "screen", RATES))
+        print(rates.markdown(rec), file=sys.stderr)
+    elif a.action == "answers":
+        plan = _confirm_plan(p, out)
+        rec = answers.answers(load_runs(out, "confirm", plan), _warm(out)["test"], plan.confirm_seeds)
+        write_text_atomic(out / "answers.json", json.dumps(rec, indent=1, sort_keys=True) + "\n")
+        write_text_atomic(out / "answers.md", answers.markdown(rec, plan.confirm_seeds))
+        print(answers.markdown(rec, plan.confirm_seeds), file=sys.stderr)
+    else:  # confirm
+        plan = _confirm_plan(p, out)
+        train_arms(out, list(plan.arms), plan.confirm_seeds, "confirm", a.cache_dir, plan)
+    return 0
+
+
+def _warm(out: Path) -> dict:
+    return json.loads((out / "warm_start.json").read_text())
+
+
+def _confirm_plan(p: argparse.ArgumentParser, out: Path):
+    """The confirmation's plan at the rates `rates.json` chose (an error if the grid allows none)."""
+    path = out / "rates.json"
+    if not path.exists():
+        p.error(f"{path} does not exist: finish the grid and run `{PROG} rates` first")
+    rec = json.loads(path.read_text())
+    if not rec["confirm"]:
+        p.error(f"{path}: GRPO's criterion is not met or first-error has no eligible rate; no confirmation")
+    return confirm_plan(rec["chosen"]["grpo"], rec["chosen"]["first-error"], 16 * rec["compute"]["m"])
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,147 @@
+"""Issue 48's plan: the pre-registered rate rule and compute multiplier (experiments/credit_why/rates.py)
+on made-up run records, the confirmation's arms, and an arm's own prompts per step reaching training."""
+
+from __future__ import annotations
+
+import pytest
+
+from experiments.credit_why import rates
+from experiments.credit_why.plan import GRID, RATES, _lr, confirm_plan
+
+WARM = {"sampled": 0.40, "greedy": 0.70}
+
+
+def _run(sampled: float, greedy: float, search: float = 0.0) -> dict:
+    hist = [{"loss": 0.0, "completions/mean_length": 100.0, "oar/search_tokens": search} for _ in range(3)]
+    return {"final": {"sampled": sampled, "greedy": greedy}, "train_seconds": 1.0, "history": hist}
+
+
+def _grid(table: dict[str, dict[float, tuple[float, float]]], search: float = 0.0) -> dict:
+    runs = {}
+    for rule, by_rate in table.items():
+        for rate, (s, g) in by_rate.items():
+            runs[f"{rule}[lr={_lr(rate)}]"] = {seed: _run(s, g, search) for seed in RATES.screen_seeds}
+    return runs
+
+
+def test_each_rule_takes_its_best_eligible_rate_and_grpo_must_gain_ten_points():
+    runs = _grid({
+        # 2e-4: greedy −10, not eligible
+        "grpo": {5e-5: (0.45, 0.71), 1e-4: (0.52, 0.685), 2e-4: (0.60, 0.60)},
+        "first-error": {5e-5: (0.46, 0.70), 1e-4: (0.50, 0.70), 2e-4: (0.50, 0.70)},  # tie: the smaller rate
+    }, search=12800.0)  # fmt: skip
+    rec = rates.choose(runs, WARM)
+    assert rec["chosen"] == {"grpo": 1e-4, "first-error": 1e-4}
+    assert rec["grpo_criterion_met"] and rec["confirm"]  # +12 at 1e-4, greedy −1.5 (within 2)
+    assert rec["compute"]["ratio"] == pytest.approx(2.0) and rec["compute"]["m"] == 2  # 12800 / (100 × 128)
+    runs["grpo[lr=1e-4]"] = {s: _run(0.48, 0.70) for s in RATES.screen_seeds}  # +8: below the criterion
+    rec = rates.choose(runs, WARM)
+    assert rec["chosen"]["grpo"] == 1e-4 and not rec["grpo_criterion_met"] and not rec["confirm"]
+    assert "not met" in rates.markdown(rec) and "−" in rates.markdown(rec)
+
+
+def test_the_rule_refuses_an_incomplete_grid():
+    runs = _grid({"grpo": {r: (0.5, 0.7) for r in GRID}, "first-error": {r: (0.5, 0.7) for r in GRID}})
+    del runs["first-error[lr=2e-4]"][RATES.screen_seeds[0]]
+    with pytest.raises(ValueError, match=r"first-error\[lr=2e-4\] has seeds"):
+        rates.choose(runs, WARM)
+
+
+def test_the_confirmations_arms_take_the_rates_the_plan_fixes():
+    plan = confirm_plan(1e-4, 5e-5, 32)
+    by = {a.name: dict(a.overrides) for a in plan.arms}
+    assert (
+        by["grpo"]["learning_rate"]
+        == by["entropy"]["learning_rate"]
+        == by["grpo-compute"]["learning_rate"]
+        == 1e-4
+    )
+    for name in ("first-error", "lowest-prob", "random-departure", "save-prefix"):
+        assert by[name]["learning_rate"] == 5e-5
+    assert by["grpo-compute"]["prompts_per_step"] == 32 and "prompts_per_step" not in by["grpo"]
+    assert all(a.baseline == "grpo" for a in plan.arms if a.name != "grpo")
+    assert plan.confirm_seeds == tuple(range(400, 410)) and plan.eval["confirm"] == ("test", 500)
+
+
+def test_an_arms_prompts_per_step_reaches_training(monkeypatch, tmp_path):
+    """GRPO at first-error's compute: the arm's prompts_per_step wins over the study's (it was a duplicate
+    keyword before)."""
+    from oar_rl.study import runner, training
+    from oar_rl.study.config import PRESETS, Variant
+
+    seen = {}
+
+    def fake_train_policy(*a, **kw):
+        seen.update(kw)
+        return None, [], 0.0
+
+    monkeypatch.setattr(training, "train_policy", fake_train_policy)
+
+    class Task:
+        answer_pattern = None
+        trainer_kwargs = None
+        check = staticmethod(lambda t, g: True)
+        reward = staticmethod(lambda *a, **k: [])
+
+    class WS:
+        path = tmp_path
+
+    variant = Variant("grpo-compute", "grpo", (("prompts_per_step", 32), ("learning_rate", 1e-4)))
+    out = runner.train_variant(Task, WS, PRESETS["full"], variant, 0, [], tmp_path, [], learning_rate=4e-4)
+    assert seen["prompts_per_step"] == 32 and seen["num_generations"] == PRESETS["full"].num_generations
+    assert out[3] == 1e-4 and callable(seen["trainer_kwargs"]["answer_check"])
+
+
+def _confirm_runs(gap: dict[str, float], seeds=tuple(range(400, 410))) -> dict:
+    """Made-up confirmation runs: arm accuracy 0.40 + gap[arm] + a seed effect shared by every arm."""
+    import random
+
+    runs = {}
+    for arm, g in gap.items():
+        for s in seeds:
+            rng = random.Random(s * 7 + len(arm))
+            acc = 0.40 + g + (s - 404) * 0.004 + rng.uniform(-0.002, 0.002)
+            counts = [4 if i < round(acc * 500) else 0 for i in range(500)]
+            prompts = 32 if arm == "grpo-compute" else 16
+            runs.setdefault(arm, {})[s] = {
+                "final": {"sampled": acc, "greedy": 0.7 + g, "per_problem": {"sampled": counts}},
+                "curve": {str(k): acc for k in (5, 10, 15, 20, 25, 30)},
+                "train_seconds": 100.0
+                * (2.5 if arm in ("first-error", "random-departure", "save-prefix") else 1),
+                "overrides": {"prompts_per_step": prompts} if arm == "grpo-compute" else {},
+                "history": [{"loss": 0.0, "completions/mean_length": 100.0}],
+            }
+    return runs
+
+
+def test_answers_apply_the_preregistered_rules_and_stay_blinded_until_complete():
+    from experiments.credit_why import answers
+
+    warm = {
+        "sampled": 0.389,
+        "greedy": 0.708,
+        "curve": 0.39,
+        "per_problem": {"greedy": [1] * 250 + [0] * 250},
+    }
+    gaps = {"grpo": 0.0, "grpo-compute": 0.02, "first-error": 0.06, "lowest-prob": 0.06,
+            "random-departure": 0.0, "save-prefix": 0.01, "entropy": -0.30}  # fmt: skip
+    runs = _confirm_runs(gaps)
+    seeds = tuple(range(400, 410))
+    part = {a: dict(list(r.items())[:9]) if a == "entropy" else r for a, r in runs.items()}
+    rec = answers.answers(part, warm, seeds)
+    assert rec["blinded"] and rec["landed"]["entropy"] == list(range(400, 409))
+    assert "arms" not in rec and "Issue 48" in answers.markdown(rec, seeds)
+    rec = answers.answers(runs, warm, seeds)
+    assert rec["D1"] == {"first-error": True, "lowest-prob": True, "random-departure": False,
+                         "save-prefix": False, "entropy": False}  # fmt: skip
+    assert rec["D2"]["location"] and not rec["D3"]["distinguishable"]
+    fe = rec["arms"]["first-error"]
+    assert fe["vs_grpo"]["mean"] == pytest.approx(6.0, abs=0.2)
+    assert fe["vs_grpo_adjusted"]["low"] < fe["vs_grpo"]["low"]  # the 99.5% interval is wider
+    assert rec["arms"]["entropy"]["collapsed"] == 10 and rec["arms"]["grpo"]["collapsed"] == 0
+    assert rec["arms"]["grpo-compute"]["tokens_ratio"] == pytest.approx(2.0)
+    assert fe["seconds_ratio"] == pytest.approx(2.5)
+    assert answers.aulc({"5": 0.5, "30": 0.5}, 0.5) == pytest.approx(50.0)
+    assert answers.aulc({"30": 1.0}, 0.0) == pytest.approx(50.0)
+    text = answers.markdown(rec, seeds)
+    assert "**yes**" in text and "−" in text
