@@ -145,3 +145,16 @@ def test_answers_apply_the_preregistered_rules_and_stay_blinded_until_complete()
     assert answers.aulc({"30": 1.0}, 0.0) == pytest.approx(50.0)
     text = answers.markdown(rec, seeds)
     assert "**yes**" in text and "−" in text
+
+
+def test_the_pages_warm_start_figures_are_the_committed_files():
+    """docs/results/credit-why.md's table prints results/credit-why/warm_start.json's accuracies."""
+    import json
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    warm = json.loads((root / "results/credit-why/warm_start.json").read_text())
+    page = (root / "docs/results/credit-why.md").read_text()
+    for split, label in (("validation", "validation (the grid)"), ("test", "test (the confirmation)")):
+        row = next(line for line in page.splitlines() if line.strip().startswith(f"| {label} |"))
+        assert f"{100 * warm[split]['sampled']:.1f}%" in row and f"{100 * warm[split]['greedy']:.1f}%" in row
