@@ -308,24 +308,30 @@ def table_lines(summary: dict[str, dict]) -> list[str]:
 def search_lines(summary: dict[str, dict]) -> list[str]:
     """first-error's search per measured step (methods that ran it): rounds of greedy generation, one
     after the other; continuations; cuts answered from a run already continued (`greedy_runs`); tokens
-    generated (rows × new positions, padding included); the
-    importance seconds and the step as a ratio to GRPO's, both from the interleaved steps."""
+    generated (rows × decode steps computed: with `generate`, padding and finished rows included; the
+    cached decode drops finished rows); the seconds of the teacher-forced pass over the searched rollouts,
+    of the continuations (with `generate`, prefill included) and of the checks; the importance seconds and
+    the step as a ratio to GRPO's, both from the interleaved steps."""
     rows = {m: s for m, s in summary.items() if "search_rounds" in s}
     if not rows:
         return []
     lines = [
         "first-error's search per step (median [min–max]; k − 1 cut points per row per round):",
         "",
-        "| method | rounds | continuations | reused cuts | generated tokens | importance s/step "
-        "| × GRPO, step |",
-        "|---|---:|---:|---:|---:|---:|---:|",
+        "| method | rounds | continuations | reused cuts | generated tokens | pass s | decode s | check s "
+        "| importance s/step | × GRPO, step |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for m, s in rows.items():
+        seconds = [  # absent from records made before issue 46
+            _fmt(s[f"search_{key}_seconds"]) if f"search_{key}_seconds" in s else "–"
+            for key in ("pass", "decode", "check")
+        ]
         lines.append(
             f"| {m} | {_fmt(s['search_rounds'], 1, 0)} | {_fmt(s['search_continuations'], 1, 0)} "
             f"| {_fmt(s['search_reused'], 1, 0)} "
-            f"| {_fmt(s['search_generated_tokens'], 1, 0)} | {_fmt(s['importance_seconds'])} "
-            f"| {_fmt(s['ratio_vs_grpo'])} |"
+            f"| {_fmt(s['search_generated_tokens'], 1, 0)} | {' | '.join(seconds)} "
+            f"| {_fmt(s['importance_seconds'])} | {_fmt(s['ratio_vs_grpo'])} |"
         )
     return lines
 

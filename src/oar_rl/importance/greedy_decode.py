@@ -1,0 +1,250 @@
+"""Greedy continuations of rollout prefixes from the rollouts' own key-value cache (issue 46).
+
+first-error's search (:mod:`oar_rl.importance.first_error`) continues, greedily, prefixes y_<n of the
+rollouts it searches. ``model.generate`` re-reads every prefix (a prefill over prompt + y_<n) and then
+decodes the whole left-padded batch until its *last* row stops. Here instead:
+
+- one teacher-forced pass over the searched rollouts keeps their key-value cache (:class:`RolloutCache`).
+  Attention is causal, so the keys and values of a rollout's first m tokens are those of its prefix of
+  length m on its own: a prefix's cache is the rollout's cache cut to the prefix (no prefill);
+- each continuation starts by feeding the prefix's last token over the cache of the tokens before it,
+  so every token it writes comes from the same decode step, a forward of one token per row with the
+  model's own ``forward`` (its attention, positions, LM head and logit post-processing), and is the
+  argmax of the float32 logits, as greedy ``generate`` takes it;
+- the batch is laid out as ``generate`` lays it out: each row's prefix right-aligned (left padding), an
+  attention mask over the real tokens, positions counted from each row's first real token
+  (``cumsum(mask) - 1``);
+- a row leaves the batch as soon as it writes an EOS or spends its budget, and columns that are padding
+  for every remaining row are dropped: the batch decodes only live rows.
+
+What it computes equals ``generate``'s greedy continuation up to float rounding: the cached keys come from
+a pass over the whole rollout batch, and rows leave the batch as they finish, so matrix products run on
+other shapes (as another batch composition does in ``generate`` itself). A near-tie of the logits can go
+either way under such rounding; the tests compare the tokens with ``generate``'s and first-error's
+located tokens with the ``generate`` path's on the long regime's own rollouts.
+
+Models whose cache is not a plain per-layer key/value tensor (sliding-window or linear-attention layers,
+a body without ``past_key_values``) get ``None`` from :func:`rollout_cache`; the caller then uses
+``generate``.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Collection, Sequence
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor, nn
+
+from oar_rl.model_parts import decoder_body, position_ids_from_mask
+
+
+@dataclass
+class RolloutCache:
+    """Keys and values of N whole rollouts (left-padded prompt of width P, then the completion).
+
+    Row r's prefix of its prompt and first n completion tokens is columns ``lead[r] .. P + n`` of every
+    layer's (N, heads, P + C, head dim) keys and values, at positions 0 .. (P + n - lead[r] - 1).
+    """
+
+    keys: list[Tensor]
+    values: list[Tensor]
+    input_ids: Tensor  # (N, P + C)
+    lead: list[int]  # left padding of each row's prompt
+    prompt_len: int
+    seconds: float = 0.0  # the teacher-forced pass that made it
+
+
+def _plain_layers(cache) -> list | None:
+    """The cache's layers if each holds the whole sequence's keys and values (no sliding window)."""
+    from transformers.cache_utils import DynamicCache, DynamicLayer
+
+    if not isinstance(cache, DynamicCache):
+        return None
+    layers = list(getattr(cache, "layers", []))
+    if not layers or any(type(layer) is not DynamicLayer for layer in layers):
+        return None
+    return layers
+
+
+def rollout_cache(
+    model: nn.Module, input_ids: Tensor, attention_mask: Tensor, prompt_len: int, *, batch_size: int
+) -> tuple[RolloutCache | None, Tensor]:
+    """One teacher-forced pass over (N, P + C) rollouts: their cache (None where the model's cache is not
+    plain keys and values, see the module docstring) and the body's last hidden states (N, P + C, H)."""
+    t0 = time.perf_counter()
+    body = decoder_body(model)
+    keys: list[list[Tensor]] = []
+    values: list[list[Tensor]] = []
+    hidden = []
+    plain = True
+    with torch.no_grad():
+        for a in range(0, input_ids.shape[0], batch_size):
+            ids, att = input_ids[a : a + batch_size], attention_mask[a : a + batch_size]
+            try:
+                out = body(input_ids=ids, attention_mask=att, position_ids=position_ids_from_mask(att),
+                           use_cache=True)  # fmt: skip
+            except TypeError as err:
+                if "position_ids" not in str(err):
+                    raise
+                raise ValueError(f"the body of {type(model).__name__} takes no position_ids") from err
+            hidden.append(out.last_hidden_state if hasattr(out, "last_hidden_state") else out[0])
+            layers = _plain_layers(getattr(out, "past_key_values", None)) if plain else None
+            if layers is None or any(layer.keys.shape[-2] != ids.shape[1] for layer in layers):
+                plain = False
+                continue
+            if not keys:
+                keys, values = [[] for _ in layers], [[] for _ in layers]
+            for i, layer in enumerate(layers):
+                keys[i].append(layer.keys)
+                values[i].append(layer.values)
+    lead = (attention_mask[:, :prompt_len] == 0).sum(dim=1).tolist()
+    cache = None
+    if plain:
+        cache = RolloutCache(
+            [torch.cat(k) for k in keys], [torch.cat(v) for v in values], input_ids, lead, prompt_len
+        )
+    out_hidden = torch.cat(hidden)
+    if cache is not None:
+        cache.seconds = time.perf_counter() - t0
+    return cache, out_hidden
+
+
+@dataclass
+class DecodeCost:
+    """Rows x decode steps computed, and the seconds they took."""
+
+    tokens: int = 0
+    seconds: float = 0.0
+
+
+def generate_continuations(
+    model: nn.Module,
+    tokenizer,
+    prefixes: Sequence[Tensor],
+    budgets: Sequence[int],
+    *,
+    eos: Sequence[int],
+    batch_size: int,
+    cost: DecodeCost | None = None,
+) -> list[list[int]]:
+    """``model.generate``'s greedy continuations of the 1-D `prefixes` (prompt + completion prefix), at
+    most `budgets[i]` new tokens each (0: none), cut after their first token in `eos`: left-padded
+    batches of `batch_size`, each decoded until its last row stops (the search before issue 46;
+    `cost.tokens` counts rows x new positions, padding included)."""
+    pad = tokenizer.pad_token_id
+    if pad is None:
+        pad = eos[0] if eos else tokenizer.eos_token_id
+    stop = set(eos)
+    out: list[list[int]] = [[] for _ in prefixes]
+    order = [i for i in range(len(prefixes)) if budgets[i] > 0]
+    t0 = time.perf_counter()
+    for a in range(0, len(order), batch_size):
+        chunk = order[a : a + batch_size]
+        width = max(prefixes[i].numel() for i in chunk)
+        ids = torch.full((len(chunk), width), pad, dtype=torch.long)
+        attn = torch.zeros((len(chunk), width), dtype=torch.long)
+        for r, i in enumerate(chunk):  # left padding, as generate expects
+            n = prefixes[i].numel()
+            ids[r, width - n :] = prefixes[i].cpu()
+            attn[r, width - n :] = 1
+        device = next(model.parameters()).device
+        gen = model.generate(
+            input_ids=ids.to(device),
+            attention_mask=attn.to(device),
+            max_new_tokens=max(budgets[i] for i in chunk),
+            do_sample=False,
+            pad_token_id=pad,
+            eos_token_id=list(eos) or None,
+        )
+        if cost is not None:
+            cost.tokens += len(chunk) * (gen.shape[1] - width)
+        for r, i in enumerate(chunk):
+            cont = gen[r, width : width + budgets[i]].tolist()
+            cut = next((j + 1 for j, t in enumerate(cont) if t in stop), len(cont))
+            out[i] = cont[:cut]
+    if cost is not None:
+        cost.seconds += time.perf_counter() - t0
+    return out
+
+
+def continue_from_cache(
+    model: nn.Module,
+    cache: RolloutCache,
+    items: Sequence[tuple[int, int]],
+    budgets: Sequence[int],
+    *,
+    eos: Collection[int],
+    batch_size: int,
+    cost: DecodeCost | None = None,
+) -> list[list[int]]:
+    """Greedy continuations of the prefixes `items` = (row of `cache`, completion tokens kept n >= 0), at
+    most `budgets[i]` new tokens each (0: none), each cut after its first token in `eos`."""
+    out: list[list[int]] = [[] for _ in items]
+    order = [i for i in range(len(items)) if budgets[i] > 0]
+    t0 = time.perf_counter()
+    with torch.no_grad():
+        for a in range(0, len(order), batch_size):
+            chunk = order[a : a + batch_size]
+            _decode(model, cache, [items[i] for i in chunk], [budgets[i] for i in chunk], set(eos),
+                    [out[i] for i in chunk], cost)  # fmt: skip
+    if cost is not None:
+        cost.seconds += time.perf_counter() - t0
+    return out
+
+
+def _decode(model, cache: RolloutCache, items, budgets, stop: set[int], outs: list[list[int]], cost) -> None:
+    """Decode one batch of continuations into `outs` (one list per item, appended to)."""
+    from transformers.cache_utils import DynamicCache
+
+    P = cache.prompt_len
+    device = cache.input_ids.device
+    # every row starts by feeding its prefix's last token over the cache of the tokens before it
+    starts = [(cache.lead[r], P + n - 1) for r, n in items]  # cached columns [lo, hi), fed column hi
+    width = max(hi - lo for lo, hi in starts)
+    A = len(items)
+    mask = torch.zeros((A, width + 1), dtype=torch.long, device=device)
+    layers = []
+    for k_all, v_all in zip(cache.keys, cache.values, strict=True):
+        shape = (A, k_all.shape[1], width, k_all.shape[3])
+        k, v = k_all.new_zeros(shape), v_all.new_zeros(shape)
+        for j, ((r, _), (lo, hi)) in enumerate(zip(items, starts, strict=True)):
+            if hi > lo:
+                k[j, :, width - (hi - lo) :] = k_all[r, :, lo:hi]
+                v[j, :, width - (hi - lo) :] = v_all[r, :, lo:hi]
+        layers.append((k, v))
+    for j, (lo, hi) in enumerate(starts):
+        mask[j, width - (hi - lo) :] = 1
+    kv = DynamicCache(ddp_cache_data=layers)
+    tokens = torch.stack([cache.input_ids[r, hi] for (r, _), (_, hi) in zip(items, starts, strict=True)])
+    positions = torch.tensor([hi - lo for lo, hi in starts], device=device)
+    live = list(range(A))  # which item each batch row decodes
+    left = list(budgets)
+    while True:
+        logits = model(
+            input_ids=tokens[:, None], attention_mask=mask, position_ids=positions[:, None],
+            past_key_values=kv, use_cache=True,
+        ).logits[:, -1]  # fmt: skip
+        nxt = logits.to(dtype=torch.float32).argmax(dim=-1)
+        if cost is not None:
+            cost.tokens += len(live)
+        keep = []
+        for row, (j, t) in enumerate(zip(live, nxt.tolist(), strict=True)):
+            outs[j].append(t)
+            left[j] -= 1
+            if left[j] > 0 and t not in stop:
+                keep.append(row)
+        if not keep:
+            return
+        if len(keep) < len(live):  # finished rows leave the batch, and so do columns only they used
+            index = torch.tensor(keep, device=device)
+            mask, nxt, positions = mask[index], nxt[index], positions[index]
+            live = [live[row] for row in keep]
+            drop = int((mask.cumsum(dim=1) == 0).all(dim=0).sum())  # leading columns padding for all
+            mask = mask[:, drop:]
+            for layer in kv.layers:
+                layer.keys = layer.keys[index, :, drop:]
+                layer.values = layer.values[index, :, drop:]
+        tokens, positions = nxt, positions + 1
+        mask = torch.cat([mask, mask.new_ones((len(live), 1))], dim=1)
