@@ -56,8 +56,11 @@ def _generate(model, prefix: list[int], budget: int, eos: list[int]) -> list[int
     return out[:cut]
 
 
+@pytest.mark.parametrize("lean", [True, False], ids=["lean-step", "model-forward"])
 @pytest.mark.parametrize("arch", ARCHS)
-def test_cached_continuations_equal_generate_token_for_token(arch):
+def test_cached_continuations_equal_generate_token_for_token(arch, lean, monkeypatch):
+    """Each continuation, decoded with the lean step (Llama-shaped models) or the model's own forward."""
+    monkeypatch.setattr(gd, "LEAN", lean)
     model = tiny_model(arch, seed=1)
     model.generation_config.eos_token_id = EOS
     prompts, comps = _rollouts(seed=len(arch))
@@ -82,7 +85,19 @@ def test_cached_continuations_equal_generate_token_for_token(arch):
             eos = [EOS, next(c[2] for c in got if len(c) >= 3 and c[2] != EOS)]
 
 
-def test_the_cached_decode_feeds_one_token_per_row_and_drops_finished_rows():
+def test_the_lean_step_serves_llama_shaped_models_only():
+    from oar_rl.importance.decode_step import lean_step
+    from oar_rl.tasks import get_task
+
+    for arch in ("qwen2", "llama", "mistral"):
+        assert lean_step(tiny_model(arch, seed=1)) is not None, arch
+    for arch in ("qwen3", "gpt2", "gemma2", "olmo2"):
+        assert lean_step(tiny_model(arch, seed=1)) is None, arch
+    assert lean_step(get_task("wordproblems-long").load_warm_start("default", None).model) is not None
+
+
+def test_the_cached_decode_feeds_one_token_per_row_and_drops_finished_rows(monkeypatch):
+    monkeypatch.setattr(gd, "LEAN", False)  # the model's own forward, hooked
     model = tiny_model("qwen2", seed=1)
     prompts, comps = _rollouts(seed=3)
     ids, att, P = _layout(prompts, comps)

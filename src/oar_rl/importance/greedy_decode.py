@@ -37,7 +37,12 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor, nn
 
+from oar_rl.importance.decode_step import lean_step
 from oar_rl.model_parts import decoder_body, position_ids_from_mask
+
+LEAN = True
+"""Decode with :class:`~oar_rl.importance.decode_step.LeanStep` where it applies (tests turn it off to
+compare with the model's own forward)."""
 
 
 @dataclass
@@ -216,35 +221,51 @@ def _decode(model, cache: RolloutCache, items, budgets, stop: set[int], outs: li
         layers.append((k, v))
     for j, (lo, hi) in enumerate(starts):
         mask[j, width - (hi - lo) :] = 1
-    kv = DynamicCache(ddp_cache_data=layers)
+    lean = lean_step(model) if LEAN else None
+    if lean is not None:
+        lean.start([k for k, _ in layers], [v for _, v in layers], mask[:, :width], width + max(budgets))
+    else:
+        kv = DynamicCache(ddp_cache_data=layers)
     tokens = torch.stack([cache.input_ids[r, hi] for (r, _), (_, hi) in zip(items, starts, strict=True)])
     positions = torch.tensor([hi - lo for lo, hi in starts], device=device)
-    live = list(range(A))  # which item each batch row decodes
+    rows: list[int | None] = list(range(A))  # the item each batch row decodes (None: finished)
     left = list(budgets)
     while True:
-        logits = model(
-            input_ids=tokens[:, None], attention_mask=mask, position_ids=positions[:, None],
-            past_key_values=kv, use_cache=True,
-        ).logits[:, -1]  # fmt: skip
+        if lean is not None:
+            logits = lean.step(tokens, positions)
+        else:
+            logits = model(
+                input_ids=tokens[:, None], attention_mask=mask, position_ids=positions[:, None],
+                past_key_values=kv, use_cache=True,
+            ).logits[:, -1]  # fmt: skip
         nxt = logits.to(dtype=torch.float32).argmax(dim=-1)
         if cost is not None:
-            cost.tokens += len(live)
-        keep = []
-        for row, (j, t) in enumerate(zip(live, nxt.tolist(), strict=True)):
+            cost.tokens += len(rows)
+        for row, (j, t) in enumerate(zip(rows, nxt.tolist(), strict=True)):
+            if j is None:
+                continue
             outs[j].append(t)
             left[j] -= 1
-            if left[j] > 0 and t not in stop:
-                keep.append(row)
-        if not keep:
+            if left[j] <= 0 or t in stop:
+                rows[row] = None
+        live = [row for row, j in enumerate(rows) if j is not None]
+        if not live:
             return
-        if len(keep) < len(live):  # finished rows leave the batch, and so do columns only they used
-            index = torch.tensor(keep, device=device)
-            mask, nxt, positions = mask[index], nxt[index], positions[index]
-            live = [live[row] for row in keep]
-            drop = int((mask.cumsum(dim=1) == 0).all(dim=0).sum())  # leading columns padding for all
-            mask = mask[:, drop:]
-            for layer in kv.layers:
-                layer.keys = layer.keys[index, :, drop:]
-                layer.values = layer.values[index, :, drop:]
+        # finished rows leave the batch, and so do columns only they used; the lean step's buffers are
+        # copied to do so, so it keeps computing finished rows until a quarter of its rows are done
+        if len(live) < len(rows) and (lean is None or len(live) <= 0.75 * len(rows)):
+            index = torch.tensor(live, device=device)
+            nxt, positions = nxt[index], positions[index]
+            rows = [rows[row] for row in live]
+            if lean is not None:
+                lean.keep(index)
+            else:
+                mask = mask[index]
+                drop = int((mask.cumsum(dim=1) == 0).all(dim=0).sum())  # leading columns padding for all
+                mask = mask[:, drop:]
+                for layer in kv.layers:
+                    layer.keys = layer.keys[index, :, drop:]
+                    layer.values = layer.values[index, :, drop:]
         tokens, positions = nxt, positions + 1
-        mask = torch.cat([mask, mask.new_ones((len(live), 1))], dim=1)
+        if lean is None:
+            mask = torch.cat([mask, mask.new_ones((len(rows), 1))], dim=1)

@@ -1,0 +1,162 @@
+"""A lean one-token decode step for Llama-shaped decoders (Qwen2, Llama, Mistral; issue 46).
+
+first-error's cached decode (:mod:`oar_rl.importance.greedy_decode`) runs thousands of one-token forwards
+per training step. Through the model's own ``forward`` most of a step on a small model is not arithmetic:
+the cache grows by concatenation (every layer's keys and values copied each step), eager attention
+copies the grouped keys and values once per query head (``repeat_kv``), and the attention mask and the
+module plumbing are rebuilt each step. This step calls the same modules (embedding, rotary embedding,
+norms, projections, MLP, final norm, LM head with :func:`oar_rl.model_parts.head_logits`) and replaces
+only the attention's bookkeeping: keys and values live in buffers preallocated for the whole decode,
+written in place; each key/value head attends for its group of query heads at once (no copy); the
+additive mask (0 or the dtype's minimum, as eager attention adds it) is built once.
+
+The arithmetic is eager attention's, in another batch shape (query heads grouped per key/value head),
+so logits agree with the model's forward up to float rounding. :func:`lean_step` checks that once per
+model, on a small batch against the model's own cached forward, and returns None (the caller then uses
+the forward) for any other architecture, a sliding window, or a disagreement.
+"""
+
+from __future__ import annotations
+
+import sys
+import weakref
+
+import torch
+from torch import Tensor, nn
+
+from oar_rl.model_parts import base_model, decoder_body, head_logits
+
+SUPPORTED = ("qwen2", "llama", "mistral")
+"""Model types whose decoder layers are Llama's: pre-norm attention (q/k/v/o projections, rotary) + MLP."""
+
+_CHECKED: weakref.WeakKeyDictionary[nn.Module, bool] = weakref.WeakKeyDictionary()
+
+
+class LeanStep:
+    """One-token decode steps of `model` over preallocated key/value buffers (module docstring)."""
+
+    def __init__(self, model: nn.Module) -> None:
+        self.model = model
+        body = decoder_body(model)
+        self.embed, self.rotary, self.norm = body.embed_tokens, body.rotary_emb, body.norm
+        self.layers = list(body.layers)
+        attn = self.layers[0].self_attn
+        self.rope = sys.modules[type(attn).__module__].apply_rotary_pos_emb
+        self.head_dim = attn.head_dim
+        self.groups = attn.num_key_value_groups
+        self.keys: list[Tensor] = []
+        self.values: list[Tensor] = []
+        self.mask: Tensor | None = None  # (A, capacity) additive
+
+    def start(self, keys: list[Tensor], values: list[Tensor], valid: Tensor, capacity: int) -> None:
+        """Load (A, kv heads, W, d) prefix keys/values per layer and their (A, W) valid mask into buffers
+        of `capacity` >= W columns; the first step writes column W."""
+        A, H, W, d = keys[0].shape
+        self.keys, self.values = [], []
+        for k, v in zip(keys, values, strict=True):
+            kb, vb = k.new_zeros((A, H, capacity, d)), v.new_zeros((A, H, capacity, d))
+            kb[:, :, :W], vb[:, :, :W] = k, v
+            self.keys.append(kb)
+            self.values.append(vb)
+        dtype = keys[0].dtype
+        self.mask = torch.zeros((A, capacity), dtype=dtype, device=keys[0].device)
+        self.mask[:, :W][~valid.bool()] = torch.finfo(dtype).min
+        self.offset, self.width = 0, W
+
+    def keep(self, index: Tensor) -> None:
+        """Keep only the buffer rows `index`, and drop leading columns that are padding in all of them."""
+        assert self.mask is not None
+        self.mask = self.mask[index]
+        lead = int((self.mask[:, self.offset : self.width] != 0).all(dim=0).int().cumprod(dim=0).sum())
+        self.offset += lead
+        self.keys = [k[index] for k in self.keys]
+        self.values = [v[index] for v in self.values]
+
+    def step(self, tokens: Tensor, positions: Tensor) -> Tensor:
+        """(A, V) float logits after feeding `tokens` (A,) at `positions` (A,), written at the next column."""
+        assert self.mask is not None
+        A = tokens.shape[0]
+        w, lo = self.width, self.offset
+        h = self.embed(tokens[:, None])  # (A, 1, H)
+        cos, sin = self.rotary(h, positions[:, None])
+        mask = self.mask[:, None, None, lo : w + 1]  # (A, 1, 1, w + 1 - lo)
+        d, g = self.head_dim, self.groups
+        for layer, kb, vb in zip(self.layers, self.keys, self.values, strict=True):
+            attn = layer.self_attn
+            x = layer.input_layernorm(h)
+            q = attn.q_proj(x).view(A, 1, -1, d).transpose(1, 2)
+            k = attn.k_proj(x).view(A, 1, -1, d).transpose(1, 2)
+            v = attn.v_proj(x).view(A, 1, -1, d).transpose(1, 2)
+            q, k = self.rope(q, k, cos, sin)
+            kb[:, :, w] = k[:, :, 0]
+            vb[:, :, w] = v[:, :, 0]
+            H = kb.shape[1]
+            scores = torch.matmul(q.reshape(A, H, g, d), kb[:, :, lo : w + 1].transpose(2, 3)) * attn.scaling
+            probs = nn.functional.softmax(scores + mask, dim=-1, dtype=torch.float32).to(q.dtype)
+            out = torch.matmul(probs, vb[:, :, lo : w + 1]).reshape(A, 1, H * g * d)
+            h = h + attn.o_proj(out)
+            h = h + layer.mlp(layer.post_attention_layernorm(h))
+        self.width = w + 1
+        return head_logits(self.model, self.norm(h)[:, 0])
+
+
+def _eligible(model: nn.Module) -> bool:
+    config = getattr(base_model(model), "config", None)
+    if config is None or getattr(config, "model_type", None) not in SUPPORTED:
+        return False
+    if getattr(config, "_attn_implementation", "eager") not in ("eager", "sdpa"):
+        return False
+    if getattr(config, "pretraining_tp", 1) != 1:
+        return False
+    types = getattr(config, "layer_types", None) or ["full_attention"]
+    return all(t == "full_attention" for t in types) and not getattr(config, "use_sliding_window", False)
+
+
+def lean_step(model: nn.Module) -> LeanStep | None:
+    """A :class:`LeanStep` of `model`, or None where it does not apply or disagrees with the model's own
+    cached forward (checked once per model on a small batch)."""
+    if not _eligible(model):
+        return None
+    try:
+        lean = LeanStep(model)
+    except AttributeError:
+        return None
+    ok = _CHECKED.get(model)
+    if ok is None:
+        ok = _agrees(model, lean)
+        _CHECKED[model] = ok
+    return lean if ok else None
+
+
+def _agrees(model: nn.Module, lean: LeanStep) -> bool:
+    """The lean step's logits equal the model's forward over a DynamicCache (left padding, 3 steps)."""
+    from transformers.cache_utils import DynamicCache
+
+    config = base_model(model).config
+    device = next(model.parameters()).device
+    gen = torch.Generator().manual_seed(0)
+    ids = torch.randint(0, int(config.vocab_size), (3, 7), generator=gen).to(device)
+    att = torch.ones_like(ids)
+    att[1, :2] = 0
+    att[2, :5] = 0
+    pos = (att.cumsum(dim=1) - 1).clamp(min=0)
+    try:
+        with torch.no_grad():
+            out = model(input_ids=ids[:, :-1], attention_mask=att[:, :-1], position_ids=pos[:, :-1],
+                        use_cache=True)  # fmt: skip
+            kv = out.past_key_values
+            layers = list(kv.layers)
+            lean.start([la.keys for la in layers], [la.values for la in layers], att[:, :-1], 6 + 3)
+            ref = DynamicCache(ddp_cache_data=[(la.keys, la.values) for la in layers])
+            tok, p, mask = ids[:, -1], pos[:, -1], att
+            for _ in range(3):
+                want = model(input_ids=tok[:, None], attention_mask=mask, position_ids=p[:, None],
+                             past_key_values=ref, use_cache=True).logits[:, -1].float()  # fmt: skip
+                got = lean.step(tok, p)
+                if not torch.allclose(got, want, rtol=1e-4, atol=1e-4 * float(want.abs().max().clamp(min=1))):
+                    return False
+                tok, p = want.argmax(dim=-1), p + 1
+                mask = torch.cat([mask, torch.ones_like(mask[:, :1])], dim=1)
+    except (AttributeError, TypeError, ValueError, RuntimeError):
+        return False
+    return True
