@@ -74,30 +74,63 @@ class LeanStep:
 
     def step(self, tokens: Tensor, positions: Tensor) -> Tensor:
         """(A, V) float logits after feeding `tokens` (A,) at `positions` (A,), written at the next column."""
+        return self.block(tokens[:, None], positions[:, None])[:, 0]
+
+    def block(self, tokens: Tensor, positions: Tensor) -> Tensor:
+        """(A, T, V) float logits after feeding `tokens` (A, T) at `positions` (A, T), written at the next
+        T columns, each attending to the columns before it (causal inside the block)."""
         assert self.mask is not None
-        A = tokens.shape[0]
+        A, T = tokens.shape
         w, lo = self.width, self.offset
-        h = self.embed(tokens[:, None])  # (A, 1, H)
-        cos, sin = self.rotary(h, positions[:, None])
-        mask = self.mask[:, None, None, lo : w + 1]  # (A, 1, 1, w + 1 - lo)
+        self._room(w + T)
+        h = self.embed(tokens)  # (A, T, H)
+        cos, sin = self.rotary(h, positions)
+        mask = self.mask[:, None, None, lo : w + T]  # (A, 1, 1, cols)
+        if T > 1:
+            cols = torch.arange(lo, w + T, device=tokens.device)
+            rows = torch.arange(w, w + T, device=tokens.device)
+            future = (cols[None, :] > rows[:, None]).to(mask.dtype) * torch.finfo(mask.dtype).min
+            mask = (mask + future[None, None]).repeat(1, 1, self.groups, 1)  # (A, 1, g·T, cols)
         d, g = self.head_dim, self.groups
         for layer, kb, vb in zip(self.layers, self.keys, self.values, strict=True):
             attn = layer.self_attn
             x = layer.input_layernorm(h)
-            q = attn.q_proj(x).view(A, 1, -1, d).transpose(1, 2)
-            k = attn.k_proj(x).view(A, 1, -1, d).transpose(1, 2)
-            v = attn.v_proj(x).view(A, 1, -1, d).transpose(1, 2)
+            q = attn.q_proj(x).view(A, T, -1, d).transpose(1, 2)
+            k = attn.k_proj(x).view(A, T, -1, d).transpose(1, 2)
+            v = attn.v_proj(x).view(A, T, -1, d).transpose(1, 2)
             q, k = self.rope(q, k, cos, sin)
-            kb[:, :, w] = k[:, :, 0]
-            vb[:, :, w] = v[:, :, 0]
+            kb[:, :, w : w + T] = k
+            vb[:, :, w : w + T] = v
             H = kb.shape[1]
-            scores = torch.matmul(q.reshape(A, H, g, d), kb[:, :, lo : w + 1].transpose(2, 3)) * attn.scaling
+            keys = kb[:, :, lo : w + T].transpose(2, 3)
+            scores = torch.matmul(q.reshape(A, H, g * T, d), keys) * attn.scaling
             probs = nn.functional.softmax(scores + mask, dim=-1, dtype=torch.float32).to(q.dtype)
-            out = torch.matmul(probs, vb[:, :, lo : w + 1]).reshape(A, 1, H * g * d)
+            out = torch.matmul(probs, vb[:, :, lo : w + T])  # (A, H, g·T, d), query head = kv head · g + j
+            out = out.view(A, H, g, T, d).permute(0, 3, 1, 2, 4).reshape(A, T, H * g * d)
             h = h + attn.o_proj(out)
             h = h + layer.mlp(layer.post_attention_layernorm(h))
-        self.width = w + 1
-        return head_logits(self.model, self.norm(h)[:, 0])
+        self.width = w + T
+        return head_logits(self.model, self.norm(h))
+
+    def reject(self, row: int, start: int, stop: int) -> None:
+        """Mask columns [start, stop) of buffer row `row` for every later query (rejected draft tokens)."""
+        assert self.mask is not None
+        self.mask[row, start:stop] = torch.finfo(self.mask.dtype).min
+
+    def _room(self, needed: int) -> None:
+        """Grow the buffers (double) until they hold `needed` columns."""
+        assert self.mask is not None
+        cap = self.mask.shape[1]
+        if needed <= cap:
+            return
+        grow = max(needed, 2 * cap) - cap
+
+        def wider(t: Tensor) -> Tensor:
+            return torch.cat([t, t.new_zeros((*t.shape[:2], grow, t.shape[3]))], dim=2)
+
+        self.keys = [wider(k) for k in self.keys]
+        self.values = [wider(v) for v in self.values]
+        self.mask = torch.cat([self.mask, self.mask.new_zeros((self.mask.shape[0], grow))], dim=1)
 
 
 def _eligible(model: nn.Module) -> bool:

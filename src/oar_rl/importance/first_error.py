@@ -130,6 +130,7 @@ class SearchStats:
     continuations: int = 0
     reused: int = 0  # cuts answered from a run already continued (greedy_runs), nothing generated
     generated_tokens: int = 0
+    forwards: int = 0  # forwards of the continuations, one after the other (prefill included)
     pass_seconds: float = 0.0  # the teacher-forced pass over the searched rollouts (runs, cache)
     decode_seconds: float = 0.0  # the continuations (generate: prefill and decode; cached: decode)
     check_seconds: float = 0.0  # detokenizing and checking the continued texts
@@ -196,6 +197,7 @@ def _continue_greedy(
                                        cost=cost)  # fmt: skip
     if stats is not None:
         stats.generated_tokens += cost.tokens
+        stats.forwards += cost.forwards
         stats.decode_seconds += time.perf_counter() - t0
     return conts
 

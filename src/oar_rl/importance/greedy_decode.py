@@ -43,6 +43,8 @@ from oar_rl.model_parts import decoder_body, position_ids_from_mask
 LEAN = True
 """Decode with :class:`~oar_rl.importance.decode_step.LeanStep` where it applies (tests turn it off to
 compare with the model's own forward)."""
+DRAFTS = True
+"""With the lean step, verify prompt-lookup drafts in blocks (:func:`_drafted`)."""
 
 
 @dataclass
@@ -59,6 +61,40 @@ class RolloutCache:
     lead: list[int]  # left padding of each row's prompt
     prompt_len: int
     seconds: float = 0.0  # the teacher-forced pass that made it
+    drafts: Drafts | None = None  # texts the continuations' drafts are looked up in (built on first use)
+
+    def group(self, row: int) -> tuple[int, ...]:
+        """Row `row`'s prompt tokens: rows that share them share their drafts."""
+        return tuple(self.input_ids[row, self.lead[row] : self.prompt_len].tolist())
+
+    def prefix(self, row: int, n: int) -> list[int]:
+        """Row `row`'s prompt and first n completion tokens."""
+        return self.input_ids[row, self.lead[row] : self.prompt_len + n].tolist()
+
+
+class Drafts:
+    """Prompt-lookup drafts: the tokens that followed the last `ngram` tokens of a context in some text
+    of the same prompt (the rollouts, then every continuation as it finishes; the latest text wins)."""
+
+    def __init__(self, ngram: int = 3, length: int = 8) -> None:
+        self.ngram, self.length = ngram, length
+        self.texts: list[list[int]] = []
+        self.index: dict[tuple, tuple[int, int]] = {}
+        self.groups: dict[tuple[int, ...], int] = {}
+
+    def add(self, group: tuple[int, ...], tokens: list[int]) -> None:
+        t, g = len(self.texts), self.groups.setdefault(group, len(self.groups))
+        self.texts.append(tokens)
+        for i in range(self.ngram, len(tokens)):
+            self.index[(g, *tokens[i - self.ngram : i])] = (t, i)
+
+    def propose(self, group: tuple[int, ...], context: list[int], most: int) -> list[int]:
+        g = self.groups.get(group)
+        hit = None if g is None else self.index.get((g, *context[-self.ngram :]))
+        if hit is None or most <= 0:
+            return []
+        t, i = hit
+        return self.texts[t][i : i + min(most, self.length)]
 
 
 def _plain_layers(cache) -> list | None:
@@ -122,6 +158,7 @@ class DecodeCost:
 
     tokens: int = 0
     seconds: float = 0.0
+    forwards: int = 0  # decode forwards, one after the other
 
 
 def generate_continuations(
@@ -165,6 +202,7 @@ def generate_continuations(
         )
         if cost is not None:
             cost.tokens += len(chunk) * (gen.shape[1] - width)
+            cost.forwards += gen.shape[1] - width  # the prefill's forward and the decode's
         for r, i in enumerate(chunk):
             cont = gen[r, width : width + budgets[i]].tolist()
             cut = next((j + 1 for j, t in enumerate(cont) if t in stop), len(cont))
@@ -224,6 +262,8 @@ def _decode(model, cache: RolloutCache, items, budgets, stop: set[int], outs: li
     lean = lean_step(model) if LEAN else None
     if lean is not None:
         lean.start([k for k, _ in layers], [v for _, v in layers], mask[:, :width], width + max(budgets))
+        if DRAFTS:
+            return _drafted(lean, cache, items, starts, budgets, stop, outs, cost)
     else:
         kv = DynamicCache(ddp_cache_data=layers)
     tokens = torch.stack([cache.input_ids[r, hi] for (r, _), (_, hi) in zip(items, starts, strict=True)])
@@ -241,6 +281,7 @@ def _decode(model, cache: RolloutCache, items, budgets, stop: set[int], outs: li
         nxt = logits.to(dtype=torch.float32).argmax(dim=-1)
         if cost is not None:
             cost.tokens += len(rows)
+            cost.forwards += 1
         for row, (j, t) in enumerate(zip(rows, nxt.tolist(), strict=True)):
             if j is None:
                 continue
@@ -269,3 +310,63 @@ def _decode(model, cache: RolloutCache, items, budgets, stop: set[int], outs: li
         tokens, positions = nxt, positions + 1
         if lean is None:
             mask = torch.cat([mask, mask.new_ones((len(rows), 1))], dim=1)
+
+
+def _drafted(lean, cache: RolloutCache, items, starts, budgets, stop: set[int], outs, cost) -> None:
+    """The lean decode with drafts verified in blocks: each forward feeds every row's current token and
+    its draft (:class:`Drafts`), keeps the draft's tokens up to the first the argmax disagrees with, plus
+    the argmax there, and masks the rejected columns. The tokens kept are the argmax after their own
+    prefix, as one token per forward would give them (up to float rounding of the wider block)."""
+    if cache.drafts is None:
+        cache.drafts = Drafts()
+        for r in range(cache.input_ids.shape[0]):
+            cache.drafts.add(cache.group(r), cache.input_ids[r, cache.lead[r] :].tolist())
+    drafts = cache.drafts
+    device = cache.input_ids.device
+    groups = [cache.group(r) for r, _ in items]
+    context = [cache.prefix(r, n) for r, n in items]  # prefix + emitted tokens; its last is fed next
+    pos = [hi - lo for lo, hi in starts]  # position of the token fed next
+    rows: list[int | None] = list(range(len(items)))  # the item each buffer row decodes (None: finished)
+    left = list(budgets)
+    while True:
+        props = [[] if j is None else drafts.propose(groups[j], context[j], left[j] - 1) for j in rows]
+        T = 1 + max(len(p) for p in props)
+        feed = [
+            [0 if j is None else context[j][-1], *p] + [0] * (T - 1 - len(p))
+            for j, p in zip(rows, props, strict=True)
+        ]  # finished rows (until they leave) and short drafts are padded; their columns are masked
+        tokens = torch.tensor(feed, device=device)
+        positions = torch.tensor([[0 if j is None else pos[j]] for j in rows], device=device)
+        w = lean.width
+        logits = lean.block(tokens, positions + torch.arange(T, device=device))
+        preds = logits.float().argmax(dim=-1).tolist()
+        if cost is not None:
+            cost.tokens += len(rows) * T
+            cost.forwards += 1
+        for row, j in enumerate(rows):
+            if j is None:
+                continue
+            p, kept = props[row], 0
+            while True:
+                t = preds[row][kept]
+                outs[j].append(t)
+                context[j].append(t)
+                left[j] -= 1
+                if left[j] <= 0 or t in stop:
+                    rows[row] = None
+                    break
+                if kept < len(p) and p[kept] == t:
+                    kept += 1  # the draft's token is the argmax: its column stays, its logits are next
+                    continue
+                break
+            pos[j] += kept + 1
+            if kept + 1 < T:
+                lean.reject(row, w + kept + 1, w + T)
+            if rows[row] is None:
+                drafts.add(groups[j], context[j][len(cache.group(items[j][0])) :])
+        live = [row for row, j in enumerate(rows) if j is not None]
+        if not live:
+            return
+        if len(live) < len(rows) and len(live) <= 0.75 * len(rows):
+            lean.keep(torch.tensor(live, device=device))
+            rows = [rows[row] for row in live]
