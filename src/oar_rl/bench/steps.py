@@ -47,7 +47,8 @@ METHOD_CONFIG: dict[str, dict[str, Any]] = {  # bench-only variants of a credit 
     "first-error-generate": {"credit": "first-error", "first_error_decode": "generate"},
 }
 SEARCH_KEYS = (  # first-error's search, per step
-    "rounds", "continuations", "reused", "generated_tokens", "pass_seconds", "decode_seconds", "check_seconds"
+    "rounds", "continuations", "reused", "generated_tokens", "forwards", "pass_seconds", "decode_seconds",
+    "check_seconds",
 )  # fmt: skip
 _POLL_SECONDS = 0.5  # how often the parent checks that the worker it waits on is alive
 
