@@ -72,6 +72,33 @@ class LeanStep:
         self.keys = [k[index] for k in self.keys]
         self.values = [v[index] for v in self.values]
 
+    def compact(self, slack: float = 1.5) -> bool:
+        """If masked columns (rejected drafts, padding) make up most of the attended width (more than
+        `slack` times the longest row's valid columns), move every row's valid columns, in order, to a
+        fresh right-aligned layout (their positions are their own, so attention sees the same tokens).
+        Returns whether it did."""
+        assert self.mask is not None
+        lo, w = self.offset, self.width
+        valid = self.mask[:, lo:w] == 0  # (A, cols)
+        counts = valid.sum(dim=1)
+        W2 = int(counts.max())
+        if w - lo <= slack * W2 + 16:
+            return False
+        a, c = valid.nonzero(as_tuple=True)
+        dest = (W2 - counts)[a] + valid.cumsum(dim=1)[a, c] - 1
+        cap = W2 + max(64, self.mask.shape[1] - w)
+        A = valid.shape[0]
+        for buffers in (self.keys, self.values):
+            for i, b in enumerate(buffers):
+                fresh = b.new_zeros((A, b.shape[1], cap, b.shape[3]))
+                fresh[a, :, dest] = b[a, :, lo + c]
+                buffers[i] = fresh
+        mask = self.mask.new_full((A, cap), torch.finfo(self.mask.dtype).min)
+        mask[:, W2:] = 0
+        mask[a, dest] = 0
+        self.mask, self.offset, self.width = mask, 0, W2
+        return True
+
     def step(self, tokens: Tensor, positions: Tensor) -> Tensor:
         """(A, V) float logits after feeding `tokens` (A,) at `positions` (A,), written at the next column."""
         return self.block(tokens[:, None], positions[:, None])[:, 0]

@@ -364,9 +364,11 @@ def _drafted(lean, cache: RolloutCache, items, starts, budgets, stop: set[int], 
                 lean.reject(row, w + kept + 1, w + T)
             if rows[row] is None:
                 drafts.add(groups[j], context[j][len(cache.group(items[j][0])) :])
+                lean.reject(row, 0, lean.width)  # a finished row attends to nothing (not kept by compact)
         live = [row for row, j in enumerate(rows) if j is not None]
         if not live:
             return
         if len(live) < len(rows) and len(live) <= 0.75 * len(rows):
             lean.keep(torch.tensor(live, device=device))
             rows = [rows[row] for row in live]
+        lean.compact()
