@@ -211,10 +211,11 @@ class OARConfig(GRPOConfig):
         metadata={
             "help": "credit='first-error': how the search's greedy continuations are computed. 'cached' "
             "(default): each prefix continues from the searched rollouts' own key-value cache (one "
-            "teacher-forced pass, no prefill), in a lean greedy loop over the model's forward that drops "
-            "finished rows (oar_rl.importance.greedy_decode). 'generate': model.generate on every prefix "
-            "(the search before issue 46). Both take the argmax of the same model's logits; the located "
-            "tokens were identical on the long regime's rollouts (tests/test_greedy_decode.py)."
+            "teacher-forced pass, no prefill) in a lean greedy loop that drops finished rows and, on "
+            "Llama-shaped models, verifies drafts looked up in the batch's own texts several tokens per "
+            "forward (oar_rl.importance.greedy_decode). 'generate': model.generate on every prefix (the "
+            "search before issue 46). Both take the argmax of the same model's logits; the located tokens "
+            "were identical on the long regime's rollouts (tests/test_greedy_decode.py)."
         },
     )
     first_error_reuse_greedy: bool = field(

@@ -76,7 +76,7 @@ class Drafts:
     """Prompt-lookup drafts: the tokens that followed the last `ngram` tokens of a context in some text
     of the same prompt (the rollouts, then every continuation as it finishes; the latest text wins)."""
 
-    def __init__(self, ngram: int = 3, length: int = 8) -> None:
+    def __init__(self, ngram: int = 3, length: int = 6) -> None:
         self.ngram, self.length = ngram, length
         self.texts: list[list[int]] = []
         self.index: dict[tuple, tuple[int, int]] = {}
