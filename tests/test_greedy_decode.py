@@ -93,14 +93,14 @@ def test_verified_drafts_give_generates_tokens_in_fewer_forwards(arch):
     prompts, comps = _rollouts(seed=11)
     ids, att, P = _layout(prompts, comps)
     cache, _ = gd.rollout_cache(model, ids, att, P, batch_size=8)
-    items = [(r, n) for r in range(len(prompts)) for n in (1, len(comps[r]) - 1)]
+    items = [(r, len(comps[r]) - 1) for r in range(len(prompts))]
     budgets = [24] * len(items)
     want = [_generate(model, prompts[r] + comps[r][:n], 24, [EOS]) for r, n in items]
     cost = [gd.DecodeCost(), gd.DecodeCost()]
     for c in cost:
         assert gd.continue_from_cache(model, cache, items, budgets, eos=[EOS], batch_size=16, cost=c) == want
     assert cost[0].forwards == max(map(len, want))  # the first time, no draft was accepted
-    assert cost[1].forwards * 3 <= cost[0].forwards * 2  # then several tokens per forward
+    assert cost[1].forwards * 2 <= cost[0].forwards  # then several tokens per forward
 
 
 def test_drafts_follow_the_latest_text_of_the_same_prompt():
@@ -110,8 +110,8 @@ def test_drafts_follow_the_latest_text_of_the_same_prompt():
     assert d.propose((1,), [4, 5, 6], most=10) == [7, 8, 9]
     assert d.propose((1,), [4, 5, 6], most=2) == [7, 8]
     assert d.propose((2,), [5, 6], most=10) == [0, 0]
-    d.add((1,), [5, 6, 1])
-    assert d.propose((1,), [5, 6], most=10) == [1]
+    d.add((1,), [5, 6, 1, 5, 6, 2])
+    assert d.propose((1,), [5, 6], most=10) == [1, 5, 6]  # the latest text, the n-gram's first place
     assert d.propose((3,), [5, 6], most=10) == [] and d.propose((1,), [6, 5], most=10) == []
 
 

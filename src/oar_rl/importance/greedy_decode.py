@@ -8,20 +8,31 @@ decodes the whole left-padded batch until its *last* row stops. Here instead:
   Attention is causal, so the keys and values of a rollout's first m tokens are those of its prefix of
   length m on its own: a prefix's cache is the rollout's cache cut to the prefix (no prefill);
 - each continuation starts by feeding the prefix's last token over the cache of the tokens before it,
-  so every token it writes comes from the same decode step, a forward of one token per row with the
-  model's own ``forward`` (its attention, positions, LM head and logit post-processing), and is the
-  argmax of the float32 logits, as greedy ``generate`` takes it;
+  so every token it writes comes from the same kind of decode forward, and is the argmax of the float32
+  logits, as greedy ``generate`` takes it;
 - the batch is laid out as ``generate`` lays it out: each row's prefix right-aligned (left padding), an
   attention mask over the real tokens, positions counted from each row's first real token
   (``cumsum(mask) - 1``);
 - a row leaves the batch as soon as it writes an EOS or spends its budget, and columns that are padding
   for every remaining row are dropped: the batch decodes only live rows.
 
+The forward is the model's own (``model(...)`` over a ``DynamicCache``: its attention, positions, LM head
+and logit post-processing), except on Llama-shaped decoders (Qwen2, Llama, Mistral), where
+:class:`~oar_rl.importance.decode_step.LeanStep` runs the same modules over preallocated key/value buffers
+(checked once per model against the model's own forward). There each forward also verifies a *draft*
+(:func:`_drafted`, prompt-lookup decoding): the tokens that followed the row's last three tokens in the
+batch's own texts of the same prompt (its rollouts, and every continuation once finished; the search's
+continuations from neighbouring cuts repeat each other's sentences). A row keeps the draft's tokens up
+to the first one the argmax disagrees with, plus that argmax; the rejected columns are masked. Every
+token kept is still the argmax after its own prefix, so drafts change how many forwards run one after
+the other (on the long regime about a third of them), never which tokens come out.
+
 What it computes equals ``generate``'s greedy continuation up to float rounding: the cached keys come from
-a pass over the whole rollout batch, and rows leave the batch as they finish, so matrix products run on
-other shapes (as another batch composition does in ``generate`` itself). A near-tie of the logits can go
-either way under such rounding; the tests compare the tokens with ``generate``'s and first-error's
-located tokens with the ``generate`` path's on the long regime's own rollouts.
+a pass over the whole rollout batch, rows leave the batch as they finish and drafts widen the forward, so
+matrix products run on other shapes (as another batch composition does in ``generate`` itself). A
+near-tie of the logits can go either way under such rounding; the tests compare the tokens with
+``generate``'s and first-error's located tokens with the ``generate`` path's on the long regime's own
+rollouts.
 
 Models whose cache is not a plain per-layer key/value tensor (sliding-window or linear-attention layers,
 a body without ``past_key_values``) get ``None`` from :func:`rollout_cache`; the caller then uses
@@ -74,7 +85,8 @@ class RolloutCache:
 
 class Drafts:
     """Prompt-lookup drafts: the tokens that followed the last `ngram` tokens of a context in some text
-    of the same prompt (the rollouts, then every continuation as it finishes; the latest text wins)."""
+    of the same prompt (the rollouts, then every continuation as it finishes; the latest text wins, and
+    within it the n-gram's first place)."""
 
     def __init__(self, ngram: int = 3, length: int = 6) -> None:
         self.ngram, self.length = ngram, length
@@ -85,8 +97,10 @@ class Drafts:
     def add(self, group: tuple[int, ...], tokens: list[int]) -> None:
         t, g = len(self.texts), self.groups.setdefault(group, len(self.groups))
         self.texts.append(tokens)
+        own: dict[tuple, tuple[int, int]] = {}  # an n-gram's first place in this text: the longest draft
         for i in range(self.ngram, len(tokens)):
-            self.index[(g, *tokens[i - self.ngram : i])] = (t, i)
+            own.setdefault((g, *tokens[i - self.ngram : i]), (t, i))
+        self.index.update(own)
 
     def propose(self, group: tuple[int, ...], context: list[int], most: int) -> list[int]:
         g = self.groups.get(group)
