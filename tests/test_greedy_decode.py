@@ -104,7 +104,7 @@ def test_verified_drafts_give_generates_tokens_in_fewer_forwards(arch):
 
 
 def test_drafts_follow_the_latest_text_of_the_same_prompt():
-    d = gd.Drafts(ngram=2, length=3)
+    d = gd.Drafts(ngrams=(2,), length=3)
     d.add((1,), [5, 6, 7, 8, 9])
     d.add((2,), [5, 6, 0, 0])
     assert d.propose((1,), [4, 5, 6], most=10) == [7, 8, 9]
