@@ -121,10 +121,10 @@ class LeanStep:
         d, g = self.head_dim, self.groups
         for layer, kb, vb in zip(self.layers, self.keys, self.values, strict=True):
             attn = layer.self_attn
-            x = layer.input_layernorm(h)
-            q = attn.q_proj(x).view(A, T, -1, d).transpose(1, 2)
-            k = attn.k_proj(x).view(A, T, -1, d).transpose(1, 2)
-            v = attn.v_proj(x).view(A, T, -1, d).transpose(1, 2)
+            x = _call(layer.input_layernorm, h)
+            q = _call(attn.q_proj, x).view(A, T, -1, d).transpose(1, 2)
+            k = _call(attn.k_proj, x).view(A, T, -1, d).transpose(1, 2)
+            v = _call(attn.v_proj, x).view(A, T, -1, d).transpose(1, 2)
             q, k = self.rope(q, k, cos, sin)
             kb[:, :, w : w + T] = k
             vb[:, :, w : w + T] = v
@@ -134,10 +134,10 @@ class LeanStep:
             probs = nn.functional.softmax(scores + mask, dim=-1, dtype=torch.float32).to(q.dtype)
             out = torch.matmul(probs, vb[:, :, lo : w + T])  # (A, H, g·T, d), query head = kv head · g + j
             out = out.view(A, H, g, T, d).permute(0, 3, 1, 2, 4).reshape(A, T, H * g * d)
-            h = h + attn.o_proj(out)
-            h = h + layer.mlp(layer.post_attention_layernorm(h))
+            h = h + _call(attn.o_proj, out)
+            h = h + _mlp(layer.mlp, _call(layer.post_attention_layernorm, h))
         self.width = w + T
-        return head_logits(self.model, self.norm(h))
+        return head_logits(self.model, _call(self.norm, h))
 
     def reject(self, row: int, start: int, stop: int) -> None:
         """Mask columns [start, stop) of buffer row `row` for every later query (rejected draft tokens)."""
@@ -158,6 +158,33 @@ class LeanStep:
         self.keys = [wider(k) for k in self.keys]
         self.values = [wider(v) for v in self.values]
         self.mask = torch.cat([self.mask, self.mask.new_zeros((self.mask.shape[0], grow))], dim=1)
+
+
+_NORMS = ("Qwen2RMSNorm", "LlamaRMSNorm", "MistralRMSNorm")
+_MLPS = ("Qwen2MLP", "LlamaMLP", "MistralMLP")
+
+
+def _call(module: nn.Module, x: Tensor) -> Tensor:
+    """`module(x)` without nn.Module's call machinery for a plain Linear or a Llama-family RMSNorm (the
+    same operations as their forward, in the same order); any other module (LoRA, hooks) is called."""
+    if module._forward_hooks or module._forward_pre_hooks:
+        return module(x)
+    kind = type(module)
+    if kind is nn.Linear:
+        return nn.functional.linear(x, module.weight, module.bias)
+    if kind.__name__ in _NORMS:
+        dtype = x.dtype
+        y = x.to(torch.float32)
+        y = y * torch.rsqrt(y.pow(2).mean(-1, keepdim=True) + module.variance_epsilon)
+        return module.weight * y.to(dtype)
+    return module(x)
+
+
+def _mlp(mlp: nn.Module, x: Tensor) -> Tensor:
+    """A Llama-family MLP's forward, down(act(gate(x)) * up(x)), through :func:`_call`."""
+    if type(mlp).__name__ not in _MLPS or mlp._forward_hooks or mlp._forward_pre_hooks:
+        return mlp(x)
+    return _call(mlp.down_proj, mlp.act_fn(_call(mlp.gate_proj, x)) * _call(mlp.up_proj, x))
 
 
 def _eligible(model: nn.Module) -> bool:

@@ -275,7 +275,7 @@ def continue_from_cache(
     out: list[list[int]] = [[] for _ in items]
     order = [i for i in range(len(items)) if budgets[i] > 0]
     t0 = time.perf_counter()
-    with torch.no_grad():
+    with torch.inference_mode():  # nothing decoded here is ever differentiated
         for a in range(0, len(order), batch_size):
             chunk = order[a : a + batch_size]
             _decode(model, cache, [items[i] for i in chunk], [budgets[i] for i in chunk], set(eos),
