@@ -61,6 +61,20 @@ a flip of three long-regime batches of 16 × 8, continuations −34%, generated 
 ran beside other jobs: not a timing); three training steps on the long screen's recipe give
 bit-identical weights with the reuse and without.
 
+Continuing from the rollouts' own cache (issue 46; `OARConfig.first_error_decode`, "cached" by default).
+The continuations no longer go through ``generate``: :mod:`oar_rl.importance.greedy_decode` cuts each
+prefix's key-value cache out of one teacher-forced pass over the searched rollouts (no prefill), decodes
+greedily with finished rows leaving the batch and, on Llama-shaped models, verifies prompt-lookup drafts
+(the batch's own texts) several tokens per forward. Same questions, same argmax, so the same located
+tokens (tests/test_greedy_decode.py compares them with the ``generate`` search's on the long warm start's
+rollouts); "generate" keeps the search before issue 46. `oar-rl bench --shape wordproblems-long --methods
+none,first-error-generate,first-error --prompts 4 --num-generations 8 --repeats 3 --no-scorers
+--threads 1`, this project's 2-core CPU shared with three other jobs (load 1.6-3), three runs: the step
+1.64× / 1.67× / 1.78× GRPO's against 3.18× / 3.24× / 3.52× with "generate", importance 1.1 / 1.8 / 2.1 s
+against 3.9 / 7.6 / 6.8 s, the same 6 rounds and 63-67 continuations in 406 / 406 / 381 forwards one
+after the other against 1,611 / 1,611 / 1,402 (docs/results/cost.md). Short of the ≤ 1.5× goal: ~400
+decode forwards, each ~1 ms of per-op overhead plus attention over 400-700 cached columns for 25-50 positions.
+
 Finished prefixes. A completion prefix that ends in an end-of-sequence token is a finished rollout: its
 continuation is empty (:func:`finished`), so the check reads the rollout as the reward did. Continuations
 stop at the tokenizer's EOS and at every EOS of the model's generation config, as TRL's rollouts do
