@@ -47,6 +47,14 @@ class LeanStep:
         self.keys: list[Tensor] = []
         self.values: list[Tensor] = []
         self.mask: Tensor | None = None  # (A, capacity) additive
+        # q/k/v and gate/up projections as one matrix each where they are plain Linears (fewer calls)
+        self.qkv = [
+            _fuse(la.self_attn.q_proj, la.self_attn.k_proj, la.self_attn.v_proj) for la in self.layers
+        ]
+        self.gate_up = [
+            _fuse(la.mlp.gate_proj, la.mlp.up_proj) if type(la.mlp).__name__ in _MLPS else None
+            for la in self.layers
+        ]
 
     def start(self, keys: list[Tensor], values: list[Tensor], valid: Tensor, capacity: int) -> None:
         """Load (A, kv heads, W, d) prefix keys/values per layer and their (A, W) valid mask into buffers
@@ -119,12 +127,17 @@ class LeanStep:
             future = (cols[None, :] > rows[:, None]).to(mask.dtype) * torch.finfo(mask.dtype).min
             mask = (mask + future[None, None]).repeat(1, 1, self.groups, 1)  # (A, 1, g·T, cols)
         d, g = self.head_dim, self.groups
-        for layer, kb, vb in zip(self.layers, self.keys, self.values, strict=True):
+        for layer, kb, vb, qkv, gate_up in zip(self.layers, self.keys, self.values, self.qkv, self.gate_up,
+                                               strict=True):  # fmt: skip
             attn = layer.self_attn
             x = _call(layer.input_layernorm, h)
-            q = _call(attn.q_proj, x).view(A, T, -1, d).transpose(1, 2)
-            k = _call(attn.k_proj, x).view(A, T, -1, d).transpose(1, 2)
-            v = _call(attn.v_proj, x).view(A, T, -1, d).transpose(1, 2)
+            if qkv is not None:
+                q, k, v = nn.functional.linear(x, qkv[0], qkv[1]).split(qkv[2], dim=-1)
+            else:
+                q, k, v = _call(attn.q_proj, x), _call(attn.k_proj, x), _call(attn.v_proj, x)
+            q = q.reshape(A, T, -1, d).transpose(1, 2)
+            k = k.reshape(A, T, -1, d).transpose(1, 2)
+            v = v.reshape(A, T, -1, d).transpose(1, 2)
             q, k = self.rope(q, k, cos, sin)
             kb[:, :, w : w + T] = k
             vb[:, :, w : w + T] = v
@@ -135,7 +148,12 @@ class LeanStep:
             out = torch.matmul(probs, vb[:, :, lo : w + T])  # (A, H, g·T, d), query head = kv head · g + j
             out = out.view(A, H, g, T, d).permute(0, 3, 1, 2, 4).reshape(A, T, H * g * d)
             h = h + _call(attn.o_proj, out)
-            h = h + _mlp(layer.mlp, _call(layer.post_attention_layernorm, h))
+            x = _call(layer.post_attention_layernorm, h)
+            if gate_up is not None:
+                gate, up = nn.functional.linear(x, gate_up[0], gate_up[1]).split(gate_up[2], dim=-1)
+                h = h + _call(layer.mlp.down_proj, layer.mlp.act_fn(gate) * up)
+            else:
+                h = h + _mlp(layer.mlp, x)
         self.width = w + T
         return head_logits(self.model, _call(self.norm, h))
 
@@ -178,6 +196,23 @@ def _call(module: nn.Module, x: Tensor) -> Tensor:
         y = y * torch.rsqrt(y.pow(2).mean(-1, keepdim=True) + module.variance_epsilon)
         return module.weight * y.to(dtype)
     return module(x)
+
+
+def _fuse(*linears: nn.Module) -> tuple[Tensor, Tensor | None, list[int]] | None:
+    """(stacked weight, stacked bias or None, output sizes) of plain, unhooked Linears; else None."""
+    if any(type(m) is not nn.Linear or m._forward_hooks or m._forward_pre_hooks for m in linears):
+        return None
+    weight = torch.cat([m.weight for m in linears])
+    biases = [m.bias for m in linears]
+    bias = None
+    if any(b is not None for b in biases):
+        bias = torch.cat(
+            [
+                b if b is not None else m.weight.new_zeros(m.out_features)
+                for b, m in zip(biases, linears, strict=True)
+            ]
+        )
+    return weight, bias, [m.out_features for m in linears]
 
 
 def _mlp(mlp: nn.Module, x: Tensor) -> Tensor:
