@@ -140,11 +140,19 @@ def test_search_figures_per_step_by_hand():
     assert s["first-error"]["search_generated_tokens"] == {"median": 300, "min": 100, "max": 500}
     assert "search_rounds" not in s["none"]
     lines = bench.search_lines(s)
-    assert (
-        lines[-1] == "| first-error | 3 [2–4] | 27 [18–36] | 6 [4–8] | 300 [100–500] | 0.00 [0.00–0.00] "
-        "| 2.00 [2.00–2.00] |"
+    assert (  # records made before issue 46 have no forwards or seconds of the search
+        lines[-1] == "| first-error | 3 [2–4] | 27 [18–36] | 6 [4–8] | 300 [100–500] | – | – | – | – "
+        "| 0.00 [0.00–0.00] | 2.00 [2.00–2.00] |"
     )
     assert bench.search_lines({"none": s["none"]}) == []
+    for i, r in enumerate(r for r in recs if r["method"] == "first-error"):
+        r.update(search_forwards=100 * (i + 1), search_pass_seconds=0.5, search_decode_seconds=1.0 + i,
+                 search_check_seconds=0.25)  # fmt: skip
+    line = bench.search_lines(bench.summarize(recs, ["none", "first-error"], warmup=0))[-1]
+    assert line.startswith(
+        "| first-error | 3 [2–4] | 27 [18–36] | 6 [4–8] | 300 [100–500] | 200 [100–300] | 0.50 [0.50–0.50] "
+        "| 2.00 [1.00–3.00] | 0.25 [0.25–0.25] |"
+    )
 
 
 def _fake_args(methods, crash_method=None, crash_step=None, crash=None):

@@ -22,7 +22,7 @@ from oar_rl.answer_span import compile_answer_pattern
 from oar_rl.credit_modules import load_credit_modules
 from oar_rl.credit_names import registered, unknown_message
 from oar_rl.credits import credit_help
-from oar_rl.importance.first_error import DEFAULT_BRANCHING, check_branching
+from oar_rl.importance.first_error import DEFAULT_BRANCHING, DEFAULT_DECODE, check_branching, check_decode
 from oar_rl.probes import PROBES, Probe
 from oar_rl.reshape import check_grail_options, check_kappa
 
@@ -209,6 +209,18 @@ class OARConfig(GRPOConfig):
             "extra continuations cost more than the rounds they save there; oar_rl.importance.first_error)."
         },
     )
+    first_error_decode: str = field(
+        default=DEFAULT_DECODE,
+        metadata={
+            "help": "credit='first-error': how the search's greedy continuations are computed. 'cached' "
+            "(default): each prefix continues from the searched rollouts' own key-value cache (one "
+            "teacher-forced pass, no prefill) in a lean greedy loop that drops finished rows and, on "
+            "Llama-shaped models, verifies drafts looked up in the batch's own texts several tokens per "
+            "forward (oar_rl.importance.greedy_decode). 'generate': model.generate on every prefix (the "
+            "search before issue 46). Both take the argmax of the same model's logits; the located tokens "
+            "were identical on the long regime's rollouts (tests/test_greedy_decode.py)."
+        },
+    )
     first_error_reuse_greedy: bool = field(
         default=True,
         metadata={
@@ -300,6 +312,7 @@ class OARConfig(GRPOConfig):
             names=("grail_mu", "grail_sigma", "grail_min", "grail_max", "grail_rollouts"),
         )
         check_branching(self.first_error_branching, "first_error_branching")
+        check_decode(self.first_error_decode, "first_error_decode")
         if int(self.probe_warmup_steps) < 0:
             raise ValueError(f"probe_warmup_steps must be >= 0, got {self.probe_warmup_steps}")
         if self.answer_pattern is not None:

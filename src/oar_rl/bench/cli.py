@@ -310,24 +310,34 @@ def table_lines(summary: dict[str, dict]) -> list[str]:
 def search_lines(summary: dict[str, dict]) -> list[str]:
     """first-error's search per measured step (methods that ran it): rounds of greedy generation, one
     after the other; continuations; cuts answered from a run already continued (`greedy_runs`); tokens
-    generated (rows × new positions, padding included); the
-    importance seconds and the step as a ratio to GRPO's, both from the interleaved steps."""
+    generated (rows × positions computed: with `generate`, padding and finished rows included; the
+    cached decode drops finished rows and counts the draft positions it verifies); the forwards of the
+    continuations one after the other (prefill included); the seconds of the teacher-forced pass over the
+    searched rollouts,
+    of the continuations (with `generate`, prefill included) and of the checks; the importance seconds and
+    the step as a ratio to GRPO's, both from the interleaved steps."""
     rows = {m: s for m, s in summary.items() if "search_rounds" in s}
     if not rows:
         return []
     lines = [
         "first-error's search per step (median [min–max]; k − 1 cut points per row per round):",
         "",
-        "| method | rounds | continuations | reused cuts | generated tokens | importance s/step "
-        "| × GRPO, step |",
-        "|---|---:|---:|---:|---:|---:|---:|",
+        "| method | rounds | continuations | reused cuts | generated tokens | forwards | pass s | decode s "
+        "| check s | importance s/step | × GRPO, step |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for m, s in rows.items():
+        seconds = [  # absent from records made before issue 46
+            (_fmt(s[f"search_{key}"], 1, 0) if key == "forwards" else _fmt(s[f"search_{key}"]))
+            if f"search_{key}" in s
+            else "–"
+            for key in ("forwards", "pass_seconds", "decode_seconds", "check_seconds")
+        ]
         lines.append(
             f"| {m} | {_fmt(s['search_rounds'], 1, 0)} | {_fmt(s['search_continuations'], 1, 0)} "
             f"| {_fmt(s['search_reused'], 1, 0)} "
-            f"| {_fmt(s['search_generated_tokens'], 1, 0)} | {_fmt(s['importance_seconds'])} "
-            f"| {_fmt(s['ratio_vs_grpo'])} |"
+            f"| {_fmt(s['search_generated_tokens'], 1, 0)} | {' | '.join(seconds)} "
+            f"| {_fmt(s['importance_seconds'])} | {_fmt(s['ratio_vs_grpo'])} |"
         )
     return lines
 

@@ -43,8 +43,13 @@ METHOD_CONFIG: dict[str, dict[str, Any]] = {  # bench-only variants of a credit 
     "first-error-k16": {"credit": "first-error", "first_error_branching": 16},
     # first-error without answering cuts from their runs of greedy tokens (the search before issue 33)
     "first-error-plain": {"credit": "first-error", "first_error_reuse_greedy": False},
+    # first-error's continuations by model.generate on every prefix (the search before issue 46)
+    "first-error-generate": {"credit": "first-error", "first_error_decode": "generate"},
 }
-SEARCH_KEYS = ("rounds", "continuations", "reused", "generated_tokens")  # first-error search, per step
+SEARCH_KEYS = (  # first-error's search, per step
+    "rounds", "continuations", "reused", "generated_tokens", "forwards", "pass_seconds", "decode_seconds",
+    "check_seconds",
+)  # fmt: skip
 _POLL_SECONDS = 0.5  # how often the parent checks that the worker it waits on is alive
 
 
@@ -264,6 +269,10 @@ def _train(method: str, shape_kwargs: dict[str, Any], args: argparse.Namespace, 
     with tempfile.TemporaryDirectory() as work, recording() as search:
         trainer = _make_trainer(method, shape, args, work)
         searching = trainer.args.credit == "first-error"
+        if searching:  # this worker's searches decode as its config says, whoever passes the option
+            from oar_rl.importance import first_error
+
+            first_error.DEFAULT_DECODE = trainer.args.first_error_decode
         _instrument(trainer, method, turns, PeakMemory(), search if searching else None)
         trainer.train()
 

@@ -61,6 +61,20 @@ a flip of three long-regime batches of 16 × 8, continuations −34%, generated 
 ran beside other jobs: not a timing); three training steps on the long screen's recipe give
 bit-identical weights with the reuse and without.
 
+Continuing from the rollouts' own cache (issue 46; `OARConfig.first_error_decode`, "cached" by default).
+The continuations no longer go through ``generate``: :mod:`oar_rl.importance.greedy_decode` cuts each
+prefix's key-value cache out of one teacher-forced pass over the searched rollouts (no prefill), decodes
+greedily with finished rows leaving the batch and, on Llama-shaped models, verifies prompt-lookup drafts
+(the batch's own texts) several tokens per forward. Same questions, same argmax, so the same located
+tokens (tests/test_greedy_decode.py compares them with the ``generate`` search's on the long warm start's
+rollouts); "generate" keeps the search before issue 46. `oar-rl bench --shape wordproblems-long --methods
+none,first-error-generate,first-error --prompts 4 --num-generations 8 --repeats 3 --no-scorers
+--threads 1`, this project's 2-core CPU shared with three other jobs (load 1.6-3), three runs: the step
+1.64× / 1.67× / 1.78× GRPO's against 3.18× / 3.24× / 3.52× with "generate", importance 1.1 / 1.8 / 2.1 s
+against 3.9 / 7.6 / 6.8 s, the same 6 rounds and 63-67 continuations in 406 / 406 / 381 forwards one
+after the other against 1,611 / 1,611 / 1,402 (docs/results/cost.md). Short of the ≤ 1.5× goal: ~400
+decode forwards, each ~1 ms of per-op overhead plus attention over 400-700 cached columns for 25-50 positions.
+
 Finished prefixes. A completion prefix that ends in an end-of-sequence token is a finished rollout: its
 continuation is empty (:func:`finished`), so the check reads the rollout as the reward did. Continuations
 stop at the tokenizer's EOS and at every EOS of the model's generation config, as TRL's rollouts do
@@ -78,6 +92,7 @@ reviewed training problems). Each continuation gets the completion budget the ro
 from __future__ import annotations
 
 import contextlib
+import time
 import warnings
 from collections.abc import Callable, Collection, Iterator, Sequence
 from dataclasses import dataclass
@@ -85,12 +100,30 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor, nn
 
+from oar_rl.importance.greedy_decode import (
+    DecodeCost,
+    RolloutCache,
+    continue_from_cache,
+    generate_continuations,
+    rollout_cache,
+)
 from oar_rl.importance.greedy_runs import GreedyRuns, greedy_departures, greedy_runs
 from oar_rl.model_parts import architecture_name, eval_mode
 from oar_rl.probes import ScoringBatch
 
 DEFAULT_BRANCHING = 2
 """The binary search: the fastest k measured on a CPU and on an H100 (module docstring)."""
+DECODES = ("cached", "generate")
+"""How continuations are computed: from the rollouts' own key-value cache with a lean greedy loop
+(:mod:`oar_rl.importance.greedy_decode`), or by ``model.generate`` (the search before issue 46)."""
+DEFAULT_DECODE = "cached"
+"""The decode a search uses when its caller names none (`oar-rl bench` sets it per worker process)."""
+
+
+def check_decode(decode: str, name: str = "decode") -> str:
+    if decode not in DECODES:
+        raise ValueError(f"{name} must be one of {', '.join(DECODES)}, got {decode!r}")
+    return decode
 
 
 def check_branching(branching: int, name: str = "branching") -> int:
@@ -111,13 +144,14 @@ class SearchStats:
     continuations: int = 0
     reused: int = 0  # cuts answered from a run already continued (greedy_runs), nothing generated
     generated_tokens: int = 0
+    forwards: int = 0  # forwards of the continuations, one after the other (prefill included)
+    pass_seconds: float = 0.0  # the teacher-forced pass over the searched rollouts (runs, cache)
+    decode_seconds: float = 0.0  # the continuations (generate: prefill and decode; cached: decode)
+    check_seconds: float = 0.0  # detokenizing and checking the continued texts
 
     def add(self, other: SearchStats) -> None:
-        self.calls += other.calls
-        self.rounds += other.rounds
-        self.continuations += other.continuations
-        self.reused += other.reused
-        self.generated_tokens += other.generated_tokens
+        for name in self.__dataclass_fields__:
+            setattr(self, name, getattr(self, name) + getattr(other, name))
 
 
 _RECORDERS: list[SearchStats] = []
@@ -161,40 +195,25 @@ def _continue_greedy(
     batch_size: int,
     eos: Sequence[int] = (),
     stats: SearchStats | None = None,
+    cache: RolloutCache | None = None,
+    items: Sequence[tuple[int, int]] = (),
 ) -> list[list[int]]:
     """Greedy continuations (token ids) of each 1-D `prefixes[i]` (prompt + completion prefix), at most
-    `budgets[i]` new tokens each (0: none), each stopped at and cut after its first token in `eos`."""
-    pad = tokenizer.pad_token_id
-    if pad is None:
-        pad = eos[0] if eos else tokenizer.eos_token_id
-    stop = set(eos)
-    out: list[list[int]] = [[] for _ in prefixes]
-    order = [i for i in range(len(prefixes)) if budgets[i] > 0]
-    for a in range(0, len(order), batch_size):
-        chunk = order[a : a + batch_size]
-        width = max(prefixes[i].numel() for i in chunk)
-        ids = torch.full((len(chunk), width), pad, dtype=torch.long)
-        attn = torch.zeros((len(chunk), width), dtype=torch.long)
-        for r, i in enumerate(chunk):  # left padding, as generate expects
-            n = prefixes[i].numel()
-            ids[r, width - n :] = prefixes[i].cpu()
-            attn[r, width - n :] = 1
-        device = next(model.parameters()).device
-        gen = model.generate(
-            input_ids=ids.to(device),
-            attention_mask=attn.to(device),
-            max_new_tokens=max(budgets[i] for i in chunk),
-            do_sample=False,
-            pad_token_id=pad,
-            eos_token_id=list(eos) or None,
-        )
-        if stats is not None:
-            stats.generated_tokens += len(chunk) * (gen.shape[1] - width)
-        for r, i in enumerate(chunk):
-            cont = gen[r, width : width + budgets[i]].tolist()
-            cut = next((j + 1 for j, t in enumerate(cont) if t in stop), len(cont))
-            out[i] = cont[:cut]
-    return out
+    `budgets[i]` new tokens each (0: none), each stopped at and cut after its first token in `eos`.
+    With `cache`, prefix i is row `items[i][0]` of the cache cut after `items[i][1]` completion tokens,
+    continued by :func:`~oar_rl.importance.greedy_decode.continue_from_cache`; else by ``generate``."""
+    t0 = time.perf_counter()
+    cost = DecodeCost()
+    if cache is not None:
+        conts = continue_from_cache(model, cache, items, budgets, eos=eos, batch_size=batch_size, cost=cost)
+    else:
+        conts = generate_continuations(model, tokenizer, prefixes, budgets, eos=eos, batch_size=batch_size,
+                                       cost=cost)  # fmt: skip
+    if stats is not None:
+        stats.generated_tokens += cost.tokens
+        stats.forwards += cost.forwards
+        stats.decode_seconds += time.perf_counter() - t0
+    return conts
 
 
 def _subtree(lo: int, hi: int, depth: int) -> list[int]:
@@ -233,6 +252,7 @@ def first_error_positions(
     branching: int = DEFAULT_BRANCHING,
     stats: SearchStats | None = None,
     reuse_greedy: bool = True,
+    decode: str | None = None,
 ) -> dict[int, int | None]:
     """{row: completion index of its first error, or None (no flip found)} for the rows `rows`.
 
@@ -240,12 +260,15 @@ def first_error_positions(
     docstring); all searching rows share each round's batched greedy continuations. `reuse_greedy`: answer
     every cut from its run of greedy tokens (:mod:`oar_rl.importance.greedy_runs`; same questions, same
     answers, fewer continuations); if a continuation contradicts the runs, warns and searches again
-    without them. `stats` (and any :func:`recording` block) gets the rounds, continuations, reused
-    answers and generated tokens.
+    without them. `decode`: "cached" (continue each prefix from the rollouts' own key-value cache,
+    :mod:`oar_rl.importance.greedy_decode`) or "generate" (``model.generate``, the search before issue 46);
+    None: :data:`DEFAULT_DECODE`. `stats` (and any :func:`recording` block) gets the rounds,
+    continuations, reused answers, generated tokens and the seconds of the pass, decode and checks.
     """
     levels = check_branching(branching).bit_length() - 1
+    cached = check_decode(DEFAULT_DECODE if decode is None else decode) == "cached"
     cost = SearchStats()
-    args = (model, batch, tokenizer, gold, check, rows, max_new_tokens, batch_size, levels, cost)
+    args = (model, batch, tokenizer, gold, check, rows, max_new_tokens, batch_size, levels, cost, cached)
     try:
         out = _search(*args, reuse=reuse_greedy)
     except _RunsDisagree as err:
@@ -264,8 +287,9 @@ def first_error_positions(
 
 
 def _search(
-    model, batch, tokenizer, gold, check, rows, max_new_tokens, batch_size, levels, cost, *, reuse: bool
-) -> dict[int, int | None]:
+    model, batch, tokenizer, gold, check, rows, max_new_tokens, batch_size, levels, cost, cached: bool, *,
+    reuse: bool,
+) -> dict[int, int | None]:  # fmt: skip
     """The search of :func:`first_error_positions`, adding its cost to `cost`."""
     P = batch.prompt_len
     scored = batch.scored("lt-logits").cpu()  # (B, C) valid (reasoning) tokens
@@ -286,7 +310,11 @@ def _search(
             stacklevel=3,
         )
         reuse = False
-    runs = _runs(model, batch, live, eos, batch_size) if reuse else {}
+    t0 = time.perf_counter()
+    source, hidden = _rollout_cache(model, batch, live, batch_size) if cached and live else (None, None)
+    slot = {b: i for i, b in enumerate(live)}  # row of the cache
+    runs = _runs(model, batch, live, eos, batch_size, hidden) if reuse else {}
+    cost.pass_seconds += time.perf_counter() - t0
     known: dict[tuple, bool] = {}  # (prompt, completion up to the run's first cut, gold) -> check
 
     def cut(b: int, i: int) -> int:
@@ -305,12 +333,15 @@ def _search(
             for h, (_, n) in zip(heads, queries, strict=True)
         ]
         conts = _continue_greedy(
-            model, tokenizer, prefixes, budgets, batch_size=batch_size, eos=eos, stats=cost
-        )
+            model, tokenizer, prefixes, budgets, batch_size=batch_size, eos=eos, stats=cost, cache=source,
+            items=[(slot[b], n) for b, n in queries] if source is not None else (),
+        )  # fmt: skip
+        t0 = time.perf_counter()
         texts = tokenizer.batch_decode(
             [h + c for h, c in zip(heads, conts, strict=True)], skip_special_tokens=True
         )
         ok = [bool(check(t, str(gold[b]))) for t, (b, _) in zip(texts, queries, strict=True)]
+        cost.check_seconds += time.perf_counter() - t0
         return ok, conts, budgets
 
     def correct(queries: list[tuple[int, int]]) -> list[bool]:
@@ -364,10 +395,25 @@ def _search(
     return out
 
 
-def _runs(model, batch: ScoringBatch, rows: list[int], eos: list[int], batch_size: int) -> dict:
-    """{row: GreedyRuns} of the searched rows. A row whose valid tokens are not a prefix of its completion,
-    and every row of a model without a decoder body and LM head oar-rl can run (`model_parts`), gets runs
-    of one cut each: nothing is reused there, the search is the plain one."""
+def _rollout_cache(model, batch: ScoringBatch, rows: list[int], batch_size: int):
+    """(the rollouts' key-value cache, the body's hidden states) of the searched rows, in the order of
+    `rows`; (None, None) for a model whose body or cache the lean decode cannot run (it then uses
+    ``generate``)."""
+    index = torch.tensor(rows, device=batch.input_ids.device)
+    try:
+        ids, att = batch.input_ids[index], batch.attention_mask[index]
+        return rollout_cache(model, ids, att, batch.prompt_len, batch_size=batch_size)
+    except (AttributeError, ValueError, TypeError):
+        return None, None
+
+
+def _runs(
+    model, batch: ScoringBatch, rows: list[int], eos: list[int], batch_size: int, hidden: Tensor | None = None
+) -> dict:
+    """{row: GreedyRuns} of the searched rows (`hidden`: their body's hidden states, if already run). A
+    row whose valid tokens are not a prefix of its completion, and every row of a model without a decoder
+    body and LM head oar-rl can run (`model_parts`), gets runs of one cut each: nothing is reused there,
+    the search is the plain one."""
     if not rows:
         return {}
     index = torch.tensor(rows, device=batch.input_ids.device)
@@ -376,7 +422,7 @@ def _runs(model, batch: ScoringBatch, rows: list[int], eos: list[int], batch_siz
     try:
         found = greedy_runs(
             model, batch.input_ids[index], batch.attention_mask[index], batch.prompt_len, lengths, eos,
-            batch_size=batch_size,
+            batch_size=batch_size, hidden=hidden,
         )  # fmt: skip
     except (AttributeError, ValueError):  # no body / LM head oar-rl can run: every cut is its own run
         found = [None] * len(rows)
@@ -401,6 +447,7 @@ def first_error_scores(
     branching: int = DEFAULT_BRANCHING,
     probe: str | None = None,
     reuse_greedy: bool = True,
+    decode: str | None = None,
 ) -> Tensor:
     """(B, C) float32: 1 at each wrong row's first error (:func:`first_error_positions`), 0 elsewhere.
 
@@ -415,9 +462,12 @@ def first_error_scores(
         probe: ignored (no outcome probe); accepted so the trainer calls every bi-level scorer alike.
         reuse_greedy: answer cuts from their runs of greedy tokens (:func:`first_error_positions`); the
             located tokens do not depend on it, the continuations generated do.
+        decode: "cached" or "generate" (:func:`first_error_positions`; None: :data:`DEFAULT_DECODE`).
     """
     del probe
     check_branching(branching)
+    if decode is not None:
+        check_decode(decode)
     B, C = batch.completion_mask.shape
     if len(gold) != B:
         raise ValueError(f"gold has {len(gold)} answers for a batch of {B} rows")
@@ -441,6 +491,7 @@ def first_error_scores(
             batch_size=batch_size,
             branching=branching,
             reuse_greedy=reuse_greedy,
+            decode=decode,
         )
     for b, t in found.items():
         if t is not None:

@@ -101,9 +101,12 @@ def greedy_runs(
     eos: Collection[int],
     *,
     batch_size: int,
+    hidden: Tensor | None = None,
 ) -> list[GreedyRuns]:
     """The runs of each row of a (N, P + C) left-padded prompt + right-padded completion batch whose
-    completions are valid on their first `lengths[i]` tokens; `eos`: ids that finish a rollout."""
+    completions are valid on their first `lengths[i]` tokens; `eos`: ids that finish a rollout.
+    `hidden`: the body's (N, P + C, H) last hidden states of the batch, if already computed (first-error's
+    cached decode runs that pass, :func:`oar_rl.importance.greedy_decode.rollout_cache`)."""
     P = prompt_len
     N = input_ids.shape[0]
     if N == 0:
@@ -114,8 +117,9 @@ def greedy_runs(
     with torch.no_grad():
         for a in range(0, N, batch_size):
             ids, att = input_ids[a : a + batch_size], attention_mask[a : a + batch_size]
-            hidden = body_hidden(model, att, input_ids=ids)[:, P - 1 :]  # predicts completion 0..C
-            flat = hidden.reshape(-1, hidden.shape[-1])
+            h = body_hidden(model, att, input_ids=ids) if hidden is None else hidden[a : a + batch_size]
+            h = h[:, P - 1 :]  # predicts completion 0..C
+            flat = h.reshape(-1, h.shape[-1])
             for i in range(0, flat.shape[0], block):
                 best = head_logits(model, flat[i : i + block]).topk(2, dim=-1)  # (m, 2)
                 gap = best.values[:, 0] - best.values[:, 1]

@@ -62,7 +62,8 @@ def locate_first_errors(
 
     The first-error search (`first_error_positions`) with its inputs from `ctx`: ``gold``, ``check``,
     ``max_new_tokens`` and ``tokenizer`` (each required: a missing one is a ValueError naming it, for
-    `rule`), ``batch_size``, and the settings ``first_error_branching`` and ``first_error_reuse_greedy``.
+    `rule`), ``batch_size``, and the settings ``first_error_branching``, ``first_error_reuse_greedy`` and
+    ``first_error_decode``.
     `rows`: the rows to search (default: those with a negative advantage, :func:`wrong_rows`). Only the
     batch's scored tokens (``batch.scored("lt-logits")``: the reasoning tokens) are candidates.
     """
@@ -89,6 +90,7 @@ def locate_first_errors(
             batch_size=ctx.batch_size or 64,
             branching=int(settings.get("first_error_branching", DEFAULT_BRANCHING)),
             reuse_greedy=bool(settings.get("first_error_reuse_greedy", True)),
+            decode=settings.get("first_error_decode"),
             stats=stats,
         )
 
