@@ -12,7 +12,8 @@ WARM = {"sampled": 0.40, "greedy": 0.70}
 
 
 def _run(sampled: float, greedy: float, search: float = 0.0) -> dict:
-    hist = [{"loss": 0.0, "completions/mean_length": 100.0, "oar/search_tokens": search} for _ in range(3)]
+    hist = [{"loss": 0.0, "completions/mean_length": 100.0, "oar/search_tokens": 1.5 * search,
+             "oar/search_continued_tokens": search} for _ in range(3)]  # fmt: skip
     return {"final": {"sampled": sampled, "greedy": greedy}, "train_seconds": 1.0, "history": hist}
 
 
@@ -34,6 +35,7 @@ def test_each_rule_takes_its_best_eligible_rate_and_grpo_must_gain_ten_points():
     assert rec["chosen"] == {"grpo": 1e-4, "first-error": 1e-4}
     assert rec["grpo_criterion_met"] and rec["confirm"]  # +12 at 1e-4, greedy −1.5 (within 2)
     assert rec["compute"]["ratio"] == pytest.approx(2.0) and rec["compute"]["m"] == 2  # 12800 / (100 × 128)
+    assert rec["compute"]["computed_ratio"] == pytest.approx(2.5) and len(rec["compute"]["seeds"]) == 3
     runs["grpo[lr=1e-4]"] = {s: _run(0.48, 0.70) for s in RATES.screen_seeds}  # +8: below the criterion
     rec = rates.choose(runs, WARM)
     assert rec["chosen"]["grpo"] == 1e-4 and not rec["grpo_criterion_met"] and not rec["confirm"]

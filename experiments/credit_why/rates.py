@@ -41,17 +41,23 @@ def _mean(xs: list[float]) -> float | None:
 
 
 def multiplier(runs: dict[int, dict[str, Any]]) -> dict[str, Any]:
-    """The compute multiplier from first-error's runs at one rate: {ratio, m, seeds}."""
-    ratios = []
-    for rec in runs.values():
-        for h in rec.get("history", []):
-            length = h.get("completions/mean_length")
-            if length is None or "loss" not in h:
-                continue
-            rollout = length * ROLLOUTS
-            ratios.append((rollout + float(h.get("oar/search_tokens", 0.0))) / rollout)
+    """The compute multiplier from first-error's runs at one rate (amendment 1 of the pre-registration):
+    the search's continuation tokens (`oar/search_continued_tokens`) over the rollouts', from the runs
+    that record them; the positions the search computed (`oar/search_tokens`, whose count depends on the
+    decode path) are reported beside. {ratio, m, steps, seeds, computed_ratio}."""
+    ratios, computed, seeds = [], [], []
+    for seed, rec in sorted(runs.items()):
+        steps = [h for h in rec.get("history", []) if "loss" in h and h.get("completions/mean_length")]
+        if not steps or "oar/search_continued_tokens" not in steps[0]:
+            continue
+        seeds.append(seed)
+        for h in steps:
+            rollout = h["completions/mean_length"] * ROLLOUTS
+            ratios.append((rollout + float(h["oar/search_continued_tokens"])) / rollout)
+            computed.append((rollout + float(h.get("oar/search_tokens", 0.0))) / rollout)
     ratio = _mean(ratios)
-    return {"ratio": ratio, "m": max(1, round(ratio)) if ratio is not None else None, "steps": len(ratios)}
+    return {"ratio": ratio, "m": max(1, round(ratio)) if ratio is not None else None, "steps": len(ratios),
+            "seeds": seeds, "computed_ratio": _mean(computed)}  # fmt: skip
 
 
 def choose(runs: dict[str, dict[int, dict[str, Any]]], warm: dict[str, float]) -> dict[str, Any]:
@@ -125,8 +131,9 @@ def markdown(rec: dict[str, Any]) -> str:
     c = rec["compute"]
     if c and c["ratio"] is not None:
         lines.append(
-            f"first-error's generated tokens per step: {c['ratio']:.2f}× its rollouts' ({c['steps']} steps): "
-            f"GRPO at its compute trains on 16 × {c['m']} prompts per step."
+            f"first-error's tokens per step, rollouts and continuations: {c['ratio']:.2f}× its rollouts' "
+            f"({c['steps']} steps of seeds {', '.join(map(str, c['seeds']))}; positions computed "
+            f"{c['computed_ratio']:.2f}×): GRPO at its compute trains on 16 × {c['m']} prompts per step."
         )
     return "\n".join(lines) + "\n"
 

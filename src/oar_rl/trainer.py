@@ -205,6 +205,7 @@ class OARTrainer(CreditLogging, GRPOTrainer):
         self._log_credit(mode, credit, mask, seconds)
         if search.calls:
             self._metrics[mode]["oar/search_tokens"].append(float(search.generated_tokens))
+            self._metrics[mode]["oar/search_continued_tokens"].append(float(search.continued_tokens))
             self._metrics[mode]["oar/search_continuations"].append(float(search.continuations))
         if self._oar_token_roles is not None:  # token_roles (oar-rl): ground-truth credit metrics
             self._log_roles(mode, credit, mask, output)

@@ -136,14 +136,14 @@ def check_branching(branching: int, name: str = "branching") -> int:
 
 @dataclass
 class SearchStats:
-    """What the search cost: sequential generation rounds, continuations, and tokens generated (rows ×
-    new positions of every `generate` call, padding included: what the device computed)."""
+    """The search's cost: rounds, continuations, positions computed (padding, drafts) and tokens kept."""
 
     calls: int = 0  # calls of first_error_positions with at least one generation round
     rounds: int = 0
     continuations: int = 0
     reused: int = 0  # cuts answered from a run already continued (greedy_runs), nothing generated
     generated_tokens: int = 0
+    continued_tokens: int = 0  # the continuations' own tokens (EOS included): the same for either decode
     forwards: int = 0  # forwards of the continuations, one after the other (prefill included)
     pass_seconds: float = 0.0  # the teacher-forced pass over the searched rollouts (runs, cache)
     decode_seconds: float = 0.0  # the continuations (generate: prefill and decode; cached: decode)
@@ -213,6 +213,7 @@ def _continue_greedy(
         stats.generated_tokens += cost.tokens
         stats.forwards += cost.forwards
         stats.decode_seconds += time.perf_counter() - t0
+        stats.continued_tokens += sum(len(c) for c in conts)
     return conts
 
 

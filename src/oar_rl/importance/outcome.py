@@ -35,7 +35,8 @@ import math
 import torch
 from torch import Tensor, nn
 
-from oar_rl.importance.first_error import DEFAULT_BRANCHING, SearchStats, first_error_positions
+from oar_rl.importance import first_error as fe
+from oar_rl.importance.first_error import DEFAULT_BRANCHING, SearchStats
 from oar_rl.model_parts import body_hidden, eval_mode, head_logits, vocab_size
 from oar_rl.probes import ScoringBatch
 from oar_rl.scoring import ScoringContext
@@ -79,7 +80,7 @@ def locate_first_errors(
         return {}
     settings = ctx.settings
     with torch.no_grad(), eval_mode(model):
-        return first_error_positions(
+        return fe.first_error_positions(  # looked up at call time (a spy or a patch takes effect)
             model,
             batch,
             tokenizer=ctx.need("tokenizer", rule),
