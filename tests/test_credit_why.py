@@ -34,12 +34,43 @@ def test_each_rule_takes_its_best_eligible_rate_and_grpo_must_gain_ten_points():
     rec = rates.choose(runs, WARM)
     assert rec["chosen"] == {"grpo": 1e-4, "first-error": 1e-4}
     assert rec["grpo_criterion_met"] and rec["confirm"]  # +12 at 1e-4, greedy −1.5 (within 2)
-    assert rec["compute"]["ratio"] == pytest.approx(2.0) and rec["compute"]["m"] == 2  # 12800 / (100 × 128)
+    assert (
+        rec["compute"]["ratio"] == pytest.approx(2.0) and rec["compute"]["prompts"] == 32
+    )  # 12800/(100×128)
     assert rec["compute"]["computed_ratio"] == pytest.approx(2.5) and len(rec["compute"]["seeds"]) == 3
     runs["grpo[lr=1e-4]"] = {s: _run(0.48, 0.70) for s in RATES.screen_seeds}  # +8: below the criterion
     rec = rates.choose(runs, WARM)
     assert rec["chosen"]["grpo"] == 1e-4 and not rec["grpo_criterion_met"] and not rec["confirm"]
     assert "not met" in rates.markdown(rec) and "−" in rates.markdown(rec)
+
+
+def test_the_compute_multiplier_reads_continuation_tokens_from_the_runs_that_record_them():
+    """Amendments 1 and 2: steps without a search count 0; a run made before the field is left out; the
+    prompts are 16 × the unrounded ratio (never fewer than GRPO's 16)."""
+    runs = {s: _run(0.5, 0.7, 6400.0) for s in RATES.screen_seeds}  # ratio 1.5 -> 24 prompts
+    runs[4000]["history"][1].pop("oar/search_continued_tokens")  # a step with no searched row
+    for h in runs[4001]["history"]:  # made before the field existed
+        h.pop("oar/search_continued_tokens")
+    got = rates.multiplier(runs)
+    assert got["seeds"] == [4000, 4002] and got["steps"] == 6
+    assert got["ratio"] == pytest.approx((5 * 1.5 + 1.0) / 6) and got["prompts"] == round(16 * 8.5 / 6)
+    assert rates.multiplier({4000: runs[4001]})["prompts"] is None
+    assert rates.multiplier({s: _run(0.5, 0.7, 10.0) for s in (1, 2)})["prompts"] == 16
+
+
+def test_the_committed_warm_start_has_what_the_analyses_read():
+    import json
+    from pathlib import Path
+
+    warm = json.loads(
+        (Path(__file__).resolve().parents[1] / "results/credit-why/warm_start.json").read_text()
+    )
+    for split, n in (("validation", 300), ("test", 500)):
+        w = warm[split]
+        assert {"sampled", "greedy", "curve", "per_problem"} <= set(w)
+        assert len(w["per_problem"]["greedy"]) == len(w["per_problem"]["sampled"]) == n
+        assert w["sampled"] == pytest.approx(sum(w["per_problem"]["sampled"]) / (4 * n))
+        assert w["greedy"] == pytest.approx(sum(w["per_problem"]["greedy"]) / n)
 
 
 def test_the_rule_refuses_an_incomplete_grid():
@@ -123,7 +154,7 @@ def test_answers_apply_the_preregistered_rules_and_stay_blinded_until_complete()
         "sampled": 0.389,
         "greedy": 0.708,
         "curve": 0.39,
-        "per_problem": {"greedy": [1] * 250 + [0] * 250},
+        "per_problem": {"greedy": [1] * 250 + [0] * 250, "sampled": [2] * 500},
     }
     gaps = {"grpo": 0.0, "grpo-compute": 0.02, "first-error": 0.06, "lowest-prob": 0.06,
             "random-departure": 0.0, "save-prefix": 0.01, "entropy": -0.30}  # fmt: skip
@@ -147,6 +178,10 @@ def test_answers_apply_the_preregistered_rules_and_stay_blinded_until_complete()
     assert answers.aulc({"30": 1.0}, 0.0) == pytest.approx(50.0)
     text = answers.markdown(rec, seeds)
     assert "**yes**" in text and "−" in text
+    assert set(rec["contrasts"]) == {"save-prefix − first-error", "first-error − entropy"}
+    assert rec["contrasts"]["first-error − entropy"]["mean"] == pytest.approx(36.0, abs=0.2)
+    split = rec["arms"]["grpo"]["split_vs_warm_start"]  # every arm, grpo included, against the warm start
+    assert split["warm_right"]["problems"] == 250 and split["warm_right"]["warm_start"] == pytest.approx(50.0)
 
 
 def test_the_pages_warm_start_figures_are_the_committed_files():

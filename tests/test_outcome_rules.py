@@ -146,6 +146,12 @@ def test_a_missing_outcome_field_is_named(tokenizer, rollouts):
             run_scorer(CREDIT_MODES["save-prefix"], model, batch, bad)
     rows = ctx.rows([True, False, False, True, False, False])
     assert rows.gold == [ctx.gold[0], ctx.gold[3]] and rows.advantages.tolist() == [-1.0, -1.0]
+    with pytest.raises(ValueError, match="3 flags for a context of 6 rows"):
+        ctx.rows([True, False, True])
+    short = ScoringContext(**{**ctx.__dict__, "advantages": torch.tensor([-1.0, 1.0])})  # not one per row
+    for rule in ("lowest-prob", "first-error"):
+        with pytest.raises(ValueError, match=r"advantages has shape \(2,\), expected \(6,\)"):
+            run_scorer(CREDIT_MODES[rule], model, batch, short)
 
 
 def test_a_users_rule_reads_the_gold_and_the_check_in_training(tmp_path, tokenizer, dataset):

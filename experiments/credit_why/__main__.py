@@ -20,8 +20,9 @@ from pathlib import Path
 from experiments.credit_why import answers, rates
 from experiments.credit_why.plan import RATES, confirm_plan
 from oar_rl.io import write_text_atomic
-from oar_rl.study.screen import load_runs, settings, train_arms
+from oar_rl.study.screen import load_runs, settings, train_arms, write_report
 from oar_rl.study.screen import main as screen_main
+from oar_rl.study.screen_report import markdown
 
 PROG = "python -m experiments.credit_why"
 
@@ -70,7 +71,7 @@ def warm_start(out: Path, cache_dir: str | None) -> dict:
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    if argv and argv[0] in ("run", "report", "pilot"):
+    if argv and argv[0] in ("run", "pilot"):
         return screen_main(argv, plan=RATES, prog=PROG)
     p = argparse.ArgumentParser(prog=PROG, description=__doc__.split("\n\n")[0])
     p.add_argument("action", choices=("warm-start", "rates", "confirm", "answers", "run", "report"))
@@ -84,6 +85,9 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(a.out)
     if a.action == "warm-start":
         warm_start(out, a.cache_dir)
+    elif a.action == "report":  # the grid's table only: the confirmation's figures are `answers`'
+        rec = write_report(out, "screen", RATES)
+        print(markdown(rec["rows"], "The rate grid", ""), file=sys.stderr)
     elif a.action == "rates":
         rec = rates.write(out, load_runs(out, "screen", RATES))
         print(rates.markdown(rec), file=sys.stderr)
@@ -111,7 +115,7 @@ def _confirm_plan(p: argparse.ArgumentParser, out: Path):
     rec = json.loads(path.read_text())
     if not rec["confirm"]:
         p.error(f"{path}: GRPO's criterion is not met or first-error has no eligible rate; no confirmation")
-    return confirm_plan(rec["chosen"]["grpo"], rec["chosen"]["first-error"], 16 * rec["compute"]["m"])
+    return confirm_plan(rec["chosen"]["grpo"], rec["chosen"]["first-error"], int(rec["compute"]["prompts"]))
 
 
 if __name__ == "__main__":

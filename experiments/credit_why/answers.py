@@ -7,8 +7,9 @@
 - **D3**: first-error − lowest-prob, 95% paired interval: distinguishable or not.
 - Descriptive: greedy accuracy; area under the learning curve (trapezoid over steps 0–30, step 0 the warm
   start's accuracy on the curve's sample); runs ending > 10 points below the warm start; cost (training
-  seconds and generated tokens per step, as ratios to `grpo`'s); each arm's gain over `grpo` split by
-  whether the warm start's greedy answer to the problem was right.
+  seconds and generated tokens per step, as ratios to `grpo`'s); each arm's gain over the warm start
+  split by whether the warm start's greedy answer to the problem was right; the contrasts save-prefix −
+  first-error and first-error − entropy.
 
 Nothing is read while the confirmation is incomplete (blinded): :func:`answers` returns the landed seeds.
 
@@ -41,31 +42,33 @@ def aulc(curve: dict[str, float], start: float, steps: int = 30) -> float:
     return 100 * area / steps
 
 
-def generated_tokens(run: dict[str, Any]) -> float:
-    """Mean generated tokens per step: rollouts (mean length × prompts × 8) plus the search's."""
+def generated_tokens(run: dict[str, Any], key: str = "oar/search_continued_tokens") -> float:
+    """Mean generated tokens per step: rollouts (mean length × prompts × 8) plus the search's continuation
+    tokens (amendment 1; `key="oar/search_tokens"`: the positions the search computed instead)."""
     prompts = int(dict(run.get("overrides", {})).get("prompts_per_step", 16))
     per_step = [
-        h["completions/mean_length"] * prompts * 8 + float(h.get("oar/search_tokens", 0.0))
+        h["completions/mean_length"] * prompts * 8 + float(h.get(key, 0.0))
         for h in run["history"]
         if "loss" in h and h.get("completions/mean_length") is not None
     ]
     return sum(per_step) / len(per_step)
 
 
-def split_gain(arm: dict[int, dict], base: dict[int, dict], right: list[bool], samples: int) -> dict:
-    """Paired gains (points) over `base` on the problems the warm start got right greedily, and on those
-    it got wrong, from the runs' per-problem sampled counts."""
+def split_gain(runs: dict[int, dict], warm_counts: list[int], right: list[bool], samples: int) -> dict:
+    """Each run's gain (points) over the warm start's sampled accuracy on the problems the warm start got
+    right greedily, and on those it got wrong, from per-problem counts; mean and t-interval over seeds."""
     out = {}
     for name, want in (("warm_right", True), ("warm_wrong", False)):
         idx = [i for i, r in enumerate(right) if r == want]
-
-        def acc(run: dict, idx: list[int] = idx) -> float:
-            counts = run["final"]["per_problem"]["sampled"]
-            return 100 * sum(counts[i] for i in idx) / (samples * len(idx))
-
-        seeds = sorted(set(arm) & set(base))
-        out[name] = {"problems": len(idx), **paired_difference(
-            {s: acc(arm[s]) for s in seeds}, {s: acc(base[s]) for s in seeds})}  # fmt: skip
+        if not idx:
+            out[name] = {"problems": 0}
+            continue
+        start = 100 * sum(warm_counts[i] for i in idx) / (samples * len(idx))
+        gains = [
+            100 * sum(r["final"]["per_problem"]["sampled"][i] for i in idx) / (samples * len(idx)) - start
+            for r in runs.values()
+        ]
+        out[name] = {"problems": len(idx), "warm_start": start, **mean_ci(gains)}
     return out
 
 
@@ -96,6 +99,10 @@ def answers(runs: dict[str, dict[int, dict]], warm: dict[str, Any], seeds: tuple
             "seconds_ratio": mean_ci([r["train_seconds"] for r in got.values()])["mean"] / grpo_secs,
             "tokens_ratio": mean_ci([generated_tokens(r) for r in got.values()])["mean"] / grpo_tokens,
         }
+        row["split_vs_warm_start"] = split_gain(got, warm["per_problem"]["sampled"], right, samples=4)
+        row["computed_tokens_ratio"] = (
+            mean_ci([generated_tokens(r, "oar/search_tokens") for r in got.values()])["mean"] / grpo_tokens
+        )
         if arm != "grpo":
             for base in BASELINES if arm in RULES else ("grpo",):
                 row[f"vs_{base}"] = paired_difference(final(arm, "sampled"), final(base, "sampled"))
@@ -103,7 +110,6 @@ def answers(runs: dict[str, dict[int, dict]], warm: dict[str, Any], seeds: tuple
                     final(arm, "sampled"), final(base, "sampled"), level=ADJUSTED
                 )
             row["greedy_vs_grpo"] = paired_difference(final(arm, "greedy"), final("grpo", "greedy"))
-            row["split_vs_grpo"] = split_gain(got, runs["grpo"], right, samples=4)
         rows[arm] = row
     rec["arms"] = rows
     rec["D1"] = {r: all(rows[r][f"vs_{b}_adjusted"]["low"] > 0 for b in BASELINES) for r in RULES}
@@ -111,6 +117,10 @@ def answers(runs: dict[str, dict[int, dict]], warm: dict[str, Any], seeds: tuple
     d3 = paired_difference(final("first-error", "sampled"), final("lowest-prob", "sampled"))
     rec["D2"] = {"paired": d2, "location": d2["low"] > 0}
     rec["D3"] = {"paired": d3, "distinguishable": d3["low"] > 0 or d3["high"] < 0}
+    rec["contrasts"] = {  # pre-registered, descriptive (95%, paired)
+        f"{x} − {y}": paired_difference(final(x, "sampled"), final(y, "sampled"))
+        for x, y in (("save-prefix", "first-error"), ("first-error", "entropy"))
+    }
     return rec
 
 
@@ -130,12 +140,14 @@ def markdown(rec: dict[str, Any], seeds: tuple[int, ...]) -> str:
         f"Test split, 500 problems × 4 samples at T = 1 per run, seeds {seeds[0]}–{seeds[-1]}; warm start "
         f"{w['sampled']:.1f}% sampled, {w['greedy']:.1f}% greedy. Points; paired by seed.",
         "",
-        "| rule | vs grpo (99.5%) | vs grpo-compute (99.5%) | beats both (D1) |",
-        "|---|---:|---:|---|",
+        "| rule | vs grpo (99.5%) | vs grpo-compute (99.5%) | beats both (D1) | vs grpo (95%) "
+        "| vs grpo-compute (95%) |",
+        "|---|---:|---:|---|---:|---:|",
     ]
     for r in RULES:
-        lines.append(f"| {r} | {_ci(a[r]['vs_grpo_adjusted'])} | {_ci(a[r]['vs_grpo-compute_adjusted'])} "
-                     f"| {yes[rec['D1'][r]]} |")  # fmt: skip
+        cells = [r, _ci(a[r]["vs_grpo_adjusted"]), _ci(a[r]["vs_grpo-compute_adjusted"]), yes[rec["D1"][r]],
+                 _ci(a[r]["vs_grpo"]), _ci(a[r]["vs_grpo-compute"])]  # fmt: skip
+        lines.append("| " + " | ".join(cells) + " |")
     d2, d3 = rec["D2"], rec["D3"]
     lines += [
         "",
@@ -143,19 +155,25 @@ def markdown(rec: dict[str, Any], seeds: tuple[int, ...]) -> str:
         f"{wins_text(d2['paired'])} seeds ahead: credited with locating errors: {yes[d2['location']]}.",
         f"- **D3, the search**: first-error − lowest-prob {_ci(d3['paired'])}, {wins_text(d3['paired'])} "
         f"seeds ahead: distinguishable: {yes[d3['distinguishable']]}.",
+        *(
+            f"- {name}: {_ci(d)}, {wins_text(d)} seeds ahead (descriptive)."
+            for name, d in rec["contrasts"].items()
+        ),
         "",
         "| arm | sampled | greedy | vs grpo (95%) | greedy vs grpo | AULC | collapsed | train s × | tokens × "
-        "| gain, warm right | gain, warm wrong |",
+        "| gain over warm start: greedy-right problems | greedy-wrong problems |",
         "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for name, r in a.items():
-        split = r.get("split_vs_grpo", {})
+        split = r["split_vs_warm_start"]
         cells = [
             name, _ci(r["sampled"], False), _ci(r["greedy"], False), _ci(r.get("vs_grpo")),
             _ci(r.get("greedy_vs_grpo")), _ci(r["aulc"], False), f"{r['collapsed']}/{len(seeds)}",
-            f"{r['seconds_ratio']:.2f}", f"{r['tokens_ratio']:.2f}",
+            f"{r['seconds_ratio']:.2f}", f"{r['tokens_ratio']:.2f} ({r['computed_tokens_ratio']:.2f})",
             _ci(split.get("warm_right")), _ci(split.get("warm_wrong")),
         ]  # fmt: skip
         lines.append("| " + " | ".join(cells) + " |")
-    lines += ["", f"Collapsed: final sampled accuracy more than {COLLAPSE:g} points below the warm start's."]
+    lines += ["", f"Collapsed: final sampled accuracy more than {COLLAPSE:g} points below the warm start's. "
+              "Tokens ×: rollout and continuation tokens per step against GRPO's (positions computed in "
+              "brackets)."]  # fmt: skip
     return "\n".join(lines) + "\n"

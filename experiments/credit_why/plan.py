@@ -76,7 +76,7 @@ CONFIRM_ARMS: tuple[tuple[str, str, str], ...] = (
 
 def confirm_plan(grpo_rate: float, first_error_rate: float, prompts_per_step: int) -> ScreenPlan:
     """The confirmation at the chosen rates; `prompts_per_step`: the GRPO-at-first-error's-compute arm's
-    prompts per step (16 × the multiplier of rates.py). Every arm is paired with `grpo`."""
+    prompts per step (rates.py's `multiplier`). Every arm is paired with `grpo`."""
     rate = {"grpo": grpo_rate, "first-error": first_error_rate}
     arms = []
     for name, rule, whose in CONFIRM_ARMS:

@@ -11,11 +11,11 @@ the mean final sampled accuracy and the mean greedy accuracy, in points.
 - **GRPO's criterion**: its chosen rate gains at least +10 sampled points over the warm start. If it does
   not, the confirmation does not run under this plan (an amendment, committed before any new run, changes
   the grid or the budget).
-- The **compute multiplier** m: over first-error's grid runs at its chosen rate, the mean over steps and
-  seeds of (rollout tokens + the search's generated tokens) / rollout tokens, rounded to the nearest
-  integer (at least 1); GRPO-at-first-error's-compute trains on 16 × m prompts per step (8 completions
-  each). Rollout tokens per step: the mean completion length × 16 × 8 (TRL's `completions/mean_length`);
-  the search's: `oar/search_tokens` (every `generate` row × new position, padding included).
+- **GRPO at first-error's compute** (amendments 1 and 2): over first-error's grid runs at its chosen rate
+  that record them, ratio = the mean over steps of (rollout tokens + the search's continuation tokens) /
+  rollout tokens; that arm trains on max(16, round(16 × ratio)) prompts per step (8 completions each).
+  Rollout tokens per step: the mean completion length × 16 × 8 (TRL's `completions/mean_length`); the
+  search's: `oar/search_continued_tokens`; the positions it computed (`oar/search_tokens`) beside.
 
     python -m experiments.credit_why rates   # writes results/credit-why/rates.json and rates.md
 """
@@ -41,23 +41,26 @@ def _mean(xs: list[float]) -> float | None:
 
 
 def multiplier(runs: dict[int, dict[str, Any]]) -> dict[str, Any]:
-    """The compute multiplier from first-error's runs at one rate (amendment 1 of the pre-registration):
-    the search's continuation tokens (`oar/search_continued_tokens`) over the rollouts', from the runs
-    that record them; the positions the search computed (`oar/search_tokens`, whose count depends on the
-    decode path) are reported beside. {ratio, m, steps, seeds, computed_ratio}."""
+    """GRPO-at-first-error's-compute's prompts per step from first-error's runs at one rate (amendments 1
+    and 2 of the pre-registration): ratio = the mean over steps of (rollout tokens + the search's
+    continuation tokens, `oar/search_continued_tokens`) / rollout tokens, over the runs that record the
+    field (a step without a search counts 0); prompts = max(16, round(16 × ratio)). The positions the
+    search computed (`oar/search_tokens`, whose count depends on the decode path) are reported beside.
+    {ratio, prompts, steps, seeds, computed_ratio}; ratio and prompts are None when no run records it."""
     ratios, computed, seeds = [], [], []
     for seed, rec in sorted(runs.items()):
         steps = [h for h in rec.get("history", []) if "loss" in h and h.get("completions/mean_length")]
-        if not steps or "oar/search_continued_tokens" not in steps[0]:
-            continue
+        if not any("oar/search_continued_tokens" in h for h in steps):
+            continue  # made before the field existed (amendment 1)
         seeds.append(seed)
         for h in steps:
             rollout = h["completions/mean_length"] * ROLLOUTS
-            ratios.append((rollout + float(h["oar/search_continued_tokens"])) / rollout)
+            ratios.append((rollout + float(h.get("oar/search_continued_tokens", 0.0))) / rollout)
             computed.append((rollout + float(h.get("oar/search_tokens", 0.0))) / rollout)
     ratio = _mean(ratios)
-    return {"ratio": ratio, "m": max(1, round(ratio)) if ratio is not None else None, "steps": len(ratios),
-            "seeds": seeds, "computed_ratio": _mean(computed)}  # fmt: skip
+    prompts = max(16, round(16 * ratio)) if ratio is not None else None
+    return {"ratio": ratio, "prompts": prompts, "steps": len(ratios), "seeds": seeds,
+            "computed_ratio": _mean(computed)}  # fmt: skip
 
 
 def choose(runs: dict[str, dict[int, dict[str, Any]]], warm: dict[str, float]) -> dict[str, Any]:
@@ -95,7 +98,7 @@ def choose(runs: dict[str, dict[int, dict[str, Any]]], warm: dict[str, float]) -
         "chosen": chosen,
         "grpo_criterion_met": criterion,
         "compute": mult,
-        "confirm": criterion and fe_rate is not None,
+        "confirm": criterion and fe_rate is not None and bool(mult and mult["prompts"]),
     }
 
 
@@ -133,7 +136,11 @@ def markdown(rec: dict[str, Any]) -> str:
         lines.append(
             f"first-error's tokens per step, rollouts and continuations: {c['ratio']:.2f}× its rollouts' "
             f"({c['steps']} steps of seeds {', '.join(map(str, c['seeds']))}; positions computed "
-            f"{c['computed_ratio']:.2f}×): GRPO at its compute trains on 16 × {c['m']} prompts per step."
+            f"{c['computed_ratio']:.2f}×): GRPO at its compute trains on {c['prompts']} prompts per step."
+        )
+    elif rec["chosen"]["first-error"] is not None:
+        lines.append(
+            "No first-error run at its chosen rate records its continuation tokens: no confirmation."
         )
     return "\n".join(lines) + "\n"
 

@@ -78,6 +78,10 @@ class ScoringContext:
     def rows(self, keep: Sequence[bool]) -> ScoringContext:
         """This context for the rows where `keep` is true (per-row fields sliced, in order): for a caller
         that scores a subset of its batch."""
+        n = len(self.gold) if self.gold is not None else None
+        n = self.advantages.shape[0] if n is None and self.advantages is not None else n
+        if n is not None and len(keep) != n:
+            raise ValueError(f"ScoringContext.rows: {len(keep)} flags for a context of {n} rows")
         index = [i for i, k in enumerate(keep) if k]
         gen = self.generator
         if isinstance(gen, (list, tuple)) and gen:  # one per row (an empty list: the rule draws none)

@@ -44,9 +44,16 @@ from oar_rl.scoring import ScoringContext
 _HEAD_BLOCK_ELEMENTS = 1 << 24
 
 
-def wrong_rows(ctx: ScoringContext, rule: str) -> list[int]:
-    """The rows whose sequence advantage is negative (the wrong rollouts), from `ctx.advantages`."""
+def wrong_rows(ctx: ScoringContext, rule: str, batch: ScoringBatch) -> list[int]:
+    """The rows whose sequence advantage is negative (the wrong rollouts), from `ctx.advantages`, which
+    must hold one value per row of `batch` (a ValueError otherwise: never a misaligned guess)."""
     adv = ctx.need("advantages", rule)
+    B = batch.completion_mask.shape[0]
+    if tuple(adv.shape) != (B,):
+        raise ValueError(
+            f"credit rule {rule!r}: ScoringContext.advantages has shape {tuple(adv.shape)}, expected ({B},): "
+            "one sequence advantage per row of the scored batch"
+        )
     return [b for b, a in enumerate(adv.detach().cpu().tolist()) if a < 0]
 
 
@@ -68,7 +75,7 @@ def locate_first_errors(
     `rows`: the rows to search (default: those with a negative advantage, :func:`wrong_rows`). Only the
     batch's scored tokens (``batch.scored("lt-logits")``: the reasoning tokens) are candidates.
     """
-    rows = wrong_rows(ctx, rule) if rows is None else list(rows)
+    rows = wrong_rows(ctx, rule, batch) if rows is None else list(rows)
     gold = ctx.need("gold", rule)
     B = batch.completion_mask.shape[0]
     if len(gold) != B:
@@ -173,7 +180,7 @@ def token_logprobs(
 def lowest_prob_scores(model: nn.Module, batch: ScoringBatch, *, ctx: ScoringContext, **_: object) -> Tensor:
     """(B, C) float32: 1 at each wrong row's least likely scored token (the first of ties), 0 elsewhere."""
     out = torch.zeros(batch.completion_mask.shape, dtype=torch.float32, device=batch.input_ids.device)
-    rows = wrong_rows(ctx, "lowest-prob")
+    rows = wrong_rows(ctx, "lowest-prob", batch)
     if not rows:
         return out
     logp, _ = token_logprobs(model, batch, temperature=ctx.temperature, batch_size=ctx.batch_size, rows=rows)
@@ -200,7 +207,9 @@ def random_departure_scores(
     gens = ctx.generator
     for b in located:
         gen = gens[b] if isinstance(gens, (list, tuple)) else gens
-        cand = (scored[b] & ~greedy[b]).nonzero().flatten().cpu()
+        off = scored[b] & ~greedy[b]
+        off[found[b]] = True  # the located error is off-greedy; a near-tie of this pass must not drop it
+        cand = off.nonzero().flatten().cpu()
         if cand.numel():
             out[b, int(cand[int(torch.randint(cand.numel(), (1,), generator=gen))])] = 1.0
     return out

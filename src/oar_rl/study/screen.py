@@ -379,7 +379,7 @@ def write_report(out: Path, kind: str, plan: ScreenPlan) -> dict[str, Any]:
         else f"Test split, {problems} problems × 4 samples at T = 1 per run ({problems * 4}), fresh seeds "
         f"{_seed_range(seeds)}; differences paired by seed against the arm's GRPO baseline."
     )
-    if kind == "screen":
+    if kind == "screen" and plan.k_winners:  # a plan with no winners (a rate grid) decides elsewhere
         try:
             record["winners"] = winners(summarize(runs, list(plan.arms)), plan, len(seeds), plan.k_winners)
             note += f" **Winners (pre-registered rule): {', '.join(record['winners'])}.**"
