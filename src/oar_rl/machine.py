@@ -58,11 +58,25 @@ def _numpy_blas() -> str | None:
         return None
 
 
+NUMERICS_ENV = (
+    "ATEN_CPU_CAPABILITY",
+    "ONEDNN_MAX_CPU_ISA",
+    "DNNL_MAX_CPU_ISA",
+    "MKL_CBWR",
+    "MKL_ENABLE_INSTRUCTIONS",
+    "MKL_DEBUG_CPU_TYPE",
+    "MKL_NUM_THREADS",
+    "OMP_NUM_THREADS",
+)
+"""Environment variables that change which CPU kernels run (and so the rounding), recorded when set."""
+
+
 def machine_info() -> dict[str, Any]:
     """The machine this process runs on (JSON-friendly): CPU model and the instruction set torch's CPU
     kernels dispatch to (`torch.backends.cpu.get_cpu_capability()`, which `ATEN_CPU_CAPABILITY` can
     lower), cores and torch threads, the GPU if any, and the versions of torch, its BLAS, NumPy and its
-    BLAS, SciPy, transformers, TRL and accelerate."""
+    BLAS, SciPy, transformers, TRL and accelerate, and the settings that change CPU kernels that are set
+    (`NUMERICS_ENV`: a run's CPU numerics profile, `oar_rl.numerics`)."""
     import torch
 
     return {
@@ -75,8 +89,46 @@ def machine_info() -> dict[str, Any]:
         "platform": platform.platform(),
         "python": platform.python_version(),
         "torch_blas": _torch_blas(torch.__config__.show()),
+        "numerics_env": {k: os.environ[k] for k in NUMERICS_ENV if k in os.environ},
         "numpy_blas": _numpy_blas(),
         "versions": {name: _version(name) for name in PACKAGES},
+    }
+
+
+SIMD_FLAG = re.compile(r"^(sse4_2|fma|f16c|avx.*|amx.*)$")
+
+
+def cpu_flags() -> list[str]:
+    """The CPU's SIMD flags (/proc/cpuinfo: sse4_2, fma, avx*, amx*); empty where unknown."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
+            for line in f:
+                key, _, value = line.partition(":")
+                if key.strip() == "flags":
+                    return sorted(x for x in value.split() if SIMD_FLAG.match(x))
+    except OSError:
+        pass
+    return []
+
+
+def numerics_info() -> dict[str, Any]:
+    """What decides the CPU's rounding beyond `machine_info`: the CPU's vendor and SIMD flags, whether
+    oneDNN (mkldnn) and MKL are on, and torch's build configuration (`torch.__config__.show()`: MKL and
+    oneDNN versions, the CPU capability in use)."""
+    import torch
+
+    vendor = None
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
+            vendor = next((ln.split(":", 1)[1].strip() for ln in f if ln.startswith("vendor_id")), None)
+    except OSError:
+        pass
+    return {
+        "cpu_vendor": vendor,
+        "cpu_flags": cpu_flags(),
+        "mkldnn_enabled": bool(torch.backends.mkldnn.enabled),
+        "mkl_available": bool(torch.backends.mkl.is_available()),
+        "torch_config": torch.__config__.show(),
     }
 
 
