@@ -70,6 +70,19 @@ def test_a_plan_with_a_profile_has_it_in_its_protocol_and_the_committed_plans_ke
         train_arms(Path("unused"), list(pinned.arms[:1]), (1,), "confirm", None, pinned)
 
 
+def test_a_study_with_a_profile_has_it_in_its_protocol_and_one_without_does_not():
+    from oar_rl.study.args import build_parser, settings_from_args
+    from oar_rl.study.config import PRESETS
+
+    assert "cpu_numerics" not in PRESETS["full"].protocol()
+    a = build_parser().parse_args(["--quick", "--cpu-numerics", "avx2"])
+    s = settings_from_args(a)
+    assert s.protocol()["cpu_numerics"] == {"profile": "avx2", "env": numerics.PROFILES["avx2"]}
+    assert "cpu_numerics" in s.tuning_protocol()
+    with pytest.raises(ValueError, match="unknown CPU numerics profile"):
+        replace(s, cpu_numerics="fast")
+
+
 def _committed(profile: str) -> list[dict]:
     return [json.loads(f.read_text()) for f in sorted(COMMITTED.glob(f"kernel.*.{profile}.json"))]
 

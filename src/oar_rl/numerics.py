@@ -15,9 +15,10 @@ thread. Both are read when torch loads, so they must be in the environment befor
 :func:`apply` re-executes the command with them (a command-line entry point calls it first), and
 :func:`check` refuses to train in a process without them. A plan that names a profile records it in its
 protocol; the plans made before issue 49 name none ("native": whatever the CPU picks) and keep their
-protocol hashes. Measured on one AMD EPYC only: it changes the weights after one step, and it costs
-what `results/fingerprints/README.md` says; that it gives the same bits on an Intel Xeon is what the
-committed fingerprints let the next machine check (`tests/test_fingerprint.py`).
+protocol hashes. Measured on an AMD EPYC with AVX-512 (`results/fingerprints/README.md`, with the
+cost): `avx2` reproduced a short-regime run made on an AMD EPYC with AVX2 only, every logged value of its
+30 steps; whether either profile gives an Intel Xeon's bits is what the committed fingerprints let the
+next machine check (`tests/test_fingerprint.py`).
 """
 
 from __future__ import annotations
