@@ -137,17 +137,20 @@ def numerics_info() -> dict[str, Any]:
 
 
 def machine_line(info: dict[str, Any] | None) -> str:
-    """One line for a report: 'Intel Xeon ... (AVX512), 2 cores, 1 torch thread, torch 2.13.0 (mkl)'; a
-    record made before machines were recorded says so."""
+    """One line for a report: 'Intel Xeon ... (AVX512), 2 cores, 1 torch thread, torch 2.13.0 (mkl)', then
+    the kernel settings that were set ('MKL_CBWR=COMPATIBLE ...', thread counts left out); a record made
+    before machines were recorded says so."""
     if not info:
         return "not recorded (made before run files recorded their machine)"
     v = info.get("versions") or {}
     blas = f" ({info['torch_blas']})" if info.get("torch_blas") else ""
     threads = info.get("torch_threads")
+    env = sorted((k, v) for k, v in (info.get("numerics_env") or {}).items() if "THREADS" not in k)
     return (
         f"{info.get('cpu', '?')} ({info.get('cpu_capability', '?')}), {info.get('cpu_count', '?')} cores, "
         f"{threads} torch thread{'s' * (threads != 1)}, torch {v.get('torch', '?')}{blas}"
         + (f", GPU {info['gpu']}" if info.get("gpu") else "")
+        + "".join(f", {k}={v}" for k, v in env)
     )
 
 
