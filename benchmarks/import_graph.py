@@ -40,6 +40,7 @@ TIERS: dict[str, int] = {
     "oar_rl.argparsing": 0,
     "oar_rl.cache_check": 0,
     "oar_rl.machine": 0,
+    "oar_rl.numerics": 0,  # CPU numerics profiles (issue 49)
     # 1 pure math, answer spans, data and rewards
     "oar_rl.reshape": 1,
     "oar_rl.metrics": 1,

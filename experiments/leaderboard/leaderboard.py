@@ -372,9 +372,10 @@ def page(
     lines += [
         "## Machines",
         "",
-        "The committed runs and benchmarks were made on a 2-core x86-64 CPU, the v2 study's on an AMD EPYC "
-        "with AVX2 (issue 34); files made before issue 34 do not record the CPU model, later ones do "
-        f"(`oar_rl.machine`). {REPRODUCIBILITY}",
+        "The committed runs and benchmarks were made on a 2-core x86-64 CPU: the v2 study's and the "
+        "short screen's on an AMD EPYC with AVX2 (issue 34), the long regime's on an Intel Xeon with "
+        "AVX-512; files made before issue 34 do not record the CPU model, later ones do (`oar_rl.machine`). "
+        f"{REPRODUCIBILITY}",
         "",
         "## Sources",
         "",

@@ -133,6 +133,14 @@ def build_parser() -> argparse.ArgumentParser:
         help="tokens OAR scores and reshapes (protocol; default reasoning, OARConfig's); before-answer is "
         "the scored set of studies made before issue 26, e.g. results/study-wordproblems-v2",
     )
+    add(
+        p,
+        "--cpu-numerics",
+        choices=("portable-x86", "avx2"),
+        help="pin the CPU kernels (protocol; oar_rl.numerics): portable-x86 = MKL_CBWR=COMPATIBLE "
+        "ATEN_CPU_CAPABILITY=avx2, avx2 = MKL_CBWR=AVX2 ATEN_CPU_CAPABILITY=avx2; the command re-runs "
+        "itself with them (default: none, the kernels the CPU picks; results/fingerprints)",
+    )
     add(p, "--fresh", action="store_true", help="discard the results in --out first")
     add_flag(p)
     return p
@@ -186,6 +194,8 @@ def settings_from_args(a: argparse.Namespace) -> StudySettings:
         changes["probe"] = a.probe
     if a.scored_tokens is not None:
         changes["scored_tokens"] = a.scored_tokens
+    if getattr(a, "cpu_numerics", None) is not None:
+        changes["cpu_numerics"] = a.cpu_numerics
     if a.methods is not None:
         changes["methods"] = tuple(study_name(m) for m in _csv(a.methods))  # "none" is "grpo"
         if not changes["methods"]:

@@ -58,8 +58,10 @@ def run_study(
     protocol before anything heavy; load the warm start; choose the learning rate; measure the warm start;
     train every missing run; the recall analysis; assemble and write study.json and the report.
     """
+    from oar_rl.numerics import check
     from oar_rl.study.report import write_outputs
 
+    check(settings.cpu_numerics)  # the protocol's CPU kernels, or no run (read when torch loads)
     t_start = time.perf_counter()
     task, settings = _resolve(settings)
     if fresh:
@@ -394,6 +396,9 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     from transformers.utils import logging as hf_logging
 
+    from oar_rl.numerics import apply
+
+    apply(settings.cpu_numerics)  # re-runs this command under the protocol's CPU numerics profile
     hf_logging.disable_progress_bar()  # one progress bar: the study's (not one per weight load)
     apply_threads(a.threads)
     try:

@@ -108,6 +108,9 @@ class StudySettings:
     """Size of the RL prompt pool; None: 2 × steps × prompts_per_step."""
     recall_trajectories: int = 40
     """Correct warm-start trajectories for recall@K% (0: skip the recall analysis)."""
+    cpu_numerics: str | None = None
+    """CPU numerics profile the runs train under (`oar_rl.numerics`: portable-x86, avx2); part of the
+    protocol when set; None (native, the kernels the CPU picks) leaves it as before issue 49."""
     # --- scope ---
     credit_modules: tuple[tuple[str, str, tuple[str, ...]], ...] = ()
     """(module as given, sha256 of its code, the rules it registered) of each `--credit-module` loaded
@@ -159,6 +162,9 @@ class StudySettings:
         for name in ("tune_seeds", "validation_problems"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name}={getattr(self, name)} must be >= 1")
+        from oar_rl.numerics import profile_env
+
+        profile_env(self.cpu_numerics)  # ValueError names the valid profiles
         for name in ("curve_problems", "curve_samples"):
             if getattr(self, name) is not None and getattr(self, name) < 1:
                 raise ValueError(f"{name}={getattr(self, name)} must be >= 1 (or None)")
@@ -250,6 +256,12 @@ class StudySettings:
         for key in ("curve_problems", "curve_samples"):  # absent when unset: earlier studies' protocols hold
             if d[key] is None:
                 del d[key]
+        if d["cpu_numerics"] is None:  # native: absent, so every protocol made before issue 49 holds
+            del d["cpu_numerics"]
+        else:
+            from oar_rl.numerics import record
+
+            d["cpu_numerics"] = record(self.cpu_numerics)
         del d["credit_modules"]  # recorded on the runs of each module's own rules (`module_record`)
         if d["scored_tokens"] == "before-answer":  # the scored set of every study before issue 26
             del d["scored_tokens"]

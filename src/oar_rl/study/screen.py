@@ -38,8 +38,7 @@ from typing import Any
 
 from oar_rl.io import write_text_atomic
 from oar_rl.study import screen_plot
-from oar_rl.study.config import PRESETS
-from oar_rl.study.screen_plan import Arm, ScreenPlan, load_plan
+from oar_rl.study.screen_plan import Arm, ScreenPlan, load_plan, protocol, run_inputs, settings
 from oar_rl.study.screen_report import (
     DIAGNOSTIC_LABELS,
     contrasts_markdown,
@@ -48,37 +47,10 @@ from oar_rl.study.screen_report import (
     progress_markdown,
 )
 
-__all__ = ["Arm", "ScreenPlan", "confirm_arms", "load_plan", "main", "protocol", "run_all", "write_report"]
-
-
-def settings(kind: str, plan: ScreenPlan):
-    """The v2 study's full recipe at the plan's learning rate, scored on the split of `kind`."""
-    curve = plan.confirm_curve if kind == "confirm" or plan.screen_curve else (None, None)
-    return replace(
-        PRESETS["full"],
-        task=plan.task,
-        learning_rate=plan.learning_rate,
-        lr_source=plan.lr_source,
-        test_problems=plan.eval[kind][1],
-        eval_samples=4,
-        curve_problems=curve[0],
-        curve_samples=curve[1],
-        recall_trajectories=0,
-    )
-
-
-def protocol(kind: str, plan: ScreenPlan) -> dict[str, Any]:
-    """What every run of the screen (kind "screen") or the confirmation ("confirm") shares."""
-    d = settings(kind, plan).protocol()
-    # the first screen (format 1) has scored the reasoning only (the default) since its first run, and its
-    # files record no scored_tokens key; the oar-g[before-answer] arm names its own in its overrides
-    for key in plan.drop_from_protocol:
-        d.pop(key)
-    if plan.screen_format >= 2:  # since the long regime: the warm start's recipe is part of the protocol
-        from oar_rl.shipped import TASK_RECIPES
-
-        d["warm_start_recipe"] = TASK_RECIPES[plan.task].hash()
-    return {**d, "split": plan.eval[kind][0], "screen_format": plan.screen_format}
+__all__ = [
+    "Arm", "ScreenPlan", "confirm_arms", "load_plan", "main", "protocol", "run_all", "run_inputs", "settings",
+    "write_report",
+]  # fmt: skip
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -98,16 +70,14 @@ def train_arms(
 ) -> None:
     """Train every (arm, seed) not stored under `out/<kind>/runs`, seed-major, sharing work with other
     processes on the same directory (`idle` and `wait`: :func:`oar_rl.study.claims.run_claimed`)."""
+    from oar_rl.numerics import check
     from oar_rl.study.claims import run_claimed
     from oar_rl.study.runner import Progress, RunStore, train_and_evaluate
-    from oar_rl.tasks import get_task
 
-    task = get_task(plan.task)
-    s = replace(settings(kind, plan), max_completion_length=task.max_completion_length, probe=task.probe)
+    check(plan.numerics)  # the plan's CPU kernels, or no run (the environment is read when torch loads)
+    task, s, ws, train_rows = run_inputs(kind, plan, cache_dir)
     store = RunStore(out / kind / "runs", protocol(kind, plan))
     store.check_all()
-    ws = task.load_warm_start("default", cache_dir)
-    train_rows = task.prompts("train", s.n_train_prompts)
     eval_rows = task.prompts(plan.eval[kind][0], s.test_problems)
     todo = [(a, seed) for seed in seeds for a in arms]
     progress = Progress(sum(s.steps * int(dict(a.overrides).get("steps_per_generation", 1)) for a, _ in todo))
@@ -456,6 +426,11 @@ def main(argv: list[str] | None = None, plan: ScreenPlan | None = None, prog: st
             plan = load_plan(a.plan)
         except ValueError as e:
             p.error(str(e))
+    from oar_rl.numerics import apply
+
+    if plan.numerics is not None and a.threads != 1:
+        p.error(f"the plan's CPU numerics profile {plan.numerics!r} holds at one torch thread (--threads 1)")
+    apply(plan.numerics)  # re-runs this command under the plan's CPU numerics profile, if it has one
     torch.set_num_threads(a.threads)
     out = Path(a.out or f"results/{plan.name}")
     t0 = time.perf_counter()
