@@ -169,11 +169,16 @@ def rollouts(tokenizer):
     """A tiny Qwen2 with a second EOS in its generation config, prompts of different lengths, and wrong
     rollouts that leave the greedy path at a known token (one by stopping: an EOS inside the rollout)."""
     model = tiny_qwen2(len(tokenizer), seed=0).eval()
+    with torch.no_grad():  # sharper logits: a random tiny model's greedy path repeats one token otherwise,
+        for p in model.parameters():  # and then every row would stop at its first token (all leaves 0)
+            if p.dim() > 1:
+                p.mul_(10.0)
     prompts = ["1+2=", "17+25=", "3*3=", "100-1=", "8/2=", "5+5+5="]
     max_new = 12
     tok_eos = tokenizer.eos_token_id
     greedy = [greedy_reference(model, tokenizer(p)["input_ids"], max_new, {tok_eos}) for p in prompts]
     extra = greedy[0][6]  # the generation config's own EOS: row 0's greedy path stops at its 7th token
+    assert extra not in greedy[0][:6]
     model.generation_config.eos_token_id = [extra]
     eos = {tok_eos, extra}
     greedy = [greedy_reference(model, tokenizer(p)["input_ids"], max_new, eos) for p in prompts]
@@ -189,6 +194,7 @@ def rollouts(tokenizer):
         completions.append(row[:max_new])
         leaves.append(d)
     assert tok_eos not in greedy[3][: leaves[3] + 1]
+    assert len(greedy[0]) == 7 and sum(d > 0 for d in leaves) >= 4  # the search has real work to do
     return model, prompts, greedy, completions, leaves, max_new, eos
 
 
@@ -236,19 +242,19 @@ def test_real_generation_equals_the_binary_search_over_the_scans_values(tokenize
     textbook binary search's token over the reference continuations' values, a real flip."""
     model, prompts, _greedy, completions, _leaves, max_new, eos = rollouts
 
-    def check(text: str, g: str) -> bool:
-        return zlib.crc32(text.encode()) % 3 != 0
+    def check(text: str, g: str) -> bool:  # the gold is the hash's salt ("0": three rows flip, at 3, 7, 1)
+        return zlib.crc32(f"{g}:{text}".encode()) % 3 != 0
 
     values = [
-        scan_values(model, tokenizer, tokenizer(p)["input_ids"], completions[b], check, "", max_new, eos)
+        scan_values(model, tokenizer, tokenizer(p)["input_ids"], completions[b], check, "0", max_new, eos)
         for b, p in enumerate(prompts)
     ]
     expected = {b: binary_reference(v) for b, v in enumerate(values)}
-    assert sum(t is not None for t in expected.values()) >= 2  # the search has work to do
+    assert sum(t not in (None, 0) for t in expected.values()) >= 3  # the search has work to do
     batch = rollout_batch(model, tokenizer, prompts, completions)
     for k in BRANCHINGS:
         found = fe.first_error_positions(
-            model, batch, tokenizer=tokenizer, gold=[""] * len(prompts), check=check,
+            model, batch, tokenizer=tokenizer, gold=["0"] * len(prompts), check=check,
             rows=list(range(len(prompts))), max_new_tokens=max_new, branching=k, batch_size=3,
         )  # fmt: skip
         assert found == expected, k
