@@ -242,3 +242,29 @@ def test_oar_rl_train_gives_a_users_rule_the_gold_and_the_check(tiny_model_dir, 
     for r in records:
         assert r["gold"] and set(r["gold"]) <= answers and r["self_check"]
         assert len(r["adv"]) == len(r["gold"]) and all(a != 0 for a in r["adv"])
+
+
+def test_issue_48s_rules_run_in_study_and_blame(tmp_path):
+    """save-prefix, lowest-prob and random-departure through `oar-rl study` (tiny: 1 seed, 2 steps) and
+    `oar-rl blame`: each trains, and in blame each moves weight off GRPO's uniform credit."""
+    from oar_rl.analysis import blame
+    from oar_rl.study import cli as study_cli
+
+    rules = ("save-prefix", "lowest-prob", "random-departure")
+    out = tmp_path / "study"
+    args = ["--tiny", "--methods", ",".join(("grpo", *rules)), "--seeds", "1", "--recall", "0",
+            "--out", str(out), "--cache-dir", str(tmp_path / "cache")]  # fmt: skip
+    assert study_cli.main(args) == 0
+    for rule in rules:
+        run = json.loads((out / "runs" / f"{rule}.seed0.json").read_text())
+        assert run["credit"] == rule and run["final"]["sampled"] is not None
+
+    out = tmp_path / "blame"
+    argv = ["--prompts", "4", "--samples", "4", "--signals", ",".join(("first-error", *rules)),
+            "--out", str(out)]  # fmt: skip
+    assert blame.main(argv) == 0
+    result = json.loads((out / "blame.json").read_text())
+    assert set(result["signals"]) == {"first-error", *rules} and result["rows"] >= 1
+    for rule in rules:  # a rule that scored nothing would leave every weight at 1 (uniform, GRPO's)
+        sig = result["signals"][rule]
+        assert any(abs(w - 1.0) > 1e-3 for w in [*sig["w_error"], *sig["w_last"]]), rule
