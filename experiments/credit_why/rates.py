@@ -28,6 +28,7 @@ from typing import Any
 
 from experiments.credit_why.plan import GRID, GRID_RULES, RATES, _lr
 from oar_rl.io import write_text_atomic
+from oar_rl.study.screen_report import signed_text
 
 GREEDY_SLACK = 2.0
 """Points of greedy accuracy a chosen rate may lose against the warm start (issue 48, item 1)."""
@@ -103,8 +104,8 @@ def choose(runs: dict[str, dict[int, dict[str, Any]]], warm: dict[str, float]) -
 
 
 def _pm(x: float) -> str:
-    """A signed figure with a typographic minus, as every page prints it."""
-    return f"{x:+.1f}".replace("-", "−")
+    """`signed_text` (the project's signed figure) with a typographic minus, as the pages print it."""
+    return signed_text(x).replace("-", "−")
 
 
 def markdown(rec: dict[str, Any]) -> str:
