@@ -76,6 +76,34 @@ def _logprobs_reference(model, batch, temperature: float):
     return out
 
 
+def test_the_shared_per_token_head_loop_matches_full_forwards(tokenizer, rollouts):
+    """`completion_token_stats` (entropy, lowest-prob and random-departure's loop): for the rows asked,
+    with rows and head positions cut into blocks, each token's statistic is the one-row full forward's;
+    the other rows and padding stay 0 / False; a stat with the wrong number of outputs is an error."""
+    from oar_rl.importance.token_head import completion_token_stats
+
+    model, batch, _ctx, _ = _setup(tokenizer, rollouts)
+
+    def stat(z, picked):
+        return torch.log_softmax(z.float(), dim=-1).gather(1, picked[:, None])[:, 0], z.argmax(-1) == picked
+
+    rows = [0, 3, 5]
+    logp, top = completion_token_stats(
+        model, batch, stat, (torch.float32, torch.bool), rows=rows, batch_size=2, chunk_size=3
+    )
+    ref = _logprobs_reference(model, batch, 1.0)
+    mask = batch.completion_mask.bool()
+    for b in range(mask.shape[0]):
+        if b in rows:
+            torch.testing.assert_close(logp[b][mask[b]].double(), ref[b][0], atol=1e-5, rtol=1e-5)
+            assert torch.equal(top[b][mask[b]], ref[b][1])
+        else:
+            assert not logp[b].any() and not top[b].any()
+    assert not logp[~mask].any() and not top[~mask].any()
+    with pytest.raises(ValueError, match="stat returned 1 outputs, expected 2"):
+        completion_token_stats(model, batch, lambda z, p: (z[:, 0],), (torch.float32, torch.bool))
+
+
 def test_first_error_through_the_registry_is_the_search(tokenizer, rollouts):
     model, batch, ctx, leaves = _setup(tokenizer, rollouts)
     got = run_scorer(CREDIT_MODES["first-error"], model, batch, ctx)

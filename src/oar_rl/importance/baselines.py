@@ -27,13 +27,10 @@ from typing import Any
 
 import torch
 from torch import Tensor, nn
-from tqdm.auto import tqdm
 
 from oar_rl.answer_span import _check_mask
-from oar_rl.model_parts import body_hidden, eval_mode, head_logits, vocab_size
+from oar_rl.importance.token_head import completion_token_stats
 from oar_rl.probes import ScoringBatch, check_rows_per_pass, prepare_batch
-
-_HEAD_BLOCK_ELEMENTS = 1 << 24
 
 
 def entropy_importance(
@@ -84,30 +81,16 @@ def entropy_scores(
     check_rows_per_pass(batch_size)
     if not isinstance(temperature, (int, float)) or not math.isfinite(temperature) or temperature <= 0:
         raise ValueError(f"temperature must be a finite number > 0, got {temperature!r}")
-    P = batch.prompt_len
-    B, C = batch.completion_mask.shape
-    out = torch.zeros(B, C, dtype=torch.float32, device=batch.input_ids.device)
-    if not bool(batch.completion_mask.any()):
-        return out
-    rows_all = batch.completion_mask.any(dim=1).nonzero().flatten()  # (B',)
-    step = batch_size or B
-    chunk = chunk_size or max(1, _HEAD_BLOCK_ELEMENTS // vocab_size(model))
-    with torch.no_grad(), eval_mode(model):
-        for lo in tqdm(range(0, rows_all.shape[0], step), desc="entropy", unit="chunk", disable=not progress):
-            rows = rows_all[lo : lo + step]  # (n,)
-            valid = batch.completion_mask[rows]  # (n, C)
-            last = int(valid.any(dim=0).nonzero().max())  # last completion column with a valid token
-            L = P + last  # positions P-1 .. P+last-1 predict completion tokens 0 .. last
-            hidden = body_hidden(model, batch.attention_mask[rows, :L], input_ids=batch.input_ids[rows, :L])
-            r, t = valid.nonzero(as_tuple=True)  # (M,), (M,)
-            h = hidden[r, P + t - 1]  # (M, H)
-            ent = torch.empty(h.shape[0], dtype=torch.float32, device=h.device)  # (M,)
-            for a in range(0, h.shape[0], chunk):
-                z = head_logits(model, h[a : a + chunk]) / temperature  # (m, V)
-                # H = logsumexp(z) - sum_v softmax(z)_v z_v: two (m, V) blocks live at a time
-                lse = torch.logsumexp(z, dim=-1)  # (m,)
-                ent[a : a + chunk] = (lse - torch.softmax(z, dim=-1).mul_(z).sum(dim=-1)).float()
-            out[rows[r], t] = ent
+
+    def entropy(z: Tensor, _: Tensor) -> tuple[Tensor]:
+        z = z / temperature  # (m, V)
+        # H = logsumexp(z) - sum_v softmax(z)_v z_v: two (m, V) blocks live at a time
+        return ((torch.logsumexp(z, dim=-1) - torch.softmax(z, dim=-1).mul_(z).sum(dim=-1)).float(),)
+
+    (out,) = completion_token_stats(
+        model, batch, entropy, (torch.float32,), batch_size=batch_size, chunk_size=chunk_size,
+        progress=progress, desc="entropy",
+    )  # fmt: skip
     return out
 
 

@@ -37,11 +37,10 @@ from torch import Tensor, nn
 
 from oar_rl.importance import first_error as fe
 from oar_rl.importance.first_error import DEFAULT_BRANCHING, SearchStats
-from oar_rl.model_parts import body_hidden, eval_mode, head_logits, vocab_size
+from oar_rl.importance.token_head import completion_token_stats
+from oar_rl.model_parts import eval_mode
 from oar_rl.probes import ScoringBatch
 from oar_rl.scoring import ScoringContext
-
-_HEAD_BLOCK_ELEMENTS = 1 << 24
 
 
 def wrong_rows(ctx: ScoringContext, rule: str, batch: ScoringBatch) -> list[int]:
@@ -141,39 +140,14 @@ def token_logprobs(
     One forward, the LM head in blocks."""
     if not isinstance(temperature, (int, float)) or not math.isfinite(temperature) or temperature <= 0:
         raise ValueError(f"temperature must be a finite number > 0, got {temperature!r}")
-    P = batch.prompt_len
-    B, C = batch.completion_mask.shape
-    device = batch.input_ids.device
-    logp = torch.zeros(B, C, dtype=torch.float32, device=device)
-    greedy = torch.zeros(B, C, dtype=torch.bool, device=device)
-    live = batch.completion_mask.any(dim=1)  # (B,)
-    if rows is not None:
-        keep = torch.zeros_like(live)
-        keep[torch.tensor(rows, dtype=torch.long, device=live.device)] = True
-        live = live & keep
-    rows_all = live.nonzero().flatten()  # (B',)
-    step = batch_size or B
-    block = max(1, _HEAD_BLOCK_ELEMENTS // vocab_size(model))
-    with torch.no_grad(), eval_mode(model):
-        for lo in range(0, rows_all.shape[0], step):
-            rows = rows_all[lo : lo + step]  # (n,)
-            valid = batch.completion_mask[rows]  # (n, C)
-            last = int(valid.any(dim=0).nonzero().max())
-            L = P + last  # positions P-1 .. P+last-1 predict completion tokens 0 .. last
-            hidden = body_hidden(model, batch.attention_mask[rows, :L], input_ids=batch.input_ids[rows, :L])
-            r, t = valid.nonzero(as_tuple=True)  # (M,), (M,)
-            h = hidden[r, P + t - 1]  # (M, H): the positions that predict completion token t
-            tok = batch.input_ids[rows[r], P + t]  # (M,)
-            lp = torch.empty(h.shape[0], dtype=torch.float32, device=device)
-            top = torch.empty(h.shape[0], dtype=torch.bool, device=device)
-            for a in range(0, h.shape[0], block):
-                z = head_logits(model, h[a : a + block])  # (m, V)
-                picked = tok[a : a + block]
-                logp_all = torch.log_softmax(z.float() / temperature, dim=-1)  # (m, V)
-                lp[a : a + block] = logp_all.gather(1, picked[:, None])[:, 0]
-                top[a : a + block] = z.argmax(dim=-1) == picked
-            logp[rows[r], t] = lp
-            greedy[rows[r], t] = top
+
+    def logp_and_top(z: Tensor, picked: Tensor) -> tuple[Tensor, Tensor]:
+        logp_all = torch.log_softmax(z.float() / temperature, dim=-1)  # (m, V)
+        return logp_all.gather(1, picked[:, None])[:, 0], z.argmax(dim=-1) == picked
+
+    logp, greedy = completion_token_stats(
+        model, batch, logp_and_top, (torch.float32, torch.bool), rows=rows, batch_size=batch_size
+    )
     return logp, greedy
 
 
