@@ -145,7 +145,8 @@ def test_the_leaderboard_fits_marks_its_scored_sets_and_prints_minus_signs():
 
     text = (ROOT / leaderboard.PAGE).read_text()
     summary = text[text.index("<table>") : text.index("</table>")]
-    assert summary.count("<th colspan='2'>") == 2 and "## wordproblems-long: details" in text
+    assert summary.count("<th colspan='2'>") == 3 and "## wordproblems-long: details" in text
+    assert "## wordproblems-long at chosen rates: details" in text  # issue 48's confirmation
     assert "<td>+1.0 (+0.2, +1.8)†</td><td>v2 study, 10 seeds</td>" in summary  # entropy, before-answer
     assert "<td>−3.5 (−4.8, −2.1)</td><td>confirmed, 10 seeds</td>" in summary  # oar-g, reasoning tokens
     assert "**†**: scored set `before-answer`" in text
@@ -250,3 +251,36 @@ def test_leaderboard_shows_screen_only_rules_and_adds_a_regime_when_its_runs_lan
     _run(tmp_path / "c", "random", 0, 0.5, protocol="p2")
     with pytest.raises(ValueError, match="mixes run files of 2 protocols"):
         lb.page(tmp_path, (short, long))
+
+
+def test_leaderboard_reads_a_fixed_arm_confirmation_whole_with_its_rates(tmp_path):
+    """Issue 48's confirmation: its arms are fixed in advance (no screen's winners) and each trains at a
+    rate chosen on a grid (a learning-rate override), GRPO-at-compute on more prompts per step. No figure
+    is read until every arm has its 10 seeds, an arm with no file yet included; then each arm is its
+    row, and a run with another override (an ablation) is not."""
+    from experiments.leaderboard import leaderboard as lb
+
+    arms = ("grpo", "grpo-compute", "first-error")
+    src = lb.Source("why", "confirmation at chosen rates", "x.md", blinded=True, arms=arms,
+                    overrides=frozenset({"learning_rate", "prompts_per_step"}))  # fmt: skip
+    regime = lb.Regime("why", "test", confirmed=(src,))
+
+    def run(arm: str, seed: int, acc: float, over: dict) -> None:
+        _run(tmp_path / "why", arm, seed, acc)
+        path = tmp_path / "why" / f"{arm}.seed{seed}.json"
+        path.write_text(json.dumps({**json.loads(path.read_text()), "overrides": over}))
+
+    for seed in range(10):
+        run("grpo", seed, 0.5, {"learning_rate": 2e-4})
+        run("first-error", seed, 0.52 + 0.002 * (seed % 2), {"learning_rate": 1e-4})
+    assert lb.accuracy_cells(tmp_path, regime, "first-error")[:2] == [
+        "running", "confirmation running: 10 of 10 seeds"
+    ]  # fmt: skip
+    for seed in range(10):
+        run("grpo-compute", seed, 0.51, {"learning_rate": 2e-4, "prompts_per_step": 30})
+    run("first-error[tau=0.2]", 0, 0.9, {"learning_rate": 1e-4, "tau": 0.2})
+    assert lb.accuracy_cells(tmp_path, regime, "first-error")[:3] == [
+        "+2.1 (+2.0, +2.2)", "10", "confirmation at chosen rates"
+    ]  # fmt: skip
+    assert lb.accuracy_cells(tmp_path, regime, "grpo-compute")[:2] == ["+1.0 (+1.0, +1.0)", "10"]
+    assert lb.rules(tmp_path, (regime,)) == ["grpo", "grpo-compute", "first-error"]

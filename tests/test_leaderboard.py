@@ -147,7 +147,11 @@ def test_source_never_writes_the_committed_page(tmp_path, capsys):
         ("runs-folder", "it holds run files itself: pass the study folder above it"),
         ("no-runs", "has no runs/ folder"),
         ("empty", "has no run files yet"),
-        ("duplicate", "the name 'mine' is taken; names in use: wordproblems, wordproblems-long, mine"),
+        (
+            "duplicate",
+            "the name 'mine' is taken; names in use: wordproblems, wordproblems-long, "
+            "wordproblems-long at chosen rates, mine",
+        ),
         ("committed-name", "the name 'wordproblems' is taken"),
         ("not-a-run", "is not an `oar-rl study` run file (it lacks variant, seed"),
         ("two-protocols", "mixes run files of 2 protocols"),

@@ -63,7 +63,7 @@ from experiments.leaderboard.regimes import (
 from experiments.leaderboard.sources import SourceError, studies_note, study_cells, study_line, study_regimes
 
 PAGE = "docs/results/leaderboard.md"
-ORDER = ("grpo", "random", "entropy", "oar-g", "oar-p", "oar-gp", "grail", "first-error")
+ORDER = ("grpo", "grpo-compute", "random", "entropy", "oar-g", "oar-p", "oar-gp", "grail", "first-error")
 """Row order; a rule not listed follows, alphabetically."""
 CREDIT = {"grpo": "none"}
 """The bench's name of a rule (its credit mode)."""
@@ -73,6 +73,8 @@ def _arms_running(root: Path, source: Source, runs: Mapping[str, Mapping[int, An
     """Whether a blinded source's confirmation still lacks a seed of some arm."""
     if not source.blinded:
         return False
+    if source.arms:
+        return any(len(runs.get(a, {})) < CONFIRM_SEEDS for a in source.arms)
     if source.plan is None:
         return any(len(got) < CONFIRM_SEEDS for got in runs.values())
     import importlib
@@ -118,7 +120,8 @@ def accuracy_cells(root: Path, regime: Regime, rule: str) -> list[str]:
     running, running_label = "", ""  # "confirmation running: k of 10 seeds", for the screen's row
     for source, confirmed in [(s, True) for s in regime.confirmed] + [(s, False) for s in regime.screens]:
         runs = load_runs(root, source.runs)
-        mine, grpo = default_variant(runs, rule), default_variant(runs, "grpo")
+        mine = default_variant(runs, rule, source.overrides)
+        grpo = default_variant(runs, "grpo", source.overrides)
         if confirmed and (min(len(mine), len(grpo)) < CONFIRM_SEEDS or _arms_running(root, source, runs)):
             if mine and source.blinded and not running:
                 running = f" (confirmation running: {len(set(mine) & set(grpo))} of {CONFIRM_SEEDS} seeds)"
@@ -214,7 +217,7 @@ def rules(root: Path, regimes: Sequence[Regime]) -> list[str]:
     for regime in regimes:
         for source in regime.sources:
             runs = load_runs(root, source.runs)
-            allowed = TUNED if source.study else frozenset()  # a user's study: tuned rates too
+            allowed = TUNED if source.study else source.overrides  # a user's study: tuned rates too
             found |= {v for v in runs if default_variant(runs, v, allowed)}
     return [r for r in ORDER if r in found] + sorted(found - set(ORDER))
 
@@ -270,6 +273,8 @@ def detail_tables(root: Path, regime: Regime, names: Sequence[str]) -> str:
         credit_rows.append((rule, blame_cells(root, regime, rule) + recall_cells(root, regime, rule)))
     heads = ["<tr><th>rule</th>" + "".join(f"<th>{html.escape(c)}</th>" for c in cols) + "</tr>"
              for cols in (ACCURACY, CREDIT_COLUMNS)]  # fmt: skip
+    if regime.blame is None and regime.recall is None:  # its credit is measured in another regime's records
+        return _html_table(heads[0], acc_rows)
     return _html_table(heads[0], acc_rows) + "\n\n" + _html_table(heads[1], credit_rows)
 
 
@@ -299,6 +304,18 @@ def _sources(root: Path, regimes: Sequence[Regime], out: Path | None = None) -> 
             lines.append(f"- *{s.label}*: `{s.runs}/`, {n} run files, protocol `{next(iter(h))}` {docs}")
         lines += [f"- `{shown_path(p)}`" for p in (regime.blame, regime.recall, regime.bench) if p]
     return lines
+
+
+def _compute_note(root: Path, shown: Sequence[Regime], out: Path | None) -> list[str]:
+    """The note on the `grpo-compute` row, where it has one."""
+    if "grpo-compute" not in rules(root, shown):
+        return []
+    answers = _link(root, "credit-why.md", out)
+    return [
+        "- **grpo-compute**: not a credit rule; GRPO given first-error's generated tokens per step (more "
+        "prompts per step, issue 48). Its Δ vs GRPO is what that compute buys GRPO; a rule beats GRPO "
+        f"there only if it beats both ([the answers]({answers}))."
+    ]
 
 
 def page(
@@ -341,6 +358,7 @@ def page(
         f"- **{OTHER_SCORED}**: scored set `before-answer` (every token before the answer: the v2 study, "
         "made before the option existed); every unmarked figure scored the reasoning tokens, today's "
         "default (`OARConfig.scored_tokens`): two settings, two experiments.",
+        *_compute_note(root, shown, out),
         "",
     ]
     for r in shown:
@@ -374,7 +392,8 @@ def page(
         "",
         "The committed runs and benchmarks were made on a 2-core x86-64 CPU: the v2 study's and the "
         "short screen's on an AMD EPYC with AVX2 (issue 34), the long regime's on an Intel Xeon with "
-        "AVX-512; files made before issue 34 do not record the CPU model, later ones do (`oar_rl.machine`). "
+        "AVX-512, issue 48's confirmation at chosen rates on an AMD EPYC with AVX-512; files made before "
+        "issue 34 do not record the CPU model, later ones do (`oar_rl.machine`). "
         f"{REPRODUCIBILITY}",
         "",
         "## Sources",

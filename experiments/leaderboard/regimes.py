@@ -13,6 +13,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from experiments.credit_why.plan import CONFIRM_ARMS
+
 
 @dataclass(frozen=True)
 class Source:
@@ -32,6 +34,13 @@ class Source:
     """The tokens its credit rules scored (`OARConfig.scored_tokens`): today's default, the reasoning
     tokens, unless the source says otherwise (the v2 study predates the option: every token before the
     answer). The leaderboard marks a figure of another scored set."""
+    arms: tuple[str, ...] = ()
+    """With `blinded`: the confirmation's arms when its plan fixes them in advance (no screen's winners to
+    read): every one must have all `CONFIRM_SEEDS` seeds before any figure is read."""
+    overrides: frozenset[str] = frozenset()
+    """The overrides its arms carry by design (issue 48's confirmation: each arm's learning rate chosen on
+    the grid, GRPO-at-first-error's-compute's prompts per step); a run with any other override is a
+    variant, not the rule's row (`default_variant`)."""
     study: str | None = None
     """A user's `oar-rl study` folder (`--source NAME=DIR`, DIR as given; `runs` is its runs/ folder):
     read whole, whatever its seeds, each cell labelled with its seed count (`sources.study_seeds_label`)."""
@@ -56,6 +65,9 @@ class Regime:
     def sources(self) -> tuple[Source, ...]:
         return (*self.confirmed, *self.screens, *self.studies)
 
+
+CREDIT_WHY_ARMS = tuple(name for name, _, _ in CONFIRM_ARMS)
+"""Issue 48's confirmation arms, fixed by its pre-registration."""
 
 REGIMES: tuple[Regime, ...] = (
     Regime(
@@ -98,6 +110,23 @@ REGIMES: tuple[Regime, ...] = (
         screens=(Source("results/credit-long/screen/runs", "screen", "credit-long.md"),),
         blame="results/blame-long/blame.json",
         recall="results/testbed-recall-long/recall.json",
+    ),
+    Regime(
+        "wordproblems-long at chosen rates",
+        "long chains at the rates chosen on issue 48's validation grid, where GRPO learns (GRPO and "
+        "entropy at 2e-4, first-error and the rules built on its search at 1e-4), with `grpo-compute`, "
+        "GRPO on 30 prompts per step (first-error's generated tokens): blame and recall as in "
+        "wordproblems-long",
+        confirmed=(
+            Source(
+                "results/credit-why/confirm/runs",
+                "confirmation at chosen rates, test split",
+                "credit-why.md",
+                blinded=True,
+                arms=CREDIT_WHY_ARMS,
+                overrides=frozenset({"learning_rate", "prompts_per_step"}),
+            ),
+        ),
     ),
 )
 
