@@ -433,9 +433,15 @@ with open(f"{out}/rank{rank}.json", "w") as f:
     json.dump({"world": trainer.accelerator.num_processes, "checksum": checksum,
                "logs": [h for h in trainer.state.log_history if "loss" in h]}, f)
 # tear the process group down before exit: left to interpreter shutdown, gloo's threads can abort a rank
-# ("terminate called without an active exception") on a loaded machine
+# ("terminate called without an active exception") on a loaded machine; that happened even after an
+# explicit teardown (2 ranks beside two other jobs on 2 cores), from C++ destructors at exit, so each rank
+# leaves without running them once its file is written and the group is down
 trainer.accelerator.wait_for_everyone()
 torch.distributed.destroy_process_group()
+import os
+sys.stdout.flush()
+sys.stderr.flush()
+os._exit(0)
 """
 
 
