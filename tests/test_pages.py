@@ -269,3 +269,44 @@ def test_methods_page_renders_its_equations_with_no_network(site, tmp_path):
     assert "unpkg.com" not in text and "cdn.jsdelivr" not in text  # MathJax is the site's own copy
     m = measure_site(site, "methods", tmp_path)
     assert m["tex"] > 0 and m["math"] >= m["tex"], m  # every equation typeset by MathJax (mjx-container)
+
+
+SEARCH_PROBE = """<script>window.addEventListener('load', () => setTimeout(function () {
+  const out = {results: document.querySelectorAll('.md-search-result__item').length,
+    meta: ((document.querySelector('.md-search-result__meta') || {}).textContent || '').trim()};
+  const pre = document.createElement('pre'); pre.id = 'oar-measure'; pre.textContent = JSON.stringify(out);
+  document.body.appendChild(pre);
+}, 4000));</script>"""
+
+
+@needs_chromium
+def test_the_offline_site_searches_from_the_file_system(tmp_path):
+    """`make docs-offline` (issue 47's follow-up): opened from file:// with the network off, a page's search
+    finds the leaderboard; no page loads a script from unpkg.com (the shim is the site's own copy)."""
+    import os
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    if not (root / ".cache/iframe-worker/shim/index.js").is_file():
+        pytest.fail("iframe-worker's shim is not fetched: run `make iframe-worker` (make test does)")
+    site = tmp_path / "site"
+    env = {**os.environ, "OFFLINE": "true", "NO_MKDOCS_2_WARNING": "1", "PYTHONPATH": str(root / "src")}
+    cmd = [sys.executable, "-m", "mkdocs", "build", "--strict", "--quiet", "--site-dir", str(site)]
+    done = subprocess.run(cmd, cwd=root, env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert not [p for p in site.rglob("*.html") if "unpkg.com" in p.read_text(encoding="utf-8")]
+    page = site / "results" / "blame.html"
+    probe = page.with_name("probe.html")
+    probe.write_text(page.read_text(encoding="utf-8").replace("</body>", SEARCH_PROBE + "</body>"), "utf-8")
+    cmd = [
+        CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-sync",
+        "--disable-background-networking", "--disable-component-update", "--proxy-server=127.0.0.1:9",
+        f"--user-data-dir={tmp_path / 'profile'}", f"--window-size={WIDTH},900",
+        "--virtual-time-budget=10000", "--dump-dom", probe.as_uri() + "?q=leaderboard",
+    ]  # fmt: skip
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    found = re.search(r'<pre id="oar-measure">(.*?)</pre>', out.stdout)
+    assert found, f"chromium exited {out.returncode} without the measurement: {out.stderr[-2000:]}"
+    m = json.loads(html.unescape(found.group(1)))
+    assert m["results"] > 0, m  # "Initializing search" forever where the worker cannot start from file://
