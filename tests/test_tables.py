@@ -17,7 +17,6 @@ from pathlib import Path
 
 import markdown
 import pytest
-import yaml
 
 from oar_rl.io import markdown_cell
 
@@ -29,9 +28,12 @@ CODE = re.compile(r"`[^`\n]*`")
 
 
 def _extensions() -> tuple[list, dict]:
-    """The `markdown_extensions` of mkdocs.yml as Python-Markdown takes them."""
+    """The `markdown_extensions` of mkdocs.yml as Python-Markdown takes them (read by MkDocs' own loader:
+    the file uses its `!ENV` tag)."""
+    from mkdocs.utils.yaml import yaml_load
+
     names, configs = [], {}
-    for item in yaml.safe_load((ROOT / "mkdocs.yml").read_text())["markdown_extensions"]:
+    for item in yaml_load((ROOT / "mkdocs.yml").read_text())["markdown_extensions"]:
         name, conf = next(iter(item.items())) if isinstance(item, dict) else (item, None)
         names.append(name)
         if conf:
