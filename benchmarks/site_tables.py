@@ -26,12 +26,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--width", type=int, default=1280, help="window width in px (default 1280)")
     a = p.parse_args(argv)
     sys.path.insert(0, str(ROOT / "tests"))
-    import test_pages  # the measurement itself (SITE_MEASURE, measure_site), one definition
+    import test_pages  # the measurement itself (measure_site), one definition
 
     if test_pages.CHROMIUM is None:
         print("site_tables: no chromium on the PATH", file=sys.stderr)
         return 2
-    test_pages.WIDTH = a.width
     with tempfile.TemporaryDirectory() as tmp:
         site = Path(tmp) / "site"
         env = {**os.environ, "NO_MKDOCS_2_WARNING": "1", "PYTHONPATH": str(ROOT / "src")}
@@ -43,7 +42,7 @@ def main(argv: list[str] | None = None) -> int:
         )  # fmt: skip
         wide_pages = wide_tables = 0
         for page in pages:
-            m = test_pages.measure_site(site, page, Path(tmp))
+            m = test_pages.measure_site(site, page, Path(tmp), width=a.width)
             if m["scroll"] > a.width or m["tables"] or m["code"]:
                 wide_pages += 1
                 wide_tables += len(m["tables"])

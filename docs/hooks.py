@@ -20,6 +20,7 @@ from pathlib import Path
 
 from mkdocs.exceptions import PluginError
 from mkdocs.structure.files import File
+from mkdocs.utils import get_relative_url
 
 ROOT = Path(__file__).resolve().parents[1]
 MATHJAX = ROOT / ".cache" / "mathjax" / "es5"
@@ -51,16 +52,19 @@ def on_files(files, config):
     return files
 
 
+def _local_shim(text: str, from_url: str, config) -> str:
+    """`text` with the shim's unpkg.com link pointed at the site's copy, relative to the page at `from_url`
+    (offline builds only)."""
+    if not _offline(config) or SHIM_URL not in text:
+        return text
+    return text.replace(SHIM_URL, get_relative_url(SHIM_SITE, from_url))
+
+
 def on_post_page(output, page, config):
     """The offline site's pages load the shim from the site, not from unpkg.com."""
-    if not _offline(config) or SHIM_URL not in output:
-        return output
-    depth = page.file.url.count("/")  # use_directory_urls is off there: "results/blame.html" is 1 deep
-    return output.replace(SHIM_URL, "../" * depth + SHIM_SITE)
+    return _local_shim(output, page.url, config)
 
 
 def on_post_template(output_content, template_name, config):
     """The same for the site's own templates (404.html, at the site's root)."""
-    if not _offline(config) or SHIM_URL not in output_content:
-        return output_content
-    return output_content.replace(SHIM_URL, SHIM_SITE)
+    return _local_shim(output_content, template_name, config)

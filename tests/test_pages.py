@@ -53,18 +53,31 @@ MEASURE = """<script>(function () {
 })();</script>"""
 
 
+def chromium_measure(
+    uri: str, tmp_path, *, width: int = WIDTH, offline: bool = False, budget_ms: int | None = None,
+    timeout: int = 120,
+) -> dict:  # fmt: skip
+    """Load `uri` in headless Chromium at `width` px (`offline`: the network off, every request sent to a
+    closed local port; `budget_ms`: virtual time to let timers run) and return the JSON an appended script
+    wrote into `<pre id="oar-measure">`."""
+    cmd = [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
+           f"--user-data-dir={tmp_path / 'profile'}", f"--window-size={width},900"]  # fmt: skip
+    if offline:
+        cmd += ["--disable-sync", "--disable-background-networking", "--disable-component-update",
+                "--proxy-server=127.0.0.1:9"]  # fmt: skip
+    if budget_ms is not None:
+        cmd.append(f"--virtual-time-budget={budget_ms}")
+    done = subprocess.run([*cmd, "--dump-dom", uri], capture_output=True, text=True, timeout=timeout)
+    found = re.search(r'<pre id="oar-measure">(.*?)</pre>', done.stdout)
+    assert found, f"chromium exited {done.returncode} without the measurement: {done.stderr[-2000:]}"
+    return json.loads(html.unescape(found.group(1)))
+
+
 def measure(page: str, tmp_path) -> dict:
     """Load `page` in headless Chromium at `WIDTH` px and return what `MEASURE` found."""
     path = tmp_path / "page.html"
     path.write_text(page.replace("</body>", MEASURE + "</body>"), encoding="utf-8")
-    cmd = [
-        CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
-        f"--user-data-dir={tmp_path / 'profile'}", f"--window-size={WIDTH},900", "--dump-dom", path.as_uri(),
-    ]  # fmt: skip
-    done = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
-    found = re.search(r'<pre id="oar-measure">(.*?)</pre>', done.stdout)
-    assert found, f"chromium exited {done.returncode} without the measurement: {done.stderr[-2000:]}"
-    return json.loads(found.group(1))
+    return chromium_measure(path.as_uri(), tmp_path, timeout=60)
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -235,22 +248,13 @@ def site(tmp_path_factory):
     return out
 
 
-def measure_site(site, page: str, tmp_path) -> dict:
-    """Load the built `page` in headless Chromium at `WIDTH` px with the network off (every request goes to
-    a closed local port) and return what `SITE_MEASURE` found."""
+def measure_site(site, page: str, tmp_path, width: int = WIDTH) -> dict:
+    """Load the built `page` in headless Chromium at `width` px with the network off and return what
+    `SITE_MEASURE` found."""
     path = site / page / "index.html"
     probe = path.with_name("measure.html")
     probe.write_text(path.read_text(encoding="utf-8").replace("</body>", SITE_MEASURE + "</body>"), "utf-8")
-    cmd = [
-        CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-sync",
-        "--disable-background-networking", "--disable-component-update", "--proxy-server=127.0.0.1:9",
-        f"--user-data-dir={tmp_path / 'profile'}", f"--window-size={WIDTH},900", "--virtual-time-budget=8000",
-        "--dump-dom", probe.as_uri(),
-    ]  # fmt: skip
-    done = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
-    found = re.search(r'<pre id="oar-measure">(.*?)</pre>', done.stdout)
-    assert found, f"chromium exited {done.returncode} without the measurement: {done.stderr[-2000:]}"
-    return json.loads(html.unescape(found.group(1)))
+    return chromium_measure(probe.as_uri(), tmp_path, width=width, offline=True, budget_ms=8000)
 
 
 @needs_chromium
@@ -299,14 +303,5 @@ def test_the_offline_site_searches_from_the_file_system(tmp_path):
     page = site / "results" / "blame.html"
     probe = page.with_name("probe.html")
     probe.write_text(page.read_text(encoding="utf-8").replace("</body>", SEARCH_PROBE + "</body>"), "utf-8")
-    cmd = [
-        CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-sync",
-        "--disable-background-networking", "--disable-component-update", "--proxy-server=127.0.0.1:9",
-        f"--user-data-dir={tmp_path / 'profile'}", f"--window-size={WIDTH},900",
-        "--virtual-time-budget=10000", "--dump-dom", probe.as_uri() + "?q=leaderboard",
-    ]  # fmt: skip
-    out = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
-    found = re.search(r'<pre id="oar-measure">(.*?)</pre>', out.stdout)
-    assert found, f"chromium exited {out.returncode} without the measurement: {out.stderr[-2000:]}"
-    m = json.loads(html.unescape(found.group(1)))
+    m = chromium_measure(probe.as_uri() + "?q=leaderboard", tmp_path, offline=True, budget_ms=10000)
     assert m["results"] > 0, m  # "Initializing search" forever where the worker cannot start from file://

@@ -34,7 +34,8 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor, nn
 
-from oar_rl.model_parts import body_hidden, head_logits, vocab_size
+from oar_rl.importance.token_head import head_block
+from oar_rl.model_parts import body_hidden, head_logits
 
 _NEUTRAL = {  # generation-config settings at which greedy generate() takes the raw argmax
     "repetition_penalty": (None, 1.0), "encoder_repetition_penalty": (None, 1.0),
@@ -61,11 +62,6 @@ def greedy_departures(model: nn.Module) -> list[str]:
         if not any(value is n or value == n for n in neutral) and not (name.endswith("_ids") and not value):
             found.append(f"{name}={value!r}")
     return found
-
-
-HEAD_BLOCK_ELEMENTS = 1 << 24
-"""Logits held at once by the teacher-forced pass (positions × vocabulary; 64 MiB in float32), as the
-entropy scorer bounds its own."""
 
 
 def margin(top: Tensor, dtype: torch.dtype) -> Tensor:
@@ -111,7 +107,7 @@ def greedy_runs(
     N = input_ids.shape[0]
     if N == 0:
         return []
-    block = max(1, HEAD_BLOCK_ELEMENTS // vocab_size(model))  # positions per LM-head call
+    block = head_block(model)  # positions per LM-head call, logits under 64 MiB in float32 as the scorers'
     dtype = next(model.parameters()).dtype
     tops, sure = [], []
     with torch.no_grad():
