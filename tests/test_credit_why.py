@@ -195,3 +195,67 @@ def test_the_pages_warm_start_figures_are_the_committed_files():
     for split, label in (("validation", "validation (the grid)"), ("test", "test (the confirmation)")):
         row = next(line for line in page.splitlines() if line.strip().startswith(f"| {label} |"))
         assert f"{100 * warm[split]['sampled']:.1f}%" in row and f"{100 * warm[split]['greedy']:.1f}%" in row
+
+
+WARM_TEST = {
+    "sampled": 0.389,
+    "greedy": 0.708,
+    "curve": 0.39,
+    "curve_sample": [150, 2],
+    "per_problem": {"greedy": [1] * 250 + [0] * 250, "sampled": [2] * 500},
+}
+
+
+def test_the_answers_figure_draws_the_records_numbers_and_not_a_blinded_record(tmp_path):
+    from experiments.credit_why import answers, figure
+
+    seeds = tuple(range(400, 410))
+    gaps = {"grpo": 0.0, "grpo-compute": 0.02, "first-error": 0.06, "lowest-prob": 0.05,
+            "random-departure": 0.0, "save-prefix": 0.01, "entropy": -0.02}  # fmt: skip
+    runs = _confirm_runs(gaps)
+    for by_seed in runs.values():  # a curve that rises to the final accuracy
+        for r in by_seed.values():
+            r["curve"] = {str(k): 0.39 + (r["final"]["sampled"] - 0.39) * k / 30 for k in range(5, 31, 5)}
+    rec = answers.answers(runs, WARM_TEST, seeds)
+    c = rec["curves"]["first-error"]
+    assert c["steps"] == [0, 5, 10, 15, 20, 25, 30] and c["mean"][0] == pytest.approx(39.0)
+    assert c["low"][0] is None and c["mean"][-1] == pytest.approx(
+        rec["arms"]["first-error"]["sampled"]["mean"]
+    )
+    data = figure.figure_data(rec, seeds)
+    row = next(r for r in data["rows"] if r.get("label") == "first-error − grpo-compute")
+    adj = rec["arms"]["first-error"]["vs_grpo-compute_adjusted"]
+    assert (row["adj_low"], row["adj_high"]) == (adj["low"], adj["high"]) and row["mean"] == adj["mean"]
+    assert len([r for r in data["rows"] if "label" in r]) == 2 * 5 + 2 + 2  # D1, D2, D3, two contrasts
+    assert data["curve_sample"] == "150 problems × 2 samples" and data["warm"] == pytest.approx(39.0)
+    png = figure.draw(data, tmp_path / "answers.png")
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert "(answers.png)" in answers.markdown(rec, seeds)
+    part = {a: dict(list(r.items())[:9]) for a, r in runs.items()}
+    with pytest.raises(ValueError, match="blinded"):
+        figure.figure_data(answers.answers(part, WARM_TEST, seeds), seeds)
+    del runs["grpo"][400]["curve"]["15"]
+    with pytest.raises(ValueError, match=r"seeds \[400\] have no step 15"):
+        answers.answers(runs, WARM_TEST, seeds)
+
+
+def test_the_answers_command_writes_its_files_once_every_run_is_in(tmp_path, monkeypatch):
+    import json
+
+    from experiments.credit_why import __main__ as cli
+
+    (tmp_path / "warm_start.json").write_text(json.dumps({"test": WARM_TEST}))
+    (tmp_path / "rates.json").write_text(json.dumps(
+        {"confirm": True, "chosen": {"grpo": 2e-4, "first-error": 1e-4}, "compute": {"prompts": 30}}
+    ))  # fmt: skip
+    gaps = dict.fromkeys(("grpo", "grpo-compute", "first-error", "lowest-prob", "random-departure",
+                          "save-prefix", "entropy"), 0.0)  # fmt: skip
+    runs = _confirm_runs(gaps)
+    monkeypatch.setattr(cli, "load_runs", lambda out, kind, plan: runs)
+    assert cli.main(["answers", "--out", str(tmp_path)]) == 0
+    assert json.loads((tmp_path / "answers.json").read_text())["blinded"] is False
+    assert (tmp_path / "answers.png").exists() and "(answers.png)" in (tmp_path / "answers.md").read_text()
+    del runs["entropy"][409]  # an incomplete set: the figure goes, the page shows progress only
+    assert cli.main(["answers", "--out", str(tmp_path)]) == 0
+    assert not (tmp_path / "answers.png").exists()
+    assert json.loads((tmp_path / "answers.json").read_text())["blinded"] is True

@@ -5,7 +5,9 @@
   and on the learning curves' sample (150 × 2: step 0 of every run's curve) (`warm_start.json`);
 - `run`, `report`: the rate grid, by the screen engine (`oar_rl.study.screen`), resumable, two processes;
 - `rates`: the pre-registered choice of the rates and the compute multiplier (`rates.json`, `rates.md`);
-- `confirm`: the confirmation's arms at the chosen rates on the fresh test seeds, resumable.
+- `confirm`: the confirmation's arms at the chosen rates on the fresh test seeds, resumable;
+- `answers`: the pre-registered decisions (`answers.{json,md}`) and their figure (`answers.png`), once every
+  run is in.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from experiments.credit_why import answers, rates
+from experiments.credit_why import answers, figure, rates
 from experiments.credit_why.plan import RATES, confirm_plan
 from oar_rl.io import write_text_atomic
 from oar_rl.study.screen import load_runs, settings, train_arms, write_report
@@ -95,6 +97,11 @@ def main(argv: list[str] | None = None) -> int:
         plan = _confirm_plan(p, out)
         rec = answers.answers(load_runs(out, "confirm", plan), _warm(out)["test"], plan.confirm_seeds)
         write_text_atomic(out / "answers.json", json.dumps(rec, indent=1, sort_keys=True) + "\n")
+        png = out / answers.IMAGE
+        if rec["blinded"]:
+            png.unlink(missing_ok=True)  # no figure of an incomplete confirmation (nor a stale one)
+        else:
+            figure.draw(figure.figure_data(rec, plan.confirm_seeds), png)
         write_text_atomic(out / "answers.md", answers.markdown(rec, plan.confirm_seeds))
         print(answers.markdown(rec, plan.confirm_seeds), file=sys.stderr)
     else:  # confirm

@@ -28,6 +28,8 @@ RULES = ("first-error", "lowest-prob", "random-departure", "save-prefix", "entro
 BASELINES = ("grpo", "grpo-compute")
 ADJUSTED = 1 - 0.05 / (len(RULES) * len(BASELINES))
 """The Bonferroni-adjusted level of D1's intervals (0.995)."""
+IMAGE = "answers.png"
+"""The answers' figure (`experiments.credit_why.figure`), beside answers.md."""
 COLLAPSE = 10.0
 """Points below the warm start's sampled accuracy at which a run counts as collapsed."""
 
@@ -52,6 +54,22 @@ def generated_tokens(run: dict[str, Any], key: str = "oar/search_continued_token
         if "loss" in h and h.get("completions/mean_length") is not None
     ]
     return sum(per_step) / len(per_step)
+
+
+def curves(runs: dict[int, dict], start: float, steps: int = 30) -> dict[str, list]:
+    """An arm's learning curve over its seeds (points): {"steps", "mean", "low", "high"}, step 0 the warm
+    start's accuracy on the curve's sample, then each evaluated step up to `steps` with the mean and 95%
+    t-interval over seeds (a step some run lacks is an error: the curves are compared step by step)."""
+    at = sorted({int(k) for r in runs.values() for k in r["curve"] if 0 < int(k) <= steps})
+    out: dict[str, list] = {"steps": [0, *at], "mean": [100 * start], "low": [None], "high": [None]}
+    for k in at:
+        missing = [s for s, r in runs.items() if str(k) not in r["curve"]]
+        if missing:
+            raise ValueError(f"seeds {missing} have no step {k} on their learning curve")
+        ci = mean_ci([100 * r["curve"][str(k)] for r in runs.values()])
+        for key in ("mean", "low", "high"):
+            out[key].append(ci[key])
+    return out
 
 
 def split_gain(runs: dict[int, dict], warm_counts: list[int], right: list[bool], samples: int) -> dict:
@@ -112,6 +130,8 @@ def answers(runs: dict[str, dict[int, dict]], warm: dict[str, Any], seeds: tuple
             row["greedy_vs_grpo"] = paired_difference(final(arm, "greedy"), final("grpo", "greedy"))
         rows[arm] = row
     rec["arms"] = rows
+    rec["curves"] = {arm: curves(runs[arm], warm["curve"]) for arm in arms}
+    rec["curve_sample"] = list(warm.get("curve_sample", []))
     rec["D1"] = {r: all(rows[r][f"vs_{b}_adjusted"]["low"] > 0 for b in BASELINES) for r in RULES}
     d2 = paired_difference(final("first-error", "sampled"), final("random-departure", "sampled"))
     d3 = paired_difference(final("first-error", "sampled"), final("lowest-prob", "sampled"))
@@ -136,6 +156,8 @@ def markdown(rec: dict[str, Any], seeds: tuple[int, ...]) -> str:
     yes = {True: "**yes**", False: "no"}
     lines = [
         "# Issue 48's confirmation: the answers",
+        "",
+        f"![Issue 48's answers: paired differences and learning curves]({IMAGE})",
         "",
         f"Test split, 500 problems × 4 samples at T = 1 per run, seeds {seeds[0]}–{seeds[-1]}; warm start "
         f"{w['sampled']:.1f}% sampled, {w['greedy']:.1f}% greedy. Points; paired by seed.",
