@@ -259,3 +259,40 @@ def test_the_answers_command_writes_its_files_once_every_run_is_in(tmp_path, mon
     assert cli.main(["answers", "--out", str(tmp_path)]) == 0
     assert not (tmp_path / "answers.png").exists()
     assert json.loads((tmp_path / "answers.json").read_text())["blinded"] is True
+
+
+def test_the_seconds_ratio_over_runs_that_shared_the_cpu_with_nothing_else(tmp_path):
+    """shared_cpu: a run is shared when its [end − wall_seconds, end] overlaps a window of other work; a
+    recorded run keeps its times (a later checkout's mtimes are not the runs' ends); answers reports the
+    seconds ratio over the unshared runs beside the one over every run."""
+    import json
+    import os
+    from datetime import UTC, datetime
+
+    from experiments.credit_why import answers, shared_cpu
+
+    runs_dir = tmp_path / "runs"
+    runs_dir.mkdir()
+    for key, end in (("grpo.seed400", "2026-11-28T11:14"), ("grpo.seed401", "2026-11-28T11:20")):
+        f = runs_dir / f"{key}.json"
+        f.write_text(json.dumps({"wall_seconds": 600.0}))
+        t = datetime.fromisoformat(end).replace(tzinfo=UTC).timestamp()
+        os.utime(f, (t, t))
+    rec = shared_cpu.update(tmp_path)
+    assert rec["runs"]["grpo.seed400"]["shared_with"] == []  # 11:04–11:14, before the 11:15 window
+    assert rec["runs"]["grpo.seed401"]["shared_with"] == ["2026-11-28T11:15"]
+    os.utime(runs_dir / "grpo.seed400.json")  # a checkout: now
+    assert shared_cpu.update(tmp_path)["runs"]["grpo.seed400"]["end"].startswith("2026-11-28T11:14")
+    assert shared_cpu.unshared(rec) == {"grpo.seed400"} and shared_cpu.unshared(None) is None
+
+    seeds = tuple(range(400, 410))
+    runs = _confirm_runs(dict.fromkeys(("grpo", "grpo-compute", *answers.RULES), 0.0))
+    runs["first-error"][401]["train_seconds"] = 1000.0  # inflated by other work
+    clean = {f"{a}.seed{s}" for a in runs for s in seeds} - {"first-error.seed401", "grpo.seed409"}
+    rec = answers.answers(runs, WARM_TEST, seeds, unshared=clean)
+    fe = rec["arms"]["first-error"]
+    assert fe["seconds_ratio"] == pytest.approx((9 * 250 + 1000) / 10 / 100)
+    assert fe["seconds_unshared"] == {"ratio": pytest.approx(2.5), "runs": 9, "grpo_runs": 9}
+    text = answers.markdown(rec, seeds)
+    assert "| first-error | 325 | 3.25 | 2.50 (9 and 9) |" in text
+    assert "seconds_unshared" not in answers.answers(runs, WARM_TEST, seeds)["arms"]["grpo"]

@@ -6,6 +6,7 @@
 - `run`, `report`: the rate grid, by the screen engine (`oar_rl.study.screen`), resumable, two processes;
 - `rates`: the pre-registered choice of the rates and the compute multiplier (`rates.json`, `rates.md`);
 - `confirm`: the confirmation's arms at the chosen rates on the fresh test seeds, resumable;
+- `shared-cpu`: records which landed confirmation runs shared the CPU with other work (`shared_cpu.py`);
 - `answers`: the pre-registered decisions (`answers.{json,md}`) and their figure (`answers.png`), once every
   run is in.
 """
@@ -19,7 +20,7 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from experiments.credit_why import answers, figure, rates
+from experiments.credit_why import answers, figure, rates, shared_cpu
 from experiments.credit_why.plan import RATES, confirm_plan
 from oar_rl.io import write_text_atomic
 from oar_rl.study.screen import load_runs, settings, train_arms, write_report
@@ -76,7 +77,9 @@ def main(argv: list[str] | None = None) -> int:
     if argv and argv[0] in ("run", "pilot"):
         return screen_main(argv, plan=RATES, prog=PROG)
     p = argparse.ArgumentParser(prog=PROG, description=__doc__.split("\n\n")[0])
-    p.add_argument("action", choices=("warm-start", "rates", "confirm", "answers", "run", "report"))
+    p.add_argument(
+        "action", choices=("warm-start", "rates", "confirm", "shared-cpu", "answers", "run", "report")
+    )
     p.add_argument("--out", default=f"results/{RATES.name}", help="output directory")
     p.add_argument("--cache-dir", "--cache_dir", dest="cache_dir", default=None)
     p.add_argument("--threads", type=int, default=1, help="torch threads per process (default 1)")
@@ -93,9 +96,17 @@ def main(argv: list[str] | None = None) -> int:
     elif a.action == "rates":
         rec = rates.write(out, load_runs(out, "screen", RATES))
         print(rates.markdown(rec), file=sys.stderr)
+    elif a.action == "shared-cpu":
+        rec = shared_cpu.update(out / "confirm")
+        n = sum(bool(t["shared_with"]) for t in rec["runs"].values())
+        print(f"{len(rec['runs'])} runs recorded, {n} shared the CPU with other work", file=sys.stderr)
     elif a.action == "answers":
         plan = _confirm_plan(p, out)
-        rec = answers.answers(load_runs(out, "confirm", plan), _warm(out)["test"], plan.confirm_seeds)
+        shared = out / "confirm" / shared_cpu.FILE
+        unshared = shared_cpu.unshared(json.loads(shared.read_text()) if shared.exists() else None)
+        rec = answers.answers(
+            load_runs(out, "confirm", plan), _warm(out)["test"], plan.confirm_seeds, unshared
+        )
         write_text_atomic(out / "answers.json", json.dumps(rec, indent=1, sort_keys=True) + "\n")
         png = out / answers.IMAGE
         if rec["blinded"]:

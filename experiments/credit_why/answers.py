@@ -72,6 +72,18 @@ def curves(runs: dict[int, dict], start: float, steps: int = 30) -> dict[str, li
     return out
 
 
+def _unshared_ratio(runs: dict[str, dict[int, dict]], arm: str, unshared: set[str]) -> dict[str, Any]:
+    """An arm's mean training seconds over its runs that shared the CPU with nothing else, against
+    `grpo`'s over its own such runs: {"ratio" (None if either has none), "runs", "grpo_runs"}."""
+
+    def clean(a: str) -> list[float]:
+        return [r["train_seconds"] for s, r in sorted(runs[a].items()) if f"{a}.seed{s}" in unshared]
+
+    mine, base = clean(arm), clean("grpo")
+    ratio = (sum(mine) / len(mine)) / (sum(base) / len(base)) if mine and base else None
+    return {"ratio": ratio, "runs": len(mine), "grpo_runs": len(base)}
+
+
 def split_gain(runs: dict[int, dict], warm_counts: list[int], right: list[bool], samples: int) -> dict:
     """Each run's gain (points) over the warm start's sampled accuracy on the problems the warm start got
     right greedily, and on those it got wrong, from per-problem counts; mean and t-interval over seeds."""
@@ -90,9 +102,16 @@ def split_gain(runs: dict[int, dict], warm_counts: list[int], right: list[bool],
     return out
 
 
-def answers(runs: dict[str, dict[int, dict]], warm: dict[str, Any], seeds: tuple[int, ...]) -> dict[str, Any]:
+def answers(
+    runs: dict[str, dict[int, dict]],
+    warm: dict[str, Any],
+    seeds: tuple[int, ...],
+    unshared: set[str] | None = None,
+) -> dict[str, Any]:
     """The pre-registered answers from the confirmation's runs {arm: {seed: run}} and the warm start's
-    test figures (`warm_start.json`'s "test")."""
+    test figures (`warm_start.json`'s "test"). `unshared`: the run keys ("arm.seedN") that ran with no
+    other work beside them (`shared_cpu.unshared`); the seconds ratio over those is reported beside the
+    one over every run (None: not reported)."""
     arms = (*BASELINES, *RULES)
     landed = {a: sorted(runs.get(a, {})) for a in arms}
     if any(set(landed[a]) != set(seeds) for a in arms):
@@ -118,6 +137,10 @@ def answers(runs: dict[str, dict[int, dict]], warm: dict[str, Any], seeds: tuple
             "tokens_ratio": mean_ci([generated_tokens(r) for r in got.values()])["mean"] / grpo_tokens,
         }
         row["split_vs_warm_start"] = split_gain(got, warm["per_problem"]["sampled"], right, samples=4)
+        row["train_seconds"] = mean_ci([r["train_seconds"] for r in got.values()])
+        row["tokens_per_step"] = mean_ci([generated_tokens(r) for r in got.values()])
+        if unshared is not None:
+            row["seconds_unshared"] = _unshared_ratio(runs, arm, unshared)
         row["computed_tokens_ratio"] = (
             mean_ci([generated_tokens(r, "oar/search_tokens") for r in got.values()])["mean"] / grpo_tokens
         )
@@ -182,20 +205,44 @@ def markdown(rec: dict[str, Any], seeds: tuple[int, ...]) -> str:
             for name, d in rec["contrasts"].items()
         ),
         "",
-        "| arm | sampled | greedy | vs grpo (95%) | greedy vs grpo | AULC | collapsed | train s × | tokens × "
+        "| arm | sampled | greedy | vs grpo (95%) | greedy vs grpo | AULC | collapsed "
         "| gain over warm start: greedy-right problems | greedy-wrong problems |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for name, r in a.items():
         split = r["split_vs_warm_start"]
         cells = [
             name, _ci(r["sampled"], False), _ci(r["greedy"], False), _ci(r.get("vs_grpo")),
             _ci(r.get("greedy_vs_grpo")), _ci(r["aulc"], False), f"{r['collapsed']}/{len(seeds)}",
-            f"{r['seconds_ratio']:.2f}", f"{r['tokens_ratio']:.2f} ({r['computed_tokens_ratio']:.2f})",
             _ci(split.get("warm_right")), _ci(split.get("warm_wrong")),
         ]  # fmt: skip
         lines.append("| " + " | ".join(cells) + " |")
-    lines += ["", f"Collapsed: final sampled accuracy more than {COLLAPSE:g} points below the warm start's. "
-              "Tokens ×: rollout and continuation tokens per step against GRPO's (positions computed in "
-              "brackets)."]  # fmt: skip
+    lines += [
+        "",
+        f"Collapsed: final sampled accuracy more than {COLLAPSE:g} points below the warm start's. AULC: mean "
+        "sampled accuracy under the learning curve, steps 0–30.",
+        "",
+        "**Cost**, from the same runs, as ratios to `grpo`'s means:",
+        "",
+        "| arm | train s (mean) | × grpo, every run | × grpo, runs with nothing else beside them (runs) "
+        "| generated tokens per step | × grpo | positions computed × grpo |",
+        "|---|---:|---:|---:|---:|---:|---:|",
+    ]
+    for name, r in a.items():
+        u = r.get("seconds_unshared")
+        clean = "–" if u is None else (
+            f"{u['ratio']:.2f} ({u['runs']} and {u['grpo_runs']})" if u["ratio"] is not None
+            else f"– ({u['runs']} and {u['grpo_runs']})"
+        )  # fmt: skip
+        cells = [name, f"{r['train_seconds']['mean']:.0f}", f"{r['seconds_ratio']:.2f}", clean,
+                 f"{r['tokens_per_step']['mean']:.0f}", f"{r['tokens_ratio']:.2f}",
+                 f"{r['computed_tokens_ratio']:.2f}"]  # fmt: skip
+        lines.append("| " + " | ".join(cells) + " |")
+    lines += [
+        "",
+        "Generated tokens: rollouts plus the search's continuations per step. Runs with nothing else beside "
+        "them: those no window of other work on the CPU touched (`confirm/shared-cpu.json`, the run log); "
+        "in brackets the arm's and grpo's counts of such runs. Every run shared the two cores with the "
+        "other confirmation process.",
+    ]
     return "\n".join(lines) + "\n"
