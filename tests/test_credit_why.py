@@ -261,6 +261,12 @@ def test_the_answers_command_writes_its_files_once_every_run_is_in(tmp_path, mon
     assert json.loads((tmp_path / "answers.json").read_text())["blinded"] is True
 
 
+def _utc(hhmm: str):
+    from datetime import UTC, datetime
+
+    return datetime.fromisoformat(f"2026-11-28T{hhmm}").replace(tzinfo=UTC)
+
+
 def test_the_seconds_ratio_over_runs_that_shared_the_cpu_with_nothing_else(tmp_path):
     """shared_cpu: a run is shared when its [end − wall_seconds, end] overlaps a window of other work; a
     recorded run keeps its times (a later checkout's mtimes are not the runs' ends); answers reports the
@@ -283,16 +289,49 @@ def test_the_seconds_ratio_over_runs_that_shared_the_cpu_with_nothing_else(tmp_p
     assert rec["runs"]["grpo.seed401"]["shared_with"] == ["2026-11-28T11:15"]
     os.utime(runs_dir / "grpo.seed400.json")  # a checkout: now
     assert shared_cpu.update(tmp_path)["runs"]["grpo.seed400"]["end"].startswith("2026-11-28T11:14")
-    assert shared_cpu.unshared(rec) == {"grpo.seed400"} and shared_cpu.unshared(None) is None
+    # alone: seed400 11:04–11:14 has seed401 (11:10–11:20) beside it for 4 of its 10 minutes
+    assert rec["runs"]["grpo.seed400"]["alone_seconds"] == pytest.approx(360.0)
+    assert shared_cpu.same_load(rec) == set() and shared_cpu.same_load(None) is None
+    for t in rec["runs"].values():
+        t["alone_seconds"] = 0.0
+    assert shared_cpu.same_load(rec) == {"grpo.seed400"}
+    with pytest.raises(ValueError, match=r"lacks \['grpo.seed402'\]"):
+        shared_cpu.same_load(rec, {"grpo.seed400", "grpo.seed402"})
+    assert (
+        shared_cpu.alone_seconds(
+            (_utc("11:00"), _utc("11:10")),
+            [(_utc("11:02"), _utc("11:04")), (_utc("11:03"), _utc("11:05")), (_utc("11:09"), _utc("11:20"))],
+        )
+        == 360.0
+    )
 
     seeds = tuple(range(400, 410))
     runs = _confirm_runs(dict.fromkeys(("grpo", "grpo-compute", *answers.RULES), 0.0))
     runs["first-error"][401]["train_seconds"] = 1000.0  # inflated by other work
     clean = {f"{a}.seed{s}" for a in runs for s in seeds} - {"first-error.seed401", "grpo.seed409"}
-    rec = answers.answers(runs, WARM_TEST, seeds, unshared=clean)
+    rec = answers.answers(runs, WARM_TEST, seeds, same_load=clean)
     fe = rec["arms"]["first-error"]
     assert fe["seconds_ratio"] == pytest.approx((9 * 250 + 1000) / 10 / 100)
-    assert fe["seconds_unshared"] == {"ratio": pytest.approx(2.5), "runs": 9, "grpo_runs": 9}
+    assert fe["seconds_same_load"] == {"ratio": pytest.approx(2.5), "runs": 9, "grpo_runs": 9}
     text = answers.markdown(rec, seeds)
     assert "| first-error | 325 | 3.25 | 2.50 (9 and 9) |" in text
-    assert "seconds_unshared" not in answers.answers(runs, WARM_TEST, seeds)["arms"]["grpo"]
+    assert "seconds_same_load" not in answers.answers(runs, WARM_TEST, seeds)["arms"]["grpo"]
+
+
+def test_tokens_read_the_runs_protocol_and_the_split_refuses_another_sample():
+    from experiments.credit_why import answers
+
+    run = {"protocol": {"prompts_per_step": 16, "num_generations": 4}, "overrides": {"prompts_per_step": 30},
+           "history": [{"loss": 0.0, "completions/mean_length": 10.0, "oar/search_continued_tokens": 5.0},
+                       {"loss": 0.0, "completions/mean_length": 20.0}, {"train_runtime": 1.0}]}  # fmt: skip
+    assert answers.generated_tokens(run) == pytest.approx((10 * 30 * 4 + 5 + 20 * 30 * 4) / 2)
+    run["overrides"] = {}
+    assert answers.generated_tokens(run) == pytest.approx((10 * 16 * 4 + 5 + 20 * 16 * 4) / 2)
+    runs = _confirm_runs({"grpo": 0.0}, seeds=(400, 401))["grpo"]
+    runs[401]["final"]["per_problem"]["sampled"] = runs[401]["final"]["per_problem"]["sampled"][:499]
+    with pytest.raises(ValueError, match="seed 401: 499 problems"):
+        answers.split_gain(runs, {**WARM_TEST, "samples": 4}, [True] * 500)
+    runs[401]["final"]["per_problem"]["sampled"].append(0)
+    runs[401]["final"]["samples"] = 1000  # 2 samples per problem, not the warm start's 4
+    with pytest.raises(ValueError, match="1000 samples"):
+        answers.split_gain(runs, {**WARM_TEST, "samples": 4}, [True] * 500)

@@ -98,15 +98,15 @@ def main(argv: list[str] | None = None) -> int:
         print(rates.markdown(rec), file=sys.stderr)
     elif a.action == "shared-cpu":
         rec = shared_cpu.update(out / "confirm")
-        n = sum(bool(t["shared_with"]) for t in rec["runs"].values())
-        print(f"{len(rec['runs'])} runs recorded, {n} shared the CPU with other work", file=sys.stderr)
+        n = len(rec["runs"]) - len(shared_cpu.same_load(rec))
+        print(f"{len(rec['runs'])} runs recorded, {n} not under the same load", file=sys.stderr)
     elif a.action == "answers":
         plan = _confirm_plan(p, out)
+        runs = load_runs(out, "confirm", plan)
         shared = out / "confirm" / shared_cpu.FILE
-        unshared = shared_cpu.unshared(json.loads(shared.read_text()) if shared.exists() else None)
-        rec = answers.answers(
-            load_runs(out, "confirm", plan), _warm(out)["test"], plan.confirm_seeds, unshared
-        )
+        keys = {f"{arm}.seed{s}" for arm, by_seed in runs.items() for s in by_seed}
+        same = shared_cpu.same_load(json.loads(shared.read_text()) if shared.exists() else None, keys)
+        rec = answers.answers(runs, _warm(out)["test"], plan.confirm_seeds, same)
         write_text_atomic(out / "answers.json", json.dumps(rec, indent=1, sort_keys=True) + "\n")
         png = out / answers.IMAGE
         if rec["blinded"]:

@@ -45,11 +45,14 @@ def aulc(curve: dict[str, float], start: float, steps: int = 30) -> float:
 
 
 def generated_tokens(run: dict[str, Any], key: str = "oar/search_continued_tokens") -> float:
-    """Mean generated tokens per step: rollouts (mean length × prompts × 8) plus the search's continuation
-    tokens (amendment 1; `key="oar/search_tokens"`: the positions the search computed instead)."""
-    prompts = int(dict(run.get("overrides", {})).get("prompts_per_step", 16))
+    """Mean generated tokens per step: rollouts (mean completion length × prompts per step × completions
+    per prompt, the arm's override or the run's protocol) plus the search's continuation tokens
+    (amendment 1; `key="oar/search_tokens"`: the positions the search computed instead)."""
+    proto = run.get("protocol", {})
+    prompts = int(dict(run.get("overrides", {})).get("prompts_per_step", proto.get("prompts_per_step", 16)))
+    completions = int(proto.get("num_generations", 8))
     per_step = [
-        h["completions/mean_length"] * prompts * 8 + float(h.get(key, 0.0))
+        h["completions/mean_length"] * prompts * completions + float(h.get(key, 0.0))
         for h in run["history"]
         if "loss" in h and h.get("completions/mean_length") is not None
     ]
@@ -72,21 +75,31 @@ def curves(runs: dict[int, dict], start: float, steps: int = 30) -> dict[str, li
     return out
 
 
-def _unshared_ratio(runs: dict[str, dict[int, dict]], arm: str, unshared: set[str]) -> dict[str, Any]:
-    """An arm's mean training seconds over its runs that shared the CPU with nothing else, against
+def _same_load_ratio(runs: dict[str, dict[int, dict]], arm: str, same_load: set[str]) -> dict[str, Any]:
+    """An arm's mean training seconds over its runs under the same load (`shared_cpu.same_load`), against
     `grpo`'s over its own such runs: {"ratio" (None if either has none), "runs", "grpo_runs"}."""
 
     def clean(a: str) -> list[float]:
-        return [r["train_seconds"] for s, r in sorted(runs[a].items()) if f"{a}.seed{s}" in unshared]
+        return [r["train_seconds"] for s, r in sorted(runs[a].items()) if f"{a}.seed{s}" in same_load]
 
     mine, base = clean(arm), clean("grpo")
     ratio = (sum(mine) / len(mine)) / (sum(base) / len(base)) if mine and base else None
     return {"ratio": ratio, "runs": len(mine), "grpo_runs": len(base)}
 
 
-def split_gain(runs: dict[int, dict], warm_counts: list[int], right: list[bool], samples: int) -> dict:
+def split_gain(runs: dict[int, dict], warm: dict[str, Any], right: list[bool]) -> dict:
     """Each run's gain (points) over the warm start's sampled accuracy on the problems the warm start got
-    right greedily, and on those it got wrong, from per-problem counts; mean and t-interval over seeds."""
+    right greedily, and on those it got wrong, from per-problem counts out of the same samples per problem
+    (`warm["samples"]`, the runs' too); mean and t-interval over seeds."""
+    warm_counts, samples = warm["per_problem"]["sampled"], int(warm.get("samples", 4))
+    for s, r in runs.items():
+        got = r["final"]["per_problem"]["sampled"]
+        total = int(r["final"].get("samples", len(got) * samples))  # problems × samples per problem
+        if len(got) != len(warm_counts) or total != len(got) * samples:
+            raise ValueError(
+                f"seed {s}: {len(got)} problems, {total} samples; the warm start's {len(warm_counts)} × "
+                f"{samples}: the per-problem split needs the same sample"
+            )
     out = {}
     for name, want in (("warm_right", True), ("warm_wrong", False)):
         idx = [i for i, r in enumerate(right) if r == want]
@@ -106,12 +119,12 @@ def answers(
     runs: dict[str, dict[int, dict]],
     warm: dict[str, Any],
     seeds: tuple[int, ...],
-    unshared: set[str] | None = None,
+    same_load: set[str] | None = None,
 ) -> dict[str, Any]:
     """The pre-registered answers from the confirmation's runs {arm: {seed: run}} and the warm start's
-    test figures (`warm_start.json`'s "test"). `unshared`: the run keys ("arm.seedN") that ran with no
-    other work beside them (`shared_cpu.unshared`); the seconds ratio over those is reported beside the
-    one over every run (None: not reported)."""
+    test figures (`warm_start.json`'s "test"). `same_load`: the run keys ("arm.seedN") that trained under
+    the same load (`shared_cpu.same_load`: the other confirmation process beside them, nothing else); the
+    seconds ratio over those is reported beside the one over every run (None: not reported)."""
     arms = (*BASELINES, *RULES)
     landed = {a: sorted(runs.get(a, {})) for a in arms}
     if any(set(landed[a]) != set(seeds) for a in arms):
@@ -136,11 +149,11 @@ def answers(
             "seconds_ratio": mean_ci([r["train_seconds"] for r in got.values()])["mean"] / grpo_secs,
             "tokens_ratio": mean_ci([generated_tokens(r) for r in got.values()])["mean"] / grpo_tokens,
         }
-        row["split_vs_warm_start"] = split_gain(got, warm["per_problem"]["sampled"], right, samples=4)
+        row["split_vs_warm_start"] = split_gain(got, warm, right)
         row["train_seconds"] = mean_ci([r["train_seconds"] for r in got.values()])
         row["tokens_per_step"] = mean_ci([generated_tokens(r) for r in got.values()])
-        if unshared is not None:
-            row["seconds_unshared"] = _unshared_ratio(runs, arm, unshared)
+        if same_load is not None:
+            row["seconds_same_load"] = _same_load_ratio(runs, arm, same_load)
         row["computed_tokens_ratio"] = (
             mean_ci([generated_tokens(r, "oar/search_tokens") for r in got.values()])["mean"] / grpo_tokens
         )
@@ -224,12 +237,12 @@ def markdown(rec: dict[str, Any], seeds: tuple[int, ...]) -> str:
         "",
         "**Cost**, from the same runs, as ratios to `grpo`'s means:",
         "",
-        "| arm | train s (mean) | × grpo, every run | × grpo, runs with nothing else beside them (runs) "
+        "| arm | train s (mean) | × grpo, every run | × grpo, runs under the same load (runs) "
         "| generated tokens per step | × grpo | positions computed × grpo |",
         "|---|---:|---:|---:|---:|---:|---:|",
     ]
     for name, r in a.items():
-        u = r.get("seconds_unshared")
+        u = r.get("seconds_same_load")
         clean = "–" if u is None else (
             f"{u['ratio']:.2f} ({u['runs']} and {u['grpo_runs']})" if u["ratio"] is not None
             else f"– ({u['runs']} and {u['grpo_runs']})"
@@ -240,9 +253,10 @@ def markdown(rec: dict[str, Any], seeds: tuple[int, ...]) -> str:
         lines.append("| " + " | ".join(cells) + " |")
     lines += [
         "",
-        "Generated tokens: rollouts plus the search's continuations per step. Runs with nothing else beside "
-        "them: those no window of other work on the CPU touched (`confirm/shared-cpu.json`, the run log); "
-        "in brackets the arm's and grpo's counts of such runs. Every run shared the two cores with the "
-        "other confirmation process.",
+        "Generated tokens: rollouts plus the search's continuations per step; the ratios are of means over "
+        "seeds (GRPO at first-error's compute was sized on first-error's grid runs, a mean of per-step "
+        "ratios). Runs under the same load: the other confirmation process beside them throughout and no "
+        "window of other work (`confirm/shared-cpu.json`, the run log); in brackets the arm's and grpo's "
+        "counts of such runs.",
     ]
     return "\n".join(lines) + "\n"

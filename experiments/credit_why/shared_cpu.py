@@ -6,18 +6,20 @@ a fresh-clone CI run, and their `train_seconds` are inflated (their accuracies a
 not hold its own clock times, and git does not keep modification times, so this record is made on the
 machine that wrote the runs, as they land: a run's end is its file's modification time, its start that
 minus its `wall_seconds`. The windows of other work are the run log's (`experiments/credit_why/README.md`),
-entered by hand. A run is *shared* when its [start, end] overlaps a window.
+entered by hand. A run is under the *same load* when its [start, end] overlaps no window and the other
+confirmation process trained beside it throughout (the last runs, and a run beside a lost one's gap, may
+train alone, which is faster).
 
     python -m experiments.credit_why shared-cpu   # records the runs landed since the last call
 
-`answers.py` reports the seconds ratios over every run (pre-registered) and over the runs no window
-touched, with their counts; the token ratios are not affected by load.
+`answers.py` reports the seconds ratios over every run (pre-registered) and over the runs under the same
+load, with their counts; the token ratios are not affected by load.
 """
 
 from __future__ import annotations
 
 import json
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -32,23 +34,49 @@ WINDOWS = (  # (start, end, what ran beside the two confirmation processes), UTC
     ("2026-11-28T12:28", "2026-11-28T12:39", "a fresh clone's .ci/run"),
     ("2026-11-28T13:16", "2026-11-28T13:24", "a fresh clone's .ci/run, cut by the end of the session"),
     ("2026-11-28T13:34", "2026-11-28T13:40", "tests/test_credit_why.py, twice"),
+    ("2026-11-28T13:42:20", "2026-11-28T13:42:49", "tests/test_credit_why.py (a reviewer)"),
+    ("2026-11-28T13:44", "2026-11-28T13:46", "tests/test_credit_why.py"),
+)
+"""A time given to the minute covers that whole minute at the end of a window."""
+
+LOST = (  # runs cut by the end of a session (no file): they shared the CPU with the runs beside them
+    ("grpo.seed404", "2026-11-28T13:17:01", "2026-11-28T13:24:05"),
+    ("grpo-compute.seed404", "2026-11-28T13:19:59", "2026-11-28T13:24:05"),
 )
 
+ALONE = 60.0
+"""Seconds a run may train with no other confirmation run beside it and still count as under the same load
+(the processes start ~20 s apart; a process claims its next run at once)."""
 
-def _t(text: str) -> datetime:
+
+def _t(text: str, end: bool = False) -> datetime:
     t = datetime.fromisoformat(text)
-    return t if t.tzinfo else t.replace(tzinfo=UTC)
+    t = t if t.tzinfo else t.replace(tzinfo=UTC)
+    return t + timedelta(seconds=59) if end and len(text) == 16 else t  # "YYYY-MM-DDTHH:MM"
 
 
 def overlapping(start: datetime, end: datetime, windows=WINDOWS) -> list[str]:
     """The windows (their start times) that [start, end] overlaps."""
-    return [w[0] for w in windows if start < _t(w[1]) and _t(w[0]) < end]
+    return [w[0] for w in windows if start < _t(w[1], end=True) and _t(w[0]) < end]
+
+
+def alone_seconds(span: tuple[datetime, datetime], others: list[tuple[datetime, datetime]]) -> float:
+    """Seconds of `span` that no span of `others` covers."""
+    start, end = span
+    cuts = sorted((max(a, start), min(b, end)) for a, b in others if a < end and start < b)
+    alone, at = 0.0, start
+    for a, b in cuts:
+        alone += max(0.0, (a - at).total_seconds())
+        at = max(at, b)
+    return alone + max(0.0, (end - at).total_seconds())
 
 
 def update(confirm_dir: Path) -> dict[str, Any]:
     """Record the times of the run files under `confirm_dir/runs` not yet in `confirm_dir/shared-cpu.json`
     (a recorded run keeps its times: a later checkout's modification times are not the runs' ends), then
-    mark every recorded run against the windows. Returns the record."""
+    mark every recorded run against the windows and with its seconds alone (no other confirmation run,
+    lost ones included, beside it; recomputed at every call, since a run still training is not in the
+    record yet: the figures are final once the last run has landed). Returns the record."""
     path = confirm_dir / FILE
     rec = json.loads(path.read_text()) if path.exists() else {"runs": {}}
     for f in sorted((confirm_dir / "runs").glob("*.json")):
@@ -61,15 +89,27 @@ def update(confirm_dir: Path) -> dict[str, Any]:
             "start": start.isoformat(timespec="seconds"),
             "end": end.isoformat(timespec="seconds"),
         }
-    for times in rec["runs"].values():
-        times["shared_with"] = overlapping(_t(times["start"]), _t(times["end"]))
-    rec["windows"] = [list(w) for w in WINDOWS]
+    spans = {k: (_t(t["start"]), _t(t["end"])) for k, t in rec["runs"].items()}
+    lost = [(_t(a), _t(b)) for _, a, b in LOST]
+    for key, times in rec["runs"].items():
+        times["shared_with"] = overlapping(*spans[key])
+        others = [v for k, v in spans.items() if k != key] + lost
+        times["alone_seconds"] = round(alone_seconds(spans[key], others), 1)
+    rec["windows"], rec["lost"] = [list(w) for w in WINDOWS], [list(x) for x in LOST]
     write_text_atomic(path, json.dumps(rec, indent=1, sort_keys=True) + "\n")
     return rec
 
 
-def unshared(rec: dict[str, Any] | None) -> set[str] | None:
-    """The run keys ("arm.seedN") that no window touched; None without a record."""
+def same_load(rec: dict[str, Any] | None, keys: set[str] | None = None) -> set[str] | None:
+    """The run keys ("arm.seedN") under the same load: the other confirmation process beside them
+    throughout (at most `ALONE` seconds alone) and no window of other work; None without a record. With
+    `keys`, a key the record lacks is an error (record it with `shared-cpu` on the machine that wrote
+    it): an unrecorded run must not drop silently out of the ratio."""
     if rec is None:
         return None
-    return {key for key, t in rec["runs"].items() if not t["shared_with"]}
+    want = set(rec["runs"]) if keys is None else set(keys)
+    missing = sorted(want - set(rec["runs"]))
+    if missing:
+        raise ValueError(f"{FILE} lacks {missing}: run `shared-cpu` where the runs were written")
+    runs = rec["runs"]
+    return {k for k in want if not runs[k]["shared_with"] and runs[k]["alone_seconds"] <= ALONE}
