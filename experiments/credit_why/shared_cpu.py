@@ -36,7 +36,7 @@ WINDOWS = (  # (start, end, what ran beside the two confirmation processes), UTC
     ("2026-11-28T13:34", "2026-11-28T13:40", "tests/test_credit_why.py, twice"),
     ("2026-11-28T13:42:20", "2026-11-28T13:42:49", "tests/test_credit_why.py (a reviewer)"),
     ("2026-11-28T13:44", "2026-11-28T13:46", "tests/test_credit_why.py"),
-    ("2026-11-28T14:48", "2026-11-28T15:03", "tests/test_layout.py and tests/test_docs.py (niced)"),
+    ("2026-11-28T14:48:24", "2026-11-28T15:02:42", "tests/test_layout.py and tests/test_docs.py (niced)"),
 )
 """A time given to the minute covers that whole minute at the end of a window."""
 
