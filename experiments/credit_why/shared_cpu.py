@@ -43,6 +43,8 @@ WINDOWS = (  # (start, end, what ran beside the two confirmation processes), UTC
 LOST = (  # runs cut by the end of a session (no file): they shared the CPU with the runs beside them
     ("grpo.seed404", "2026-11-28T13:17:01", "2026-11-28T13:24:05"),
     ("grpo-compute.seed404", "2026-11-28T13:19:59", "2026-11-28T13:24:05"),
+    ("grpo.seed409", "2026-11-28T16:22:13", "2026-11-28T16:30:00"),  # the session's end: 16:28–16:31
+    ("grpo-compute.seed409", "2026-11-28T16:23:24", "2026-11-28T16:30:00"),
 )
 
 ALONE = 60.0
