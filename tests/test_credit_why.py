@@ -228,6 +228,18 @@ def test_the_answers_figure_draws_the_records_numbers_and_not_a_blinded_record(t
     assert (row["adj_low"], row["adj_high"]) == (adj["low"], adj["high"]) and row["mean"] == adj["mean"]
     assert len([r for r in data["rows"] if "label" in r]) == 2 * 5 + 2 + 2  # D1, D2, D3, two contrasts
     assert data["curve_sample"] == "150 problems × 2 samples" and data["warm"] == pytest.approx(39.0)
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from oar_rl.study.screen_plot import forest
+
+    fig, ax = plt.subplots()
+    forest(ax, data["rows"])  # the left panel: the decision's 99.5% interval is drawn, not only the 95%
+    drawn = [tuple(line.get_xdata()) for line in ax.get_lines()]
+    plt.close(fig)
+    assert (adj["low"], adj["high"]) in drawn and tuple(row["diffs"]) in drawn
     png = figure.draw(data, tmp_path / "answers.png")
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert "(answers.png)" in answers.markdown(rec, seeds)

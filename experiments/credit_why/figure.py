@@ -1,8 +1,9 @@
 """Issue 48's answers as a figure, `results/credit-why/answers.png` beside `answers.md`.
 
-Left: the paired differences the decisions read (final sampled accuracy, test, points, by seed): each rule
-against each GRPO arm (D1: the bar is the 95% interval, the whisker the Bonferroni-adjusted 99.5% one the
-decision uses), then D2, D3 and the descriptive contrasts (95%). Right: each arm's learning curve on the
+Left (`oar_rl.study.screen_plot.forest`): the paired differences the decisions read (final sampled
+accuracy, test, points, by seed): each rule against each GRPO arm (D1: the error bar is the 95% interval,
+the thin line the Bonferroni-adjusted 99.5% one the decision uses), then D2, D3 and the descriptive
+contrasts (95%). Right: each arm's learning curve on the
 curve's sample, mean over seeds with its 95% band, from the warm start at step 0.
 
 The numbers are `answers.answers`' record (`answers.json`), never recomputed here: :func:`figure_data`
@@ -17,6 +18,7 @@ from typing import Any
 
 from experiments.credit_why.answers import BASELINES, RULES
 from oar_rl.io import savefig_atomic
+from oar_rl.study.screen_plot import forest
 from oar_rl.study.screen_report import fmt_ci
 
 
@@ -40,7 +42,7 @@ def figure_data(rec: dict[str, Any], seeds: tuple[int, ...]) -> dict[str, Any]:
     if rec.get("blinded", True):
         raise ValueError("the confirmation is incomplete (blinded): no figure until every run is in")
     arms = rec["arms"]
-    rows: list[dict[str, Any]] = [{"heading": "D1: rule − GRPO arm (bar 95%, whisker 99.5%)"}]
+    rows: list[dict[str, Any]] = [{"heading": "D1: rule − GRPO arm (error bar 95%, thin line 99.5%)"}]
     for r in RULES:
         for b in BASELINES:
             rows.append(_row(f"{r} − {b}", arms[r][f"vs_{b}"], arms[r][f"vs_{b}_adjusted"]))
@@ -65,34 +67,12 @@ def draw(data: dict[str, Any], path: Path) -> Path:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    from matplotlib.transforms import blended_transform_factory
 
     rows = data["rows"]
     fig, (ax, cx) = plt.subplots(
         1, 2, figsize=(13, 0.3 * len(rows) + 2.2), gridspec_kw={"width_ratios": [1.25, 1]}
     )
-    right = blended_transform_factory(ax.transAxes, ax.transData)
-    for y, r in enumerate(rows):
-        if "heading" in r:
-            if y:
-                ax.axhline(y - 0.5, color="0.8", lw=0.8)
-            continue
-        n = len(r["diffs"])
-        step = min(0.08, 0.5 / max(n - 1, 1))
-        ax.plot(r["diffs"], [y + step * (j - (n - 1) / 2) for j in range(n)], "o", ms=2.5, color="0.6",
-                zorder=2)  # fmt: skip
-        if r["adj_low"] is not None:
-            ax.plot([r["adj_low"], r["adj_high"]], [y, y], color="C0", lw=1, zorder=3)
-        if r["low"] is not None:
-            ax.plot([r["low"], r["high"]], [y, y], color="C0", lw=3.5, alpha=0.8, zorder=3)
-        ax.plot([r["mean"]], [y], "o", ms=5, color="C0", zorder=4)
-        ax.text(1.01, y, r["text"], transform=right, va="center", ha="left", fontsize=7)
-    ax.axvline(0, color="0.3", lw=1, ls=":", zorder=1)
-    ax.set_yticks(range(len(rows)), [r.get("heading") or r["label"] for r in rows], fontsize=7.5)
-    for tick, r in zip(ax.get_yticklabels(), rows, strict=True):
-        if "heading" in r:
-            tick.set_fontweight("bold")
-    ax.set_ylim(len(rows) - 0.5, -0.5)
+    forest(ax, rows)
     ax.set_xlabel("final sampled accuracy, difference (points); dots: seeds", fontsize=8)
     ax.grid(alpha=0.3, axis="x")
 

@@ -4,7 +4,8 @@
 One row per arm in the table's order: the per-seed differences as dots, their mean with its 95%
 t-interval as a bar, a line at 0; with the table's stages, the arms are grouped under a heading per
 stage. The numbers are the table's (`summarize`'s `paired`, from `oar_rl.study.stats`), never recomputed
-here: :func:`figure_data` only picks them out, :func:`draw` only draws them.
+here: :func:`figure_data` only picks them out, :func:`draw` only draws them (with :func:`forest`, the
+rows-of-paired-differences plot that issue 48's answers figure shares).
 
 A confirmation that is still running (`oar_rl.study.screen.blinded`) gets no figure at all: the report
 calls neither function then, and removes a figure left from an earlier, complete set of runs.
@@ -84,16 +85,14 @@ def figure_data(
     return {"title": title, "xlabel": xlabel, "rows": out}
 
 
-def draw(data: dict[str, Any], path: Path) -> Path:
-    """`data` (:func:`figure_data`) as a PNG at `path`, written atomically (`oar_rl.io.savefig_atomic`)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+def forest(ax: Any, rows: list[dict[str, Any]]) -> None:
+    """Draw `rows` top to bottom on `ax`: a heading {"heading"} as a bold label under a rule, a difference
+    {"diffs", "mean", "low", "high", "text", and a label "arm" or "label"} as its per-seed dots, its mean
+    with the interval as an error bar and `text` at the right; optional "adj_low"/"adj_high" (a wider,
+    adjusted interval) as a thin whisker; a row with mean None as a note ("baseline" when its "baseline"
+    is None, else "no paired seed yet"). A line marks 0."""
     from matplotlib.transforms import blended_transform_factory
 
-    rows = data["rows"]
-    fig, ax = plt.subplots(figsize=(7.5, 0.32 * len(rows) + 1.9))
     right = blended_transform_factory(ax.transAxes, ax.transData)  # x in axes fraction, y in rows
     for y, r in enumerate(rows):
         if "heading" in r:
@@ -101,13 +100,15 @@ def draw(data: dict[str, Any], path: Path) -> Path:
                 ax.axhline(y - 0.5, color="0.8", lw=0.8)
             continue
         if r["mean"] is None:
-            note = "baseline" if r["baseline"] is None else "no paired seed yet"
+            note = "baseline" if r.get("baseline") is None else "no paired seed yet"
             ax.text(0, y, f" {note}", va="center", ha="left", fontsize=7, color="0.45", style="italic")
             continue
         n = len(r["diffs"])
         step = min(0.09, 0.5 / max(n - 1, 1))  # seeds spread in their order over at most half a row
         jitter = [step * (j - (n - 1) / 2) for j in range(n)]  # (no randomness: the same figure every time)
         ax.plot(r["diffs"], [y + d for d in jitter], "o", ms=3, color="0.55", alpha=0.8, zorder=2)
+        if r.get("adj_low") is not None:
+            ax.plot([r["adj_low"], r["adj_high"]], [y, y], color="C0", lw=1, zorder=3)
         if r["low"] is not None:
             err = [[r["mean"] - r["low"]], [r["high"] - r["mean"]]]
             ax.errorbar([r["mean"]], [y], xerr=err, fmt="o", ms=5, capsize=3, color="C0", zorder=3)
@@ -115,14 +116,26 @@ def draw(data: dict[str, Any], path: Path) -> Path:
             ax.plot([r["mean"]], [y], "o", ms=5, color="C0", zorder=3)
         ax.text(1.01, y, r["text"], transform=right, va="center", ha="left", fontsize=7)
     ax.axvline(0, color="0.3", lw=1, ls=":", zorder=1)
-    labels = [r.get("heading") or r["arm"] for r in rows]
+    labels = [r.get("heading") or r.get("arm") or r["label"] for r in rows]
     ax.set_yticks(range(len(rows)), labels, fontsize=8)
     for tick, r in zip(ax.get_yticklabels(), rows, strict=True):
         if "heading" in r:
             tick.set_fontweight("bold")
+    ax.set_ylim(max(len(rows), 1) - 0.5, -0.5)  # the table's order, top to bottom
+
+
+def draw(data: dict[str, Any], path: Path) -> Path:
+    """`data` (:func:`figure_data`) as a PNG at `path`, written atomically (`oar_rl.io.savefig_atomic`)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = data["rows"]
+    fig, ax = plt.subplots(figsize=(7.5, 0.32 * len(rows) + 1.9))
+    forest(ax, rows)
     if not rows:
         ax.text(0.5, 0.5, "no runs yet", transform=ax.transAxes, ha="center", va="center", color="0.45")
-    ax.set_ylim(max(len(rows), 1) - 0.5, -0.5)  # the table's order, top to bottom
     ax.set_xlabel(data["xlabel"], fontsize=8)
     ax.set_title(data["title"], fontsize=9)
     ax.grid(alpha=0.3, axis="x")
