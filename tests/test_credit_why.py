@@ -172,6 +172,7 @@ def test_answers_apply_the_preregistered_rules_and_stay_blinded_until_complete()
     assert fe["vs_grpo"]["mean"] == pytest.approx(6.0, abs=0.2)
     assert fe["vs_grpo_adjusted"]["low"] < fe["vs_grpo"]["low"]  # the 99.5% interval is wider
     assert rec["arms"]["entropy"]["collapsed"] == 10 and rec["arms"]["grpo"]["collapsed"] == 0
+    assert rec["arms"]["entropy"]["greedy_below"] == 10 and rec["arms"]["grpo"]["greedy_below"] == 0
     assert rec["arms"]["grpo-compute"]["tokens_ratio"] == pytest.approx(2.0)
     assert fe["seconds_ratio"] == pytest.approx(2.5)
     assert answers.aulc({"5": 0.5, "30": 0.5}, 0.5) == pytest.approx(50.0)
