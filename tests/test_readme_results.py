@@ -21,6 +21,7 @@ SHORT_CONFIRM = "results/credit-screen/confirm.md"
 LONG_CONFIRM = "results/credit-long/confirm.md"
 LEADERBOARD = "docs/results/leaderboard.md"
 WHY = "docs/results/credit-why.md"  # its warm-start figures are results/credit-why/warm_start.json's
+WHY_ANSWERS = "results/credit-why/answers.md"  # issue 48's confirmation, generated from its run files
 SOURCES: dict[str, tuple[str, ...]] = {  # the start of a row's question -> the files its figures come from
     "Does OAR beat GRPO": (STUDY, SHORT_CONFIRM, "results/bench-cpu-256/bench.md"),
     "Does OAR's credit land on the pivot": (STUDY,),
@@ -29,8 +30,8 @@ SOURCES: dict[str, tuple[str, ...]] = {  # the start of a row's question -> the 
     "Where does OAR put the blame": ("results/blame/blame.md",),
     "Where does the credit go": ("results/blame/blame.md",),
     "Why does OAR lose": (SHORT_CONFIRM, LEADERBOARD, "results/credit-screen/screen.md"),
-    "Does that hold on long chains": (LONG_CONFIRM, LEADERBOARD, WHY),
-    "Does the verdict hold on long": (LONG_CONFIRM, LEADERBOARD, WHY),
+    "Does that hold on long chains": (LONG_CONFIRM, LEADERBOARD, WHY, WHY_ANSWERS),
+    "Does the verdict hold on long": (LONG_CONFIRM, LEADERBOARD, WHY, WHY_ANSWERS),
     "What does it cost": ("results/bench-cpu-256/bench.md",),
     "How does every credit rule do": (),
 }
