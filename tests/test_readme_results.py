@@ -4,7 +4,8 @@ Each row of the "Results so far" table (README.md) and of docs/results/index.md 
 every decimal figure the row prints (signed where it is signed, `−` read as `-`) must appear in one of
 them, so a figure typed in by hand or left behind by a rerun fails here. Integers (seeds, samples,
 percent shares) are not checked; the model sizes the rows name are counted from the shipped models, and
-GRPO's gain over the warm start is recomputed from the v2 study's run files.
+GRPO's gain over the warm start is recomputed from the v2 study's run files, and the long regime's 4e-4
+GRPO greedy drop from its confirmation's run files and issue 48's warm start.
 """
 
 from __future__ import annotations
@@ -19,8 +20,8 @@ ROOT = Path(__file__).resolve().parents[1]
 STUDY = "results/study-wordproblems-v2/tables.md"
 SHORT_CONFIRM = "results/credit-screen/confirm.md"
 LONG_CONFIRM = "results/credit-long/confirm.md"
+LONG_RUNS = "results/credit-long/confirm/runs"
 LEADERBOARD = "docs/results/leaderboard.md"
-WHY = "docs/results/credit-why.md"  # its warm-start figures are results/credit-why/warm_start.json's
 WHY_ANSWERS = "results/credit-why/answers.md"  # issue 48's confirmation, generated from its run files
 SOURCES: dict[str, tuple[str, ...]] = {  # the start of a row's question -> the files its figures come from
     "Does OAR beat GRPO": (STUDY, SHORT_CONFIRM, "results/bench-cpu-256/bench.md"),
@@ -30,8 +31,8 @@ SOURCES: dict[str, tuple[str, ...]] = {  # the start of a row's question -> the 
     "Where does OAR put the blame": ("results/blame/blame.md",),
     "Where does the credit go": ("results/blame/blame.md",),
     "Why does OAR lose": (SHORT_CONFIRM, LEADERBOARD, "results/credit-screen/screen.md"),
-    "Does that hold on long chains": (LONG_CONFIRM, LEADERBOARD, WHY, WHY_ANSWERS),
-    "Does the verdict hold on long": (LONG_CONFIRM, LEADERBOARD, WHY, WHY_ANSWERS),
+    "Does that hold on long chains": (LONG_CONFIRM, LEADERBOARD, WHY_ANSWERS),
+    "Does the verdict hold on long": (LONG_CONFIRM, LEADERBOARD, WHY_ANSWERS),
     "What does it cost": ("results/bench-cpu-256/bench.md",),
     "How does every credit rule do": (),
 }
@@ -53,6 +54,14 @@ def _grpo_gain() -> str:
     return f"+{100 * (sum(finals) / len(finals) - warm):.1f}"
 
 
+def _long_grpo_greedy_drop() -> str:
+    """The warm start's greedy accuracy on the long confirmation's test sample minus GRPO's mean final
+    greedy accuracy over that confirmation's seeds (learning rate 4e-4), in points."""
+    finals = [json.loads(p.read_text())["final"]["greedy"] for p in ROOT.glob(f"{LONG_RUNS}/grpo.seed*.json")]
+    warm = json.loads((ROOT / "results/credit-why/warm_start.json").read_text())["test"]["greedy"]
+    return f"{100 * (warm - sum(finals) / len(finals)):.1f}"
+
+
 def _found(sign: str, number: str, text: str) -> bool:
     lead = re.escape(sign) if sign else r"[+-]?"
     return re.search(rf"(?<![\w.]){lead}{re.escape(number)}(?![\d])", text) is not None
@@ -68,6 +77,8 @@ def test_every_figure_of_a_result_row_is_in_its_sources(page):
         text = "\n".join((ROOT / f).read_text() for f in SOURCES[key]).replace("−", "-")
         if key == "Does OAR beat GRPO":
             text += f"\n{_grpo_gain()} (GRPO's gain over the warm start)"
+        if key in ("Does that hold on long chains", "Does the verdict hold on long"):
+            text += f"\n{_long_grpo_greedy_drop()} (GRPO's greedy drop below the warm start at 4e-4)"
         missing = [s + n for s, n in NUMBER.findall(answer.replace("−", "-")) if not _found(s, n, text)]
         assert not missing, f"{page}, {question!r}: {missing} are in none of {SOURCES[key]}"
 
