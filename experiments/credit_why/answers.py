@@ -139,28 +139,35 @@ def answers(
     warm_sampled, warm_greedy = 100 * warm["sampled"], 100 * warm["greedy"]
     right = [c > 0 for c in warm["per_problem"]["greedy"]]
     rec: dict[str, Any] = {"blinded": False, "warm_start": {"sampled": warm_sampled, "greedy": warm_greedy}}
-    grpo_secs = mean_ci([r["train_seconds"] for r in runs["grpo"].values()])["mean"]
-    grpo_tokens = mean_ci([generated_tokens(r) for r in runs["grpo"].values()])["mean"]
+
+    def cost(arm: str) -> dict[str, dict[str, Any]]:
+        got = runs[arm].values()
+        return {
+            "train_seconds": mean_ci([r["train_seconds"] for r in got]),
+            "tokens_per_step": mean_ci([generated_tokens(r) for r in got]),
+            "computed_tokens": mean_ci([generated_tokens(r, "oar/search_tokens") for r in got]),
+        }
+
+    grpo_cost = cost("grpo")
     rows = {}
     for arm in arms:
-        got = runs[arm]
+        got, spent = runs[arm], cost(arm)
         row: dict[str, Any] = {
             "sampled": mean_ci(list(final(arm, "sampled").values())),
             "greedy": mean_ci(list(final(arm, "greedy").values())),
             "aulc": mean_ci([aulc(r["curve"], warm["curve"]) for r in got.values()]),
             "collapsed": sum(v < warm_sampled - COLLAPSE for v in final(arm, "sampled").values()),
             "greedy_below": sum(v < warm_greedy - GREEDY_TOLERANCE for v in final(arm, "greedy").values()),
-            "seconds_ratio": mean_ci([r["train_seconds"] for r in got.values()])["mean"] / grpo_secs,
-            "tokens_ratio": mean_ci([generated_tokens(r) for r in got.values()])["mean"] / grpo_tokens,
+            "train_seconds": spent["train_seconds"],
+            "tokens_per_step": spent["tokens_per_step"],
+            "seconds_ratio": spent["train_seconds"]["mean"] / grpo_cost["train_seconds"]["mean"],
+            "tokens_ratio": spent["tokens_per_step"]["mean"] / grpo_cost["tokens_per_step"]["mean"],
+            # the positions the search computed (rejected drafts included) against grpo's generated tokens
+            "computed_tokens_ratio": spent["computed_tokens"]["mean"] / grpo_cost["tokens_per_step"]["mean"],
+            "split_vs_warm_start": split_gain(got, warm, right),
         }
-        row["split_vs_warm_start"] = split_gain(got, warm, right)
-        row["train_seconds"] = mean_ci([r["train_seconds"] for r in got.values()])
-        row["tokens_per_step"] = mean_ci([generated_tokens(r) for r in got.values()])
         if same_load is not None:
             row["seconds_same_load"] = _same_load_ratio(runs, arm, same_load)
-        row["computed_tokens_ratio"] = (
-            mean_ci([generated_tokens(r, "oar/search_tokens") for r in got.values()])["mean"] / grpo_tokens
-        )
         if arm != "grpo":
             for base in BASELINES if arm in RULES else ("grpo",):
                 row[f"vs_{base}"] = paired_difference(final(arm, "sampled"), final(base, "sampled"))
@@ -184,7 +191,8 @@ def answers(
     return rec
 
 
-def _ci(d: dict[str, Any] | None, signed: bool = True) -> str:
+def ci_text(d: dict[str, Any] | None, signed: bool = True) -> str:
+    """A mean with its interval as the answers print it, `−` for minus."""
     return fmt_ci(d, signed=signed).replace("-", "−")
 
 
@@ -207,18 +215,18 @@ def markdown(rec: dict[str, Any], seeds: tuple[int, ...]) -> str:
         "|---|---:|---:|---|---:|---:|",
     ]
     for r in RULES:
-        cells = [r, _ci(a[r]["vs_grpo_adjusted"]), _ci(a[r]["vs_grpo-compute_adjusted"]), yes[rec["D1"][r]],
-                 _ci(a[r]["vs_grpo"]), _ci(a[r]["vs_grpo-compute"])]  # fmt: skip
+        cells = [r, ci_text(a[r]["vs_grpo_adjusted"]), ci_text(a[r]["vs_grpo-compute_adjusted"]),
+                 yes[rec["D1"][r]], ci_text(a[r]["vs_grpo"]), ci_text(a[r]["vs_grpo-compute"])]  # fmt: skip
         lines.append("| " + " | ".join(cells) + " |")
     d2, d3 = rec["D2"], rec["D3"]
     lines += [
         "",
-        f"- **D2, location**: first-error − random-departure {_ci(d2['paired'])}, "
+        f"- **D2, location**: first-error − random-departure {ci_text(d2['paired'])}, "
         f"{wins_text(d2['paired'])} seeds ahead: credited with locating errors: {yes[d2['location']]}.",
-        f"- **D3, the search**: first-error − lowest-prob {_ci(d3['paired'])}, {wins_text(d3['paired'])} "
+        f"- **D3, the search**: first-error − lowest-prob {ci_text(d3['paired'])}, {wins_text(d3['paired'])} "
         f"seeds ahead: distinguishable: {yes[d3['distinguishable']]}.",
         *(
-            f"- {name}: {_ci(d)}, {wins_text(d)} seeds ahead (descriptive)."
+            f"- {name}: {ci_text(d)}, {wins_text(d)} seeds ahead (descriptive)."
             for name, d in rec["contrasts"].items()
         ),
         "",
@@ -229,10 +237,10 @@ def markdown(rec: dict[str, Any], seeds: tuple[int, ...]) -> str:
     for name, r in a.items():
         split = r["split_vs_warm_start"]
         cells = [
-            name, _ci(r["sampled"], False), _ci(r["greedy"], False), _ci(r.get("vs_grpo")),
-            _ci(r.get("greedy_vs_grpo")), _ci(r["aulc"], False), f"{r['collapsed']}/{len(seeds)}",
-            f"{r['greedy_below']}/{len(seeds)}" if "greedy_below" in r else "–",
-            _ci(split.get("warm_right")), _ci(split.get("warm_wrong")),
+            name, ci_text(r["sampled"], False), ci_text(r["greedy"], False), ci_text(r.get("vs_grpo")),
+            ci_text(r.get("greedy_vs_grpo")), ci_text(r["aulc"], False), f"{r['collapsed']}/{len(seeds)}",
+            f"{r['greedy_below']}/{len(seeds)}",
+            ci_text(split.get("warm_right")), ci_text(split.get("warm_wrong")),
         ]  # fmt: skip
         lines.append("| " + " | ".join(cells) + " |")
     lines += [
@@ -250,10 +258,10 @@ def markdown(rec: dict[str, Any], seeds: tuple[int, ...]) -> str:
     ]
     for name, r in a.items():
         u = r.get("seconds_same_load")
-        clean = "–" if u is None else (
-            f"{u['ratio']:.2f} ({u['runs']} and {u['grpo_runs']})" if u["ratio"] is not None
-            else f"– ({u['runs']} and {u['grpo_runs']})"
-        )  # fmt: skip
+        clean = "–"
+        if u is not None:
+            ratio = "–" if u["ratio"] is None else f"{u['ratio']:.2f}"
+            clean = f"{ratio} ({u['runs']} and {u['grpo_runs']})"
         cells = [name, f"{r['train_seconds']['mean']:.0f}", f"{r['seconds_ratio']:.2f}", clean,
                  f"{r['tokens_per_step']['mean']:.0f}", f"{r['tokens_ratio']:.2f}",
                  f"{r['computed_tokens_ratio']:.2f}"]  # fmt: skip

@@ -16,10 +16,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from experiments.credit_why.answers import BASELINES, RULES
+from experiments.credit_why.answers import BASELINES, RULES, ci_text
 from oar_rl.io import savefig_atomic
 from oar_rl.study.screen_plot import forest
-from oar_rl.study.screen_report import fmt_ci
 
 
 def _row(label: str, d: dict[str, Any], adjusted: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -31,7 +30,7 @@ def _row(label: str, d: dict[str, Any], adjusted: dict[str, Any] | None = None) 
         "high": d["high"],
         "adj_low": adjusted["low"] if adjusted else None,
         "adj_high": adjusted["high"] if adjusted else None,
-        "text": fmt_ci(adjusted or d, signed=True).replace("-", "−"),
+        "text": ci_text(adjusted or d),
     }
 
 
