@@ -173,6 +173,10 @@ def test_answers_apply_the_preregistered_rules_and_stay_blinded_until_complete()
     assert fe["vs_grpo_adjusted"]["low"] < fe["vs_grpo"]["low"]  # the 99.5% interval is wider
     assert rec["arms"]["entropy"]["collapsed"] == 10 and rec["arms"]["grpo"]["collapsed"] == 0
     assert rec["arms"]["entropy"]["greedy_below"] == 10 and rec["arms"]["grpo"]["greedy_below"] == 0
+    learned = rec["baselines_learned"]  # greedy 0.7 + gap; sampled: seed effect +0.2 on average, jitter ±0.2
+    assert learned["grpo"]["greedy"]["mean"] == pytest.approx(-0.8)
+    assert learned["grpo-compute"]["greedy"]["mean"] == pytest.approx(1.2)
+    assert learned["grpo"]["sampled"]["mean"] == pytest.approx(100 * (0.40 + 0.002 - 0.389), abs=0.2)
     assert rec["arms"]["grpo-compute"]["tokens_ratio"] == pytest.approx(2.0)
     assert fe["seconds_ratio"] == pytest.approx(2.5)
     assert answers.aulc({"5": 0.5, "30": 0.5}, 0.5) == pytest.approx(50.0)

@@ -177,6 +177,13 @@ def answers(
             row["greedy_vs_grpo"] = paired_difference(final(arm, "greedy"), final("grpo", "greedy"))
         rows[arm] = row
     rec["arms"] = rows
+    rec["baselines_learned"] = {  # each GRPO arm's gain over the warm start on the same samples (points)
+        b: {
+            "sampled": mean_ci([v - warm_sampled for v in final(b, "sampled").values()]),
+            "greedy": mean_ci([v - warm_greedy for v in final(b, "greedy").values()]),
+        }
+        for b in BASELINES
+    }
     rec["curves"] = {arm: curves(runs[arm], warm["curve"]) for arm in arms}
     rec["curve_sample"] = list(warm.get("curve_sample", []))
     rec["D1"] = {r: all(rows[r][f"vs_{b}_adjusted"]["low"] > 0 for b in BASELINES) for r in RULES}
@@ -209,6 +216,13 @@ def markdown(rec: dict[str, Any], seeds: tuple[int, ...]) -> str:
         "",
         f"Test split, 500 problems × 4 samples at T = 1 per run, seeds {seeds[0]}–{seeds[-1]}; warm start "
         f"{w['sampled']:.1f}% sampled, {w['greedy']:.1f}% greedy. Points; paired by seed.",
+        "",
+        "Did the baselines learn? Gain over the warm start on the same samples, mean over seeds (95%): "
+        + "; ".join(
+            f"{b} {ci_text(g['sampled'])} sampled, {ci_text(g['greedy'])} greedy"
+            for b, g in rec["baselines_learned"].items()
+        )
+        + ".",
         "",
         "| rule | vs grpo (99.5%) | vs grpo-compute (99.5%) | beats both (D1) | vs grpo (95%) "
         "| vs grpo-compute (95%) |",
