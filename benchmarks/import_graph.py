@@ -63,6 +63,7 @@ TIERS: dict[str, int] = {
     "oar_rl.config": 3,
     "oar_rl.credit_logging": 3,
     "oar_rl.trainer": 3,
+    "oar_rl.vllm_sync": 3,  # the colocated vLLM engine on a CPU: reload_weights sync, engine options
     # 4 tasks, their warm starts, and models by name (`--model default`, fetched models)
     "oar_rl.tiny": 4,
     "oar_rl.fetch": 4,

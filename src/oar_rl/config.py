@@ -34,6 +34,7 @@ SCORED_TOKENS: tuple[str, ...] = ("reasoning", "before-answer")
 RESHAPE_ROWS: tuple[str, ...] = ("all", "positive", "negative")
 
 THRESHOLDS: tuple[str, ...] = ("quantile", "value")
+VLLM_DTYPES: tuple[str, ...] = ("auto", "float32", "bfloat16", "float16")
 
 
 @dataclass
@@ -261,6 +262,22 @@ class OARConfig(GRPOConfig):
             "(paper §6.2: early policies do not yet produce the answer format)."
         },
     )
+    # --- vLLM engine options TRL does not pass to vllm.LLM (colocate mode; oar_rl.vllm_sync) ---
+    vllm_enforce_eager: bool = field(
+        default=False,
+        metadata={
+            "help": "Colocated vLLM engine without torch.compile (vllm.LLM's enforce_eager). On a CPU the "
+            "compiled engine takes 60-90 s to start for SmolLM2-135M, the eager one seconds."
+        },
+    )
+    vllm_dtype: str = field(
+        default="auto",
+        metadata={
+            "help": "dtype of the colocated vLLM engine: auto (the checkpoint's, vLLM's default), float32, "
+            "bfloat16 or float16. Match the policy's dtype to keep vLLM's sampling log-probabilities close "
+            "to the policy's."
+        },
+    )
     # TRL default changed to the paper's clip-higher value (DAPO).
     epsilon_high: float | None = field(
         default=0.28,
@@ -287,6 +304,7 @@ class OARConfig(GRPOConfig):
         _check_choice("threshold", self.threshold, THRESHOLDS)
         _check_choice("scored_tokens", self.scored_tokens, SCORED_TOKENS)
         _check_choice("reshape_rows", self.reshape_rows, RESHAPE_ROWS)
+        _check_choice("vllm_dtype", self.vllm_dtype, VLLM_DTYPES)
         _check_range("tau", self.tau, 0.0, 1.0)
         _check_range("floor", self.floor, 0.0, 1.0)
         if not float(self.oar_beta) >= 0.0:

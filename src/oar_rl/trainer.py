@@ -3,7 +3,9 @@
 `OARTrainer` overrides one method, `_generate_and_score_completions`: it calls TRL's, which generates,
 scores and returns the sequence advantages A_i (B,), then replaces them by token advantages A_t (B, C)
 (paper Eq. 15; TRL's `_compute_loss` accepts (B, C) advantages by design). Generation, vLLM, the
-clipped loss with clip-higher (Eq. 18), accelerate/DeepSpeed, PEFT, logging and checkpoints are TRL's.
+clipped loss with clip-higher (Eq. 18), accelerate/DeepSpeed, PEFT, logging and checkpoints are TRL's;
+a colocated vLLM engine whose weights are packed (vLLM's CPU backend) is synced through vLLM's
+`reload_weights` instead of TRL's per-tensor `load_weights` (`oar_rl.vllm_sync`).
 The math lives in `oar_rl.reshape` / `oar_rl.metrics`, the scorers in `oar_rl.importance` (which one each
 credit mode uses, and how it reshapes, in the registry `oar_rl.credits`), the answer spans in
 `oar_rl.probes`; this module is glue.
@@ -97,6 +99,7 @@ from oar_rl.importance.first_error import recording
 from oar_rl.importance.grail import grail_rows
 from oar_rl.probes import ANSWER_SPAN_PROBES, prepare_batch
 from oar_rl.reshape import entropy_shaped_advantages, grail_token_advantages, rescale_sum, token_advantages
+from oar_rl.vllm_sync import extra_llm_kwargs, llm_options, use_reload_sync
 
 
 def _safe_rewards(funcs: Any) -> Any:
@@ -157,9 +160,15 @@ class OARTrainer(CreditLogging, GRPOTrainer):
                 args = (args[0], _safe_rewards(args[1]), *args[2:])
             elif kwargs.get("reward_funcs") is not None:
                 kwargs["reward_funcs"] = _safe_rewards(kwargs["reward_funcs"])
-        super().__init__(*args, **kwargs)
+        engine_options = {}  # vLLM engine options TRL does not pass (colocate mode; oar_rl.vllm_sync)
+        if isinstance(config, OARConfig) and config.use_vllm and config.vllm_mode == "colocate":
+            engine_options = llm_options(config.vllm_enforce_eager, config.vllm_dtype)
+        with extra_llm_kwargs(engine_options):
+            super().__init__(*args, **kwargs)
         if not isinstance(self.args, OARConfig):
             raise ValueError(f"OARTrainer needs an OARConfig as `args`, got {type(self.args).__name__}")
+        # a colocated engine with packed weights (vLLM's CPU backend) is synced with reload_weights
+        self.vllm_reload_sync = self.use_vllm and use_reload_sync(self.vllm_generation)
         zero3_sharded = self._dist.is_zero3 and not self.args.ds3_gather_for_generation
         mode = CREDIT_MODES[self.args.credit]
         if mode.needs_model and mode.reshape != "none" and zero3_sharded:
