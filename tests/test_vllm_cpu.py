@@ -158,3 +158,19 @@ def test_trains_two_steps_with_vllm_generation(model_dir, tmp_path, credit, unsy
         searched = [h["oar/search_continuations"] for h in history
                     if "oar/search_continuations" in h]  # fmt: skip
         assert searched and statistics.fmean(searched) > 0, "first-error's search never ran"
+
+
+def test_engine_start_keeps_the_trainers_torch_threads(model_dir, tmp_path):
+    """vLLM's CPU worker sets torch to one thread and stubs out torch.set_num_threads; the trainer keeps
+    its own threads and the real setter."""
+    threads = torch.get_num_threads()
+    setter = torch.set_num_threads
+    try:
+        setter(2)
+        with trainer_for(model_dir, tmp_path):
+            assert torch.get_num_threads() == 2
+            assert torch.set_num_threads is setter
+            torch.set_num_threads(1)
+            assert torch.get_num_threads() == 1
+    finally:
+        setter(threads)

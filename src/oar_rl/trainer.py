@@ -99,7 +99,7 @@ from oar_rl.importance.first_error import recording
 from oar_rl.importance.grail import grail_rows
 from oar_rl.probes import ANSWER_SPAN_PROBES, prepare_batch
 from oar_rl.reshape import entropy_shaped_advantages, grail_token_advantages, rescale_sum, token_advantages
-from oar_rl.vllm_sync import extra_llm_kwargs, llm_options, use_reload_sync
+from oar_rl.vllm_sync import extra_llm_kwargs, kept_torch_threads, llm_options, use_reload_sync
 
 
 def _safe_rewards(funcs: Any) -> Any:
@@ -163,7 +163,7 @@ class OARTrainer(CreditLogging, GRPOTrainer):
         engine_options = {}  # vLLM engine options TRL does not pass (colocate mode; oar_rl.vllm_sync)
         if isinstance(config, OARConfig) and config.use_vllm and config.vllm_mode == "colocate":
             engine_options = llm_options(config.vllm_enforce_eager, config.vllm_dtype)
-        with extra_llm_kwargs(engine_options):
+        with extra_llm_kwargs(engine_options), kept_torch_threads():
             super().__init__(*args, **kwargs)
         if not isinstance(self.args, OARConfig):
             raise ValueError(f"OARTrainer needs an OARConfig as `args`, got {type(self.args).__name__}")

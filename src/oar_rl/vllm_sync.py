@@ -62,6 +62,27 @@ def extra_llm_kwargs(options: dict[str, Any]) -> Iterator[None]:
         owner.LLM = original
 
 
+@contextlib.contextmanager
+def kept_torch_threads() -> Iterator[None]:
+    """Keep the process's torch threads, and `torch.set_num_threads` itself, across a vLLM CPU engine start.
+
+    vLLM's CPU worker is built for a serving process: when it starts it sets torch to one intra-op thread
+    (unless OMP_NUM_THREADS is set) and replaces `torch.set_num_threads` with a function that only logs a
+    warning. Colocated with a trainer that would leave the policy's forward and backward passes, and every
+    scorer, on one thread, and make any later thread setting a silent no-op. Both are restored on exit (a
+    departure from vLLM's serving defaults; the engine then runs its torch ops with the trainer's threads).
+    """
+    import torch
+
+    setter, threads = torch.set_num_threads, torch.get_num_threads()
+    try:
+        yield
+    finally:
+        torch.set_num_threads = setter
+        if torch.get_num_threads() != threads:
+            setter(threads)
+
+
 def engine_model(llm: Any) -> Any:
     """The `torch.nn.Module` inside a colocated (in-process) vLLM engine, where TRL reaches it."""
     return llm.llm_engine.model_executor.driver_worker.model_runner.model
