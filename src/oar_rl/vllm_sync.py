@@ -92,17 +92,16 @@ def weights_packed(llm: Any) -> bool:
     """True when the engine's model holds parameters emptied by weight packing (vLLM's CPU backend):
     such a model cannot take ``load_weights`` tensor by tensor, only ``reload_weights``."""
     return any(
-        param.numel() == 0 and not hasattr(param, "weight_loader")
-        for param in engine_model(llm).parameters()
+        param.numel() == 0 and not hasattr(param, "weight_loader") for param in engine_model(llm).parameters()
     )
 
 
 def reload_sync(generation: Any) -> None:
     """Push the policy's current weights into the colocated engine with vLLM's ``reload_weights``.
 
-    Every process iterates TRL's parameter iterator (its gathers are collective); each pushes into its
-    own colocated engine. Layers that share a weight (a tied LM head) are re-packed (:func:`repack_shared`),
-and the prefix cache is reset afterwards, as TRL's sync does.
+        Every process iterates TRL's parameter iterator (its gathers are collective); each pushes into its
+        own colocated engine. Layers that share a weight (a tied LM head) are re-packed (:func:`repack_shared`),
+    and the prefix cache is reset afterwards, as TRL's sync does.
     """
     generation.llm.collective_rpc(
         "reload_weights",

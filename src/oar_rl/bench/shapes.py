@@ -97,7 +97,11 @@ _WARM_START_NAMES = {
     "wordproblems": "shipped word-problem warm start",
     "wordproblems-long": "shipped long-chain word-problem warm start",
 }
-SHAPE_NAMES: tuple[str, ...] = (*WARM_STARTS, *SHAPES)
+PRETRAINED: dict[str, str] = {"smollm2-135m": "wordproblems"}
+"""Pretrained models by name (`oar-rl fetch-model`): shape -> the task whose train prompts it answers,
+in the model's own chat template with a system line asking for the task's answer tag."""
+SYSTEM_PROMPT = "Solve the problem step by step, then give the final number as <answer>N</answer>."
+SHAPE_NAMES: tuple[str, ...] = (*WARM_STARTS, *PRETRAINED, *SHAPES)
 SPECIALS = ("<pad>", "<unk>", "<s>", "</s>")
 
 
@@ -185,6 +189,8 @@ def build_shape(
             description=f"{what} ({n / 1e6:.2f}M parameters, {task_name} task)",
             num_parameters=n,
         )
+    if name in PRETRAINED:
+        return _pretrained_shape(name, rows, completion_len)
     if name not in SHAPES:
         raise ValueError(f"--shape {name!r} is not known; valid: {', '.join(SHAPE_NAMES)}")
     from datasets import Dataset
@@ -227,3 +233,46 @@ def _count_params(cfg) -> int:
     attn = H * H + H + 2 * (H * kv + kv) + H * H  # q (bias), k, v (bias), o
     mlp = 3 * H * I
     return cfg.vocab_size * H + L * (attn + mlp + 2 * H) + H
+
+
+def _pretrained_shape(name: str, rows: int, completion_len: int) -> Shape:
+    """A pretrained model by name (converted offline by `oar-rl fetch-model`), on its task's train prompts as
+    chat messages; completions run to the full budget (`min_new_tokens`) so every method generates the
+    same number of tokens."""
+    from datasets import Dataset
+    from transformers import AutoConfig, AutoTokenizer
+
+    from oar_rl.fetch import resolve_model
+    from oar_rl.tasks import get_task
+
+    task = get_task(PRETRAINED[name])
+    path = resolve_model(name)
+    cfg = AutoConfig.from_pretrained(path)
+    data = task.dataset("train", limit=rows)
+    prompts = [[{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": p}]
+               for p in data["prompt"]]  # fmt: skip
+    head = cfg.hidden_size // cfg.num_attention_heads
+    n = (
+        cfg.vocab_size * cfg.hidden_size
+        + cfg.num_hidden_layers
+        * (
+            2 * cfg.hidden_size * cfg.hidden_size
+            + 2 * cfg.hidden_size * cfg.num_key_value_heads * head
+            + 3 * cfg.hidden_size * cfg.intermediate_size
+            + 2 * cfg.hidden_size
+        )
+        + cfg.hidden_size
+    )  # tied embeddings, no biases (Llama)
+    return Shape(
+        name=name,
+        tokenizer=AutoTokenizer.from_pretrained(path),
+        dataset=Dataset.from_dict({"prompt": prompts, "answer": data["answer"]}),
+        reward=task.reward,
+        make_model=lambda: path,
+        description=(
+            f"pretrained {name} ({n / 1e6:.1f}M parameters, {cfg.model_type}), float32, "
+            f"{PRETRAINED[name]} prompts in its chat template"
+        ),
+        generation_kwargs={"min_new_tokens": completion_len},
+        num_parameters=n,
+    )

@@ -46,6 +46,9 @@ METHOD_CONFIG: dict[str, dict[str, Any]] = {  # bench-only variants of a credit 
     # first-error's continuations by model.generate on every prefix (the search before issue 46)
     "first-error-generate": {"credit": "first-error", "first_error_decode": "generate"},
 }
+# generation by a colocated vLLM engine (vLLM's CPU build on a CPU; oar_rl.vllm_sync) instead of `generate`
+VLLM = {"use_vllm": True, "vllm_mode": "colocate", "vllm_dtype": "float32"}
+METHOD_CONFIG.update({"grpo-vllm": {"credit": "none", **VLLM}, "oar-g-vllm": {"credit": "oar-g", **VLLM}})
 SEARCH_KEYS = (  # first-error's search, per step
     "rounds", "continuations", "reused", "generated_tokens", "forwards", "pass_seconds", "decode_seconds",
     "check_seconds",
@@ -141,6 +144,9 @@ def _make_trainer(method: str, shape, args: argparse.Namespace, workdir: str):
     cfg = {"credit": method, **METHOD_CONFIG.get(method, {})}
     rows = args.prompts * args.num_generations
     cuda = torch.cuda.is_available()
+    generation_kwargs = dict(shape.generation_kwargs)
+    if cfg.get("use_vllm") and "min_new_tokens" in generation_kwargs:  # vLLM's name for the same floor
+        generation_kwargs["min_tokens"] = generation_kwargs.pop("min_new_tokens")
     config = OARConfig(
         output_dir=os.path.join(workdir, method),
         probe=args.probe,
@@ -149,7 +155,7 @@ def _make_trainer(method: str, shape, args: argparse.Namespace, workdir: str):
         per_device_train_batch_size=rows,
         num_generations=args.num_generations,
         max_completion_length=args.completion_len,
-        generation_kwargs=shape.generation_kwargs or None,
+        generation_kwargs=generation_kwargs or None,
         max_steps=args.warmup + args.repeats,
         learning_rate=1e-6,
         logging_steps=1,
