@@ -21,6 +21,7 @@ from __future__ import annotations
 import itertools
 from typing import Any
 
+from oar_rl.study.provenance import run_settings
 from oar_rl.study.screen_report import fmt_ci, progress_markdown
 from oar_rl.study.stats import mean_ci, paired_difference, wins_text
 
@@ -49,11 +50,10 @@ def aulc(curve: dict[str, float], start: float, steps: int = 30) -> float:
 
 def generated_tokens(run: dict[str, Any], key: str = "oar/search_continued_tokens") -> float:
     """Mean generated tokens per step: rollouts (mean completion length × prompts per step × completions
-    per prompt, the arm's override or the run's protocol) plus the search's continuation tokens
-    (amendment 1; `key="oar/search_tokens"`: the positions the search computed instead)."""
-    proto = run.get("protocol", {})
-    prompts = int(dict(run.get("overrides", {})).get("prompts_per_step", proto.get("prompts_per_step", 16)))
-    completions = int(proto.get("num_generations", 8))
+    per prompt, the run's own: `run_settings`, whichever kind of file) plus the search's continuation
+    tokens (amendment 1; `key="oar/search_tokens"`: the positions the search computed instead)."""
+    own = run_settings(run)
+    prompts, completions = int(own.get("prompts_per_step", 16)), int(own.get("num_generations", 8))
     per_step = [
         h["completions/mean_length"] * prompts * completions + float(h.get(key, 0.0))
         for h in run["history"]
