@@ -131,7 +131,7 @@ def main(argv: list[str] | None = None) -> int:
         rec = answers.answers(runs, _warm(out)["test"], plan.confirm_seeds, same)
         chosen = json.loads((out / "rates.json").read_text())["chosen"]
         rec["amendment3"] = amend3.answers(
-            runs, _warm(out)["test"], plan.confirm_seeds, (chosen["grpo"], chosen["first-error"])
+            runs, _warm(out)["test"], plan.confirm_seeds, (chosen["grpo"], chosen["first-error"]), same
         )
         write_text_atomic(out / "answers.json", json.dumps(rec, indent=1, sort_keys=True) + "\n")
         png = out / answers.IMAGE
@@ -139,8 +139,11 @@ def main(argv: list[str] | None = None) -> int:
             png.unlink(missing_ok=True)  # no figure of an incomplete confirmation (nor a stale one)
         else:
             figure.draw(figure.figure_data(rec, plan.confirm_seeds), png)
-        write_text_atomic(out / "answers.md", answers.markdown(rec, plan.confirm_seeds))
-        print(answers.markdown(rec, plan.confirm_seeds), file=sys.stderr)
+        text = answers.markdown(rec, plan.confirm_seeds)
+        if not rec["blinded"]:  # Amendment 3's section: its contrasts, or which of its runs are in
+            text += "\n".join(amend3.markdown(rec["amendment3"])) + "\n"
+        write_text_atomic(out / "answers.md", text)
+        print(text, file=sys.stderr)
     else:  # confirm
         plan = _confirm_plan(p, out)
         train_arms(out, list(plan.arms), plan.confirm_seeds, "confirm", a.cache_dir, plan)

@@ -30,7 +30,7 @@ from __future__ import annotations
 import statistics
 from typing import Any
 
-from experiments.credit_why.answers import ci_text, generated_tokens
+from experiments.credit_why.answers import _same_load_ratio, ci_text, generated_tokens
 from experiments.credit_why.plan import SAMPLES_COMPLETIONS, SECONDS_PROMPTS, _lr, amendment3_names
 from oar_rl.study.provenance import run_settings
 from oar_rl.study.stats import mean_ci, minimum_detectable_effect, paired_difference, wins_text
@@ -197,11 +197,16 @@ def _verdict(d: dict[str, Any]) -> str:
 
 
 def answers(
-    runs: dict[str, dict[int, dict]], warm: dict[str, Any], seeds: tuple[int, ...], rates: tuple[float, float]
+    runs: dict[str, dict[int, dict]],
+    warm: dict[str, Any],
+    seeds: tuple[int, ...],
+    rates: tuple[float, float],
+    same_load: set[str] | None = None,
 ) -> dict[str, Any]:
     """The amendment's answers from the confirmation's runs {arm: {seed: run}} (its arms and the arms its
     contrasts read), the warm start's test figures and (GRPO's rate, first-error's rate); {"complete":
-    False, "landed"} until every run of its arms is in."""
+    False, "landed"} until every run of its arms is in. `same_load`: as `answers.answers`' (the seconds
+    ratio to `grpo` over the runs under the same load; None: not reported)."""
     names = amendment3_names(*rates)
     landed = {a: sorted(runs.get(a, {})) for a in names}
     if any(set(landed[a]) != set(seeds) for a in names):
@@ -227,7 +232,11 @@ def answers(
             "greedy_gain": mean_ci([v - 100 * warm["greedy"] for v in final(a, "greedy").values()]),
             "tokens_per_step": _mean([generated_tokens(r) for r in runs[a].values()]),
             "train_seconds": _mean([r["train_seconds"] for r in runs[a].values()]),
+            "tokens_ratio": _mean([generated_tokens(r) for r in runs[a].values()])
+            / _mean([generated_tokens(r) for r in runs["grpo"].values()]),
         }
+        if same_load is not None:
+            arms[a]["seconds_same_load"] = _same_load_ratio(runs, a, same_load)
     return {"complete": True, "contrasts": rows, "arms": arms,
             "interaction": mean_ci(inter)}  # fmt: skip
 
@@ -236,7 +245,8 @@ def markdown(rec: dict[str, Any]) -> list[str]:
     """The amendment's section of answers.md."""
     head = [
         "",
-        "## Amendment 3: each rule at both rates, GRPO on first-error's seconds, prompts or samples",
+        "**Amendment 3: each rule at both rates, GRPO on first-error's seconds, more prompts or more "
+        "samples.**",
         "",
     ]
     if not rec["complete"]:
@@ -251,9 +261,12 @@ def markdown(rec: dict[str, Any]) -> list[str]:
         lines.append("| " + " | ".join(cells) + " |")
     lines += ["", f"Rule × rate (first-error − GRPO at GRPO's rate minus at first-error's, sampled, "
               f"descriptive): {ci_text(rec['interaction'])}.", "",
-              "| arm | sampled | greedy vs warm start | generated tokens per step | train s (mean) |",
-              "|---|---:|---:|---:|---:|"]  # fmt: skip
+              "| arm | sampled | greedy vs warm start | generated tokens per step (× grpo) | train s (mean) "
+              "| × grpo, same load (runs) |", "|---|---:|---:|---:|---:|---:|"]  # fmt: skip
     for a, r in rec["arms"].items():
+        u = r.get("seconds_same_load") or {}
+        clean = "–" if u.get("ratio") is None else f"{u['ratio']:.2f} ({u['runs']} and {u['grpo_runs']})"
         lines.append(f"| {a} | {ci_text(r['sampled'], False)} | {ci_text(r['greedy_gain'])} | "
-                     f"{r['tokens_per_step']:.0f} | {r['train_seconds']:.0f} |")  # fmt: skip
+                     f"{r['tokens_per_step']:.0f} ({r['tokens_ratio']:.2f}) | {r['train_seconds']:.0f} | "
+                     f"{clean} |")  # fmt: skip
     return lines
