@@ -124,30 +124,36 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{len(rec['runs'])} runs recorded, {n} not under the same load", file=sys.stderr)
     elif a.action == "answers":
         plan = _confirm_plan(p, out)
-        runs = load_runs(out, "confirm", plan)
-        shared = out / "confirm" / shared_cpu.FILE
-        keys = {f"{arm}.seed{s}" for arm, by_seed in runs.items() for s in by_seed}
-        same = shared_cpu.same_load(json.loads(shared.read_text()) if shared.exists() else None, keys)
-        rec = answers.answers(runs, _warm(out)["test"], plan.confirm_seeds, same)
-        chosen = json.loads((out / "rates.json").read_text())["chosen"]
-        rec["amendment3"] = amend3.answers(
-            runs, _warm(out)["test"], plan.confirm_seeds, (chosen["grpo"], chosen["first-error"]), same
-        )
+        rec, text = regenerate(out, plan)
         write_text_atomic(out / "answers.json", json.dumps(rec, indent=1, sort_keys=True) + "\n")
         png = out / answers.IMAGE
         if rec["blinded"]:
             png.unlink(missing_ok=True)  # no figure of an incomplete confirmation (nor a stale one)
         else:
             figure.draw(figure.figure_data(rec, plan.confirm_seeds), png)
-        text = answers.markdown(rec, plan.confirm_seeds)
-        if not rec["blinded"]:  # Amendment 3's section: its contrasts, or which of its runs are in
-            text += "\n".join(amend3.markdown(rec["amendment3"])) + "\n"
         write_text_atomic(out / "answers.md", text)
         print(text, file=sys.stderr)
     else:  # confirm
         plan = _confirm_plan(p, out)
         train_arms(out, list(plan.arms), plan.confirm_seeds, "confirm", a.cache_dir, plan)
     return 0
+
+
+def regenerate(out: Path, plan) -> tuple[dict, str]:
+    """(answers.json's record, answers.md's text) from the run files under `out` (writes nothing)."""
+    runs = load_runs(out, "confirm", plan)
+    shared = out / "confirm" / shared_cpu.FILE
+    keys = {f"{arm}.seed{s}" for arm, by_seed in runs.items() for s in by_seed}
+    same = shared_cpu.same_load(json.loads(shared.read_text()) if shared.exists() else None, keys)
+    rec = answers.answers(runs, _warm(out)["test"], plan.confirm_seeds, same)
+    chosen = json.loads((out / "rates.json").read_text())["chosen"]
+    rec["amendment3"] = amend3.answers(
+        runs, _warm(out)["test"], plan.confirm_seeds, (chosen["grpo"], chosen["first-error"]), same
+    )
+    text = answers.markdown(rec, plan.confirm_seeds)
+    if not rec["blinded"]:  # Amendment 3's section: its contrasts, or which of its runs are in
+        text += "\n".join(amend3.markdown(rec["amendment3"])) + "\n"
+    return rec, text
 
 
 def _warm(out: Path) -> dict:
