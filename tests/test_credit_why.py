@@ -352,3 +352,30 @@ def test_tokens_read_the_runs_protocol_and_the_split_refuses_another_sample():
     runs[401]["final"]["samples"] = 1000  # 2 samples per problem, not the warm start's 4
     with pytest.raises(ValueError, match="1000 samples"):
         answers.split_gain(runs, {**WARM_TEST, "samples": 4}, [True] * 500)
+
+
+def test_the_committed_answers_figure_is_readable_at_the_pages_width():
+    """Issue 56: every text of answers.png is at least `MIN_PX` px tall where the docs page shows it (the
+    content column, `PAGE_PX` wide: a wider image is scaled down to it), and its axes name the samples
+    they read: the differences the final sample (500 × 4), the curves theirs (150 × 2)."""
+    import json
+    import struct
+    from pathlib import Path
+
+    from matplotlib.text import Text
+
+    from experiments.credit_why import figure
+
+    root = Path(__file__).resolve().parents[1] / "results/credit-why"
+    data = figure.figure_data(json.loads((root / "answers.json").read_text()), tuple(range(400, 410)))
+    fig = figure.build(data)
+    texts = [t for t in fig.findobj(Text) if t.get_visible() and t.get_text().strip()]
+    width = struct.unpack(">I", (root / "answers.png").read_bytes()[16:20])[0]
+    scale = min(1.0, figure.PAGE_PX / width)
+    smallest = min(t.get_fontsize() for t in texts) * figure.DPI / 72 * scale
+    assert smallest >= figure.MIN_PX, f"the smallest label is {smallest:.1f} px at the page's width"
+    labels = " ".join(t.get_text() for t in texts)
+    assert "500 problems × 4 samples per run" in labels and "150 problems × 2 samples" in labels
+    import matplotlib.pyplot as plt
+
+    plt.close(fig)

@@ -149,7 +149,7 @@ def test_source_never_writes_the_committed_page(tmp_path, capsys):
         ("empty", "has no run files yet"),
         (
             "duplicate",
-            "the name 'mine' is taken; names in use: wordproblems, wordproblems-long, "
+            "the name 'mine' is taken; names in use: wordproblems, wordproblems-long at 4e-4, "
             "wordproblems-long at chosen rates, mine",
         ),
         ("committed-name", "the name 'wordproblems' is taken"),
@@ -270,3 +270,35 @@ def test_a_page_written_elsewhere_links_the_committed_pages_from_where_it_lies(t
         ]
         for link in links:
             assert (out.parent / link.partition("#")[0]).is_file(), (out, link)
+
+
+def test_the_long_columns_are_named_by_their_rates_with_grpos_greedy_loss_from_the_run_files(tmp_path):
+    """Issue 56: the 4e-4 column group says its rate, and the note under the summary gives GRPO's greedy
+    loss there, recomputed here from the run files and the warm start; the chosen-rates group says which
+    rules trained at which rate; Amendment 3's arms, landing in the same folder, are not rules' rows."""
+    import statistics
+
+    from experiments.leaderboard import regimes
+
+    root = Path(__file__).resolve().parents[1]
+    text = (root / lb.PAGE).read_text()
+    runs = [json.loads(p.read_text()) for p in (root / regimes.LONG_RUNS).glob("*.json")]
+    warm = 100 * json.loads((root / regimes.WARM_START_LONG).read_text())["test"]["greedy"]
+    grpo = statistics.fmean(100 * r["final"]["greedy"] for r in runs if r["variant"] == "grpo")
+    assert {r["learning_rate"] for r in runs} == {4e-4} and len(runs) == 50
+    below = sum(100 * r["final"]["greedy"] < warm for r in runs)
+    note = (f"- **wordproblems-long at 4e-4**: every rule at learning rate 4e-4, where GRPO does not learn: "
+            f"its greedy accuracy ends {warm - grpo:.1f} points below the warm start's on the same test "
+            f"sample ({grpo:.1f}% vs {warm:.1f}%), and {below} of the confirmation's 50 runs end "
+            "below it.")  # fmt: skip
+    assert note in text and "14.8 points" in note and "49 of" in note
+    assert ("first-error, lowest-prob, random-departure, save-prefix at 1e-4; grpo, grpo-compute, entropy at "
+            "2e-4") in text  # fmt: skip
+    assert "<th colspan='2'>wordproblems-long at 4e-4</th>" in text
+    # an arm outside a plan's fixed arms (Amendment 3's, at another rate) makes no row of its own
+    folder = tmp_path / "results/credit-why/confirm/runs"
+    folder.mkdir(parents=True)
+    for name in ("grpo", "first-error", "first-error[lr=2e-4]", "grpo-seconds"):
+        _run(folder, name, 400, 0.5)
+    why = regimes.REGIMES[2]
+    assert lb.rules(tmp_path, [why]) == ["grpo", "first-error"]

@@ -98,3 +98,74 @@ def test_the_model_sizes_the_rows_name_are_the_shipped_models():
 def test_the_figures_of_a_drifted_row_would_fail():
     text = (ROOT / STUDY).read_text()
     assert _found("-", "2.7", text) and not _found("-", "2.8", text) and not _found("+", "2.7", text)
+
+
+# Issue 56: the figures the credit-why rows and pages now print beside their claims, recomputed from the
+# run files (answers.md is what the 70 run files give, so every row figure found there is tied to them).
+WHY = ROOT / "results/credit-why"
+
+
+def _why_runs() -> dict:
+    from experiments.credit_why.plan import confirm_plan
+    from oar_rl.study.screen import load_runs
+
+    rates = json.loads((WHY / "rates.json").read_text())
+    plan = confirm_plan(rates["chosen"]["grpo"], rates["chosen"]["first-error"], rates["compute"]["prompts"])
+    return plan, load_runs(WHY, "confirm", plan)
+
+
+def test_the_credit_why_answers_are_what_the_run_files_give():
+    from experiments.credit_why.__main__ import regenerate
+
+    plan, _ = _why_runs()
+    rec, text = regenerate(WHY, plan)
+    assert text == (WHY / "answers.md").read_text()
+    assert json.loads(json.dumps(rec)) == json.loads((WHY / "answers.json").read_text())
+
+
+def test_the_changed_credit_why_figures_are_recomputed_from_the_run_files():
+    """README's and the index's caveats (the D1 interval at 99.5%, random-departure's own deficit, the
+    seconds GRPO-at-first-error's-tokens took against the cheap rules') and the credit-why page's gap
+    between the two chosen rates on the grid, each recomputed here."""
+    import statistics
+
+    from experiments.credit_why import shared_cpu
+    from oar_rl.study.stats import paired_difference
+
+    _, runs = _why_runs()
+
+    def final(arm: str) -> dict[int, float]:
+        return {s: 100 * r["final"]["sampled"] for s, r in runs[arm].items()}
+
+    def ci(d: dict) -> str:
+        return f"{d['mean']:+.1f} ({d['low']:+.1f}, {d['high']:+.1f})".replace("-", "−")
+
+    d1 = paired_difference(final("first-error"), final("grpo"), level=0.995)
+    rd = paired_difference(final("random-departure"), final("grpo"))
+    same = shared_cpu.same_load(json.loads((WHY / "confirm/shared-cpu.json").read_text()))
+
+    def ratio(arm: str, only_same: bool) -> str:
+        def secs(a: str) -> float:
+            return statistics.fmean(r["train_seconds"] for s, r in runs[a].items()
+                                    if not only_same or f"{a}.seed{s}" in same)  # fmt: skip
+
+        return f"{secs(arm) / secs('grpo'):.2f}×"
+
+    readme = dict(_rows("README.md"))["Does that hold on long chains with reasoning errors?"]
+    index = dict(_rows("docs/results/index.md"))[
+        "Does the verdict hold on long chains whose failures are reasoning errors?"
+    ]
+    compute, cheap = ratio("grpo-compute", False), (ratio("lowest-prob", False), ratio("entropy", False))
+    assert (compute, ratio("grpo-compute", True), *cheap) == ("1.98×", "2.08×", "1.02×", "1.01×")
+    for text in (readme, index):
+        assert ci(d1).split(" ", 1)[1] in text and ci(rd) in text  # (−4.4, +3.2); −3.2 (−5.4, −1.1)
+        assert compute in text and ratio("grpo-compute", True) in text and all(c in text for c in cheap)
+        assert "failure to reject" in text and "necessary" in text and "not yet run" in text
+    assert f"({ratio('lowest-prob', True)} and {ratio('entropy', True)})" in readme  # (1.11× and 1.09×)
+    grid = json.loads((WHY / "rates.json").read_text())
+    chosen = [next(r["sampled"] for r in grid["table"][rule] if r["rate"] == grid["chosen"][rule])
+              for rule in ("grpo", "first-error")]  # fmt: skip
+    page = (ROOT / "docs/results/credit-why.md").read_text()
+    assert f"differ by {abs(chosen[0] - chosen[1]):.2f} points" in page  # 0.33
+    long_page = (ROOT / "docs/results/credit-long.md").read_text()
+    assert "Our reading, not a tested finding (nothing was rerun at 4e-4): its +7.5" in long_page

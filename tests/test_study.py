@@ -174,7 +174,13 @@ def test_interrupt_resume_extend_and_refuse_a_changed_protocol(tmp_path, fake_st
     # refused, not reused (a new --tune-lr sweep can move one method's rate; the protocol omits it)
     run = out / "runs" / "oar-g.seed0.json"
     rec = json.loads(run.read_text())
-    run.write_text(json.dumps({**rec, "learning_rate": 0.002}))
+    run.write_text(json.dumps({**rec, "learning_rate": 0.002}))  # the protocol block says otherwise
+    assert study_cli.main(_args(out)) == 2
+    assert "its protocol block is not the study protocol with the run's own" in capsys.readouterr().err
+    study_lr = rec["protocol"]["learning_rate"]  # a run file as a run at 0.002 writes it (issue 56)
+    block = {**rec["protocol"], "learning_rate": 0.002}
+    changes = {"learning_rate": {"study": study_lr, "run": 0.002}}
+    run.write_text(json.dumps(rec | {"learning_rate": 0.002, "protocol": block, "protocol_changes": changes}))
     assert study_cli.main(_args(out)) == 2
     assert "oar-g.seed0.json is not the run this study asks for" in capsys.readouterr().err
     assert len(calls) == n

@@ -5,7 +5,10 @@
   and on the learning curves' sample (150 × 2: step 0 of every run's curve) (`warm_start.json`);
 - `run`, `report`: the rate grid, by the screen engine (`oar_rl.study.screen`), resumable, two processes;
 - `rates`: the pre-registered choice of the rates and the compute multiplier (`rates.json`, `rates.md`);
-- `confirm`: the confirmation's arms at the chosen rates on the fresh test seeds, resumable;
+- `confirm`: the confirmation's arms at the chosen rates on the fresh test seeds, resumable, Amendment 3's
+  arms included (`--dry-run`: list every run, done or to do, with the settings it trains under, and the
+  settings each run file records; trains nothing);
+- `amend3`: Amendment 3's settings derived from the confirmation's run files (`amend3.{json,md}`);
 - `shared-cpu`: records which landed confirmation runs shared the CPU with other work (`shared_cpu.py`);
 - `answers`: the pre-registered decisions (`answers.{json,md}`) and their figure (`answers.png`), once every
   run is in.
@@ -20,10 +23,13 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from experiments.credit_why import answers, figure, rates, shared_cpu
-from experiments.credit_why.plan import RATES, confirm_plan
+from experiments.credit_why import amend3, answers, figure, rates, shared_cpu
+from experiments.credit_why.plan import RATES, _lr, confirm_plan
 from oar_rl.io import write_text_atomic
-from oar_rl.study.screen import load_runs, settings, train_arms, write_report
+from oar_rl.study.config import protocol_hash
+from oar_rl.study.provenance import effective_protocol, run_settings
+from oar_rl.study.runner import RunStore
+from oar_rl.study.screen import load_runs, protocol, settings, train_arms, write_report
 from oar_rl.study.screen import main as screen_main
 from oar_rl.study.screen_report import markdown
 
@@ -78,16 +84,32 @@ def main(argv: list[str] | None = None) -> int:
         return screen_main(argv, plan=RATES, prog=PROG)
     p = argparse.ArgumentParser(prog=PROG, description=__doc__.split("\n\n")[0])
     p.add_argument(
-        "action", choices=("warm-start", "rates", "confirm", "shared-cpu", "answers", "run", "report")
+        "action",
+        choices=("warm-start", "rates", "confirm", "shared-cpu", "answers", "amend3", "run", "report"),
     )
+    p.add_argument("--dry-run", action="store_true", help="confirm: list the runs and their settings only")
     p.add_argument("--out", default=f"results/{RATES.name}", help="output directory")
     p.add_argument("--cache-dir", "--cache_dir", dest="cache_dir", default=None)
     p.add_argument("--threads", type=int, default=1, help="torch threads per process (default 1)")
     a = p.parse_args(argv)
+    out = Path(a.out)
+    if a.dry_run and a.action != "confirm":
+        p.error("--dry-run lists the confirmation's runs: `confirm --dry-run`")
+    if a.dry_run:
+        print(dry_run(out, _confirm_plan(p, out)), end="")
+        return 0
+    if a.action == "amend3":
+        plan = _confirm_plan(p, out)
+        rec = amend3.derive(
+            load_runs(out, "confirm", plan), _same_load(out, ("grpo", "grpo-compute", "first-error"))
+        )
+        write_text_atomic(out / "amend3.json", json.dumps(rec, indent=1, sort_keys=True) + "\n")
+        write_text_atomic(out / "amend3.md", amend3.markdown_settings(rec))
+        print(amend3.markdown_settings(rec), file=sys.stderr)
+        return 0
     import torch
 
     torch.set_num_threads(a.threads)
-    out = Path(a.out)
     if a.action == "warm-start":
         warm_start(out, a.cache_dir)
     elif a.action == "report":  # the grid's table only: the confirmation's figures are `answers`'
@@ -102,27 +124,80 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{len(rec['runs'])} runs recorded, {n} not under the same load", file=sys.stderr)
     elif a.action == "answers":
         plan = _confirm_plan(p, out)
-        runs = load_runs(out, "confirm", plan)
-        shared = out / "confirm" / shared_cpu.FILE
-        keys = {f"{arm}.seed{s}" for arm, by_seed in runs.items() for s in by_seed}
-        same = shared_cpu.same_load(json.loads(shared.read_text()) if shared.exists() else None, keys)
-        rec = answers.answers(runs, _warm(out)["test"], plan.confirm_seeds, same)
+        rec, text = regenerate(out, plan)
         write_text_atomic(out / "answers.json", json.dumps(rec, indent=1, sort_keys=True) + "\n")
         png = out / answers.IMAGE
         if rec["blinded"]:
             png.unlink(missing_ok=True)  # no figure of an incomplete confirmation (nor a stale one)
         else:
             figure.draw(figure.figure_data(rec, plan.confirm_seeds), png)
-        write_text_atomic(out / "answers.md", answers.markdown(rec, plan.confirm_seeds))
-        print(answers.markdown(rec, plan.confirm_seeds), file=sys.stderr)
+        write_text_atomic(out / "answers.md", text)
+        print(text, file=sys.stderr)
     else:  # confirm
         plan = _confirm_plan(p, out)
         train_arms(out, list(plan.arms), plan.confirm_seeds, "confirm", a.cache_dir, plan)
     return 0
 
 
+def regenerate(out: Path, plan) -> tuple[dict, str]:
+    """(answers.json's record, answers.md's text) from the run files under `out` (writes nothing)."""
+    runs = load_runs(out, "confirm", plan)
+    shared = out / "confirm" / shared_cpu.FILE
+    keys = {f"{arm}.seed{s}" for arm, by_seed in runs.items() for s in by_seed}
+    same = shared_cpu.same_load(json.loads(shared.read_text()) if shared.exists() else None, keys)
+    rec = answers.answers(runs, _warm(out)["test"], plan.confirm_seeds, same)
+    chosen = json.loads((out / "rates.json").read_text())["chosen"]
+    rec["amendment3"] = amend3.answers(
+        runs, _warm(out)["test"], plan.confirm_seeds, (chosen["grpo"], chosen["first-error"]), same
+    )
+    text = answers.markdown(rec, plan.confirm_seeds)
+    if not rec["blinded"]:  # Amendment 3's section: its contrasts, or which of its runs are in
+        text += "\n".join(amend3.markdown(rec["amendment3"])) + "\n"
+    return rec, text
+
+
 def _warm(out: Path) -> dict:
     return json.loads((out / "warm_start.json").read_text())
+
+
+def _same_load(out: Path, arms: tuple[str, ...]) -> set[str]:
+    """The keys of `arms`' runs under the same load (`shared_cpu.same_load`; every one recorded)."""
+    rec = json.loads((out / "confirm" / shared_cpu.FILE).read_text())
+    keys = {k for k in rec["runs"] if k.rsplit(".seed", 1)[0] in arms}
+    return shared_cpu.same_load(rec, keys)
+
+
+SHOWN = ("learning_rate", "prompts_per_step", "num_generations")
+
+
+def dry_run(out: Path, plan) -> str:
+    """Every run of the confirmation, arm by arm: the settings it trains under (the study protocol with
+    the arm's overrides, `oar_rl.study.provenance`), its seeds in and to run, and whether the files in
+    record those settings (`run_settings`, either kind of file). Trains nothing."""
+    proto, seeds = protocol("confirm", plan), plan.confirm_seeds
+    runs_dir = out / "confirm" / "runs"
+    lines = [f"{plan.name} confirmation, protocol {protocol_hash(proto)}: test split, seeds {seeds[0]}–"
+             f"{seeds[-1]}, {proto['steps']} steps", "",
+             "| arm | stage | rule | learning rate | prompts per step | completions per prompt | in | to run "
+             "| files agree |", "|---|---:|---|---:|---:|---:|---:|---:|---|"]  # fmt: skip
+    todo = 0
+    for arm in plan.arms:
+        over = dict(arm.overrides)
+        want, _ = effective_protocol(proto, over, over.get("learning_rate", plan.learning_rate))
+        files = [runs_dir / RunStore.filename(arm.name, s) for s in seeds]
+        got = [run_settings(json.loads(f.read_text())) for f in files if f.exists()]
+        bad = [g for g in got if any(g.get(k) != want[k] for k in SHOWN)]
+        todo += len(seeds) - len(got)
+        agree = "–" if not got else "yes" if not bad else f"**no** ({len(bad)})"
+        cells = [arm.name, str(arm.stage), arm.method, _lr(want['learning_rate']),
+                 str(want["prompts_per_step"]), str(want["num_generations"]), str(len(got)),
+                 str(len(seeds) - len(got)), agree]  # fmt: skip
+        lines.append("| " + " | ".join(cells) + " |")
+    lines += [
+        "",
+        f"{todo} runs to do: `python -m experiments.credit_why confirm --out {out}` (two processes).",
+    ]
+    return "\n".join(lines) + "\n"
 
 
 def _confirm_plan(p: argparse.ArgumentParser, out: Path):

@@ -21,6 +21,7 @@ from __future__ import annotations
 import itertools
 from typing import Any
 
+from oar_rl.study.provenance import run_settings
 from oar_rl.study.screen_report import fmt_ci, progress_markdown
 from oar_rl.study.stats import mean_ci, paired_difference, wins_text
 
@@ -49,11 +50,10 @@ def aulc(curve: dict[str, float], start: float, steps: int = 30) -> float:
 
 def generated_tokens(run: dict[str, Any], key: str = "oar/search_continued_tokens") -> float:
     """Mean generated tokens per step: rollouts (mean completion length × prompts per step × completions
-    per prompt, the arm's override or the run's protocol) plus the search's continuation tokens
-    (amendment 1; `key="oar/search_tokens"`: the positions the search computed instead)."""
-    proto = run.get("protocol", {})
-    prompts = int(dict(run.get("overrides", {})).get("prompts_per_step", proto.get("prompts_per_step", 16)))
-    completions = int(proto.get("num_generations", 8))
+    per prompt, the run's own: `run_settings`, whichever kind of file) plus the search's continuation
+    tokens (amendment 1; `key="oar/search_tokens"`: the positions the search computed instead)."""
+    own = run_settings(run)
+    prompts, completions = int(own.get("prompts_per_step", 16)), int(own.get("num_generations", 8))
     per_step = [
         h["completions/mean_length"] * prompts * completions + float(h.get(key, 0.0))
         for h in run["history"]
@@ -88,6 +88,22 @@ def _same_load_ratio(runs: dict[str, dict[int, dict]], arm: str, same_load: set[
     mine, base = clean(arm), clean("grpo")
     ratio = (sum(mine) / len(mine)) / (sum(base) / len(base)) if mine and base else None
     return {"ratio": ratio, "runs": len(mine), "grpo_runs": len(base)}
+
+
+def _settings(runs: dict[int, dict]) -> dict[str, Any]:
+    """The learning rate, prompts per step and completions per prompt an arm's runs trained with (their
+    own, `run_settings`); an error if its runs differ."""
+    out = {}
+    for key, default in (("learning_rate", None), ("prompts_per_step", 16), ("num_generations", 8)):
+        got = {run_settings(r).get(key, default) for r in runs.values()}
+        if len(got) != 1:
+            raise ValueError(f"the runs of one arm trained with several {key}: {sorted(got)}")
+        out[key] = got.pop()
+    return out
+
+
+def _rate(x: float) -> str:
+    return f"{x:.0e}".replace("e-0", "e-")
 
 
 def split_gain(runs: dict[int, dict], warm: dict[str, Any], right: list[bool]) -> dict:
@@ -139,6 +155,8 @@ def answers(
     warm_sampled, warm_greedy = 100 * warm["sampled"], 100 * warm["greedy"]
     right = [c > 0 for c in warm["per_problem"]["greedy"]]
     rec: dict[str, Any] = {"blinded": False, "warm_start": {"sampled": warm_sampled, "greedy": warm_greedy}}
+    if "problems" in warm:  # the final accuracy's sample: problems × samples per problem
+        rec["final_sample"] = [int(warm["problems"]), int(warm.get("samples", 4))]
 
     def cost(arm: str) -> dict[str, dict[str, Any]]:
         got = runs[arm].values()
@@ -165,6 +183,7 @@ def answers(
             # the positions the search computed (rejected drafts included) against grpo's generated tokens
             "computed_tokens_ratio": spent["computed_tokens"]["mean"] / grpo_cost["tokens_per_step"]["mean"],
             "split_vs_warm_start": split_gain(got, warm, right),
+            "settings": _settings(got),
         }
         if same_load is not None:
             row["seconds_same_load"] = _same_load_ratio(runs, arm, same_load)
@@ -198,9 +217,48 @@ def answers(
     return rec
 
 
+def _curve_sample(rec: dict[str, Any]) -> str:
+    cs = rec.get("curve_sample") or []
+    return f"{cs[0]} problems × {cs[1]} samples" if len(cs) == 2 else "the curve's sample"
+
+
 def ci_text(d: dict[str, Any] | None, signed: bool = True) -> str:
     """A mean with its interval as the answers print it, `−` for minus."""
     return fmt_ci(d, signed=signed).replace("-", "−")
+
+
+def _d1_text(rec: dict[str, Any]) -> str:
+    """D1's reading under its table: what the intervals allow, and the rates the arms trained at."""
+    a = rec["arms"]
+    beaten = [r for r in RULES if rec["D1"][r]]
+    if beaten:
+        text = f"D1: {', '.join(beaten)} above both GRPO arms (99.5%)."
+    else:
+        fe = ci_text(a["first-error"]["vs_grpo_adjusted"])
+        text = ("D1: no rule's adjusted interval is above 0 against both GRPO arms. That is a failure to "
+                f"reject, not a shown equality: first-error − grpo {fe} at 99.5%.")  # fmt: skip
+    rates = sorted({x["settings"]["learning_rate"] for x in a.values()})
+    if len(rates) > 1:
+        at = {q: ", ".join(n for n, x in a.items() if x["settings"]["learning_rate"] == q) for q in rates}
+        text += (" The arms trained at unequal rates: " + "; ".join(f"{at[q]} at {_rate(q)}" for q in rates)
+                 + " (each rule's rate chosen on the validation grid); Amendment 3 compares first-error and "
+                 "GRPO at equal rates.")  # fmt: skip
+    return text
+
+
+def _d2_text(rec: dict[str, Any]) -> str:
+    """D2's line: the pre-registered condition, said as the necessary condition it is, beside the
+    control's own difference to GRPO."""
+    d2, a = rec["D2"], rec["arms"]
+    met = "met (**yes**)" if d2["location"] else "not met (no)"
+    return (
+        f"- **D2, location**: first-error − random-departure {ci_text(d2['paired'])}, "
+        f"{wins_text(d2['paired'])} seeds ahead: the pre-registered condition is {met}, a necessary "
+        "condition for crediting the location of the error, not a sufficient one. Its control, "
+        f"random-departure, is itself {ci_text(a['random-departure']['vs_grpo'])} against GRPO (95%), and "
+        f"first-error {ci_text(a['first-error']['vs_grpo'])}: blaming the located error avoids the harm "
+        "of blaming a random off-greedy token; it is not shown to add to GRPO."
+    )
 
 
 def markdown(rec: dict[str, Any], seeds: tuple[int, ...]) -> str:
@@ -215,7 +273,9 @@ def markdown(rec: dict[str, Any], seeds: tuple[int, ...]) -> str:
         f"![Issue 48's answers: paired differences and learning curves]({IMAGE})",
         "",
         f"Test split, 500 problems × 4 samples at T = 1 per run, seeds {seeds[0]}–{seeds[-1]}; warm start "
-        f"{w['sampled']:.1f}% sampled, {w['greedy']:.1f}% greedy. Points; paired by seed.",
+        f"{w['sampled']:.1f}% sampled, {w['greedy']:.1f}% greedy. Points; paired by seed. The figure: the "
+        "paired differences of final sampled accuracy (on that sample) above, the learning curves below "
+        f"(every 5 steps, on {_curve_sample(rec)}).",
         "",
         "Did the baselines learn? Gain over the warm start on the same samples, mean over seeds (95%): "
         + "; ".join(
@@ -232,11 +292,12 @@ def markdown(rec: dict[str, Any], seeds: tuple[int, ...]) -> str:
         cells = [r, ci_text(a[r]["vs_grpo_adjusted"]), ci_text(a[r]["vs_grpo-compute_adjusted"]),
                  yes[rec["D1"][r]], ci_text(a[r]["vs_grpo"]), ci_text(a[r]["vs_grpo-compute"])]  # fmt: skip
         lines.append("| " + " | ".join(cells) + " |")
-    d2, d3 = rec["D2"], rec["D3"]
+    d3 = rec["D3"]
     lines += [
         "",
-        f"- **D2, location**: first-error − random-departure {ci_text(d2['paired'])}, "
-        f"{wins_text(d2['paired'])} seeds ahead: credited with locating errors: {yes[d2['location']]}.",
+        _d1_text(rec),
+        "",
+        _d2_text(rec),
         f"- **D3, the search**: first-error − lowest-prob {ci_text(d3['paired'])}, {wins_text(d3['paired'])} "
         f"seeds ahead: distinguishable: {yes[d3['distinguishable']]}.",
         *(

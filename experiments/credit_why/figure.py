@@ -1,10 +1,15 @@
 """Issue 48's answers as a figure, `results/credit-why/answers.png` beside `answers.md`.
 
-Left (`oar_rl.study.screen_plot.forest`): the paired differences the decisions read (final sampled
-accuracy, test, points, by seed): each rule against each GRPO arm (D1: the error bar is the 95% interval,
-the thin line the Bonferroni-adjusted 99.5% one the decision uses), then D2, D3 and the descriptive
-contrasts (95%). Right: each arm's learning curve on the
-curve's sample, mean over seeds with its 95% band, from the warm start at step 0.
+Top (`oar_rl.study.screen_plot.forest`): the paired differences the decisions read (final sampled
+accuracy on the test sample, 500 problems × 4 samples per run, points, by seed): each rule against each
+GRPO arm (D1: the error bar is the 95% interval, the thin line the Bonferroni-adjusted 99.5% one the
+decision uses), then D2, D3 and the descriptive contrasts (95%), then Amendment 3's contrasts once its
+runs are all in. Bottom: each arm's learning curve, mean over seeds with its 95% band, from the warm
+start at step 0; the curves are measured every 5 steps on a smaller sample than the final accuracy
+(the plan's `confirm_curve`: 150 problems × 2 samples), and the axis says so.
+
+Drawn to be read at the docs page's width: the content column at 1280 px is about :data:`PAGE_PX` wide,
+and every label is at least :data:`MIN_PX` px tall there (`tests/test_credit_why.py` measures it).
 
 The numbers are `answers.answers`' record (`answers.json`), never recomputed here: :func:`figure_data`
 only picks them out, :func:`draw` only draws them. A blinded record (the confirmation incomplete) has no
@@ -49,9 +54,15 @@ def figure_data(rec: dict[str, Any], seeds: tuple[int, ...]) -> dict[str, Any]:
     rows.append(_row("D2 first-error − random-departure", rec["D2"]["paired"]))
     rows.append(_row("D3 first-error − lowest-prob", rec["D3"]["paired"]))
     rows += [_row(name, d) for name, d in rec["contrasts"].items()]
+    amended = rec.get("amendment3") or {}
+    if amended.get("complete"):
+        rows.append({"heading": "Amendment 3 (95%, sampled)"})
+        rows += [_row(name, c["sampled"]) for name, c in amended["contrasts"].items()]
     cs = rec.get("curve_sample") or []
     sample = f"{cs[0]} problems × {cs[1]} samples" if len(cs) == 2 else "the curve's sample"
+    final = rec.get("final_sample") or []
     return {
+        "final_sample": f"{final[0]} problems × {final[1]} samples" if len(final) == 2 else "the test sample",
         "title": f"Issue 48's confirmation: test split, seeds {seeds[0]}–{seeds[-1]}, paired by seed",
         "rows": rows,
         "curves": rec["curves"],
@@ -60,37 +71,59 @@ def figure_data(rec: dict[str, Any], seeds: tuple[int, ...]) -> dict[str, Any]:
     }
 
 
-def draw(data: dict[str, Any], path: Path) -> Path:
-    """`data` (:func:`figure_data`) as a PNG at `path`, written atomically."""
+PAGE_PX = 690
+"""The docs pages' content column at a 1280 px window (Material, both sidebars), in px."""
+MIN_PX = 10
+"""The smallest label height the figure may have at `PAGE_PX`, in px."""
+DPI = 110
+"""`oar_rl.io.savefig_atomic`'s."""
+WIDTH_IN, SIZE = 8.0, 10.0
+"""The figure's width (inches) and its labels' size (points; the intervals' texts one point less)."""
+
+
+def build(data: dict[str, Any]):
+    """The matplotlib figure of `data` (:func:`figure_data`): the differences above the curves, each
+    panel laid out on its own (the differences' long labels do not narrow the curves)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     rows = data["rows"]
-    fig, (ax, cx) = plt.subplots(
-        1, 2, figsize=(13, 0.3 * len(rows) + 2.2), gridspec_kw={"width_ratios": [1.25, 1]}
-    )
-    forest(ax, rows)
-    ax.set_xlabel("final sampled accuracy, difference (points); dots: seeds", fontsize=8)
+    top = 0.3 * len(rows) + 1.1
+    fig = plt.figure(figsize=(WIDTH_IN, top + 4.2), layout="constrained")
+    upper, lower = fig.subfigures(2, 1, height_ratios=[top, 4.2])
+    ax = upper.subplots()
+    forest(ax, rows, size=SIZE)
+    what = f"final sampled accuracy, {data['final_sample']} per run"
+    ax.set_xlabel(f"{what}:\ndifference in points (dots: seeds)", fontsize=SIZE)
+    ax.tick_params(axis="x", labelsize=SIZE)
     ax.grid(alpha=0.3, axis="x")
-
+    cx = lower.subplots()
     for i, (arm, c) in enumerate(data["curves"].items()):
         base = arm in BASELINES
         color = "0.15" if base else f"C{i}"
         style = {"ls": "--" if arm == "grpo-compute" else "-", "lw": 2 if base else 1.3, "color": color}
-        cx.plot(c["steps"], c["mean"], label=arm, marker="o", ms=2.5, **style)
+        cx.plot(c["steps"], c["mean"], label=arm, marker="o", ms=3, **style)
         band = [t for t in zip(c["steps"], c["low"], c["high"], strict=True) if t[1] is not None]
         if band:
             s, lo, hi = zip(*band, strict=True)
             cx.fill_between(s, lo, hi, color=color, alpha=0.08, lw=0)
     cx.axhline(data["warm"], color="0.5", lw=1, ls=":", label="warm start")
-    cx.set_xlabel("training step", fontsize=8)
-    cx.set_ylabel(f"sampled accuracy (%), {data['curve_sample']}", fontsize=8)
-    cx.legend(fontsize=7, ncol=2, loc="lower right")
+    cx.set_xlabel("training step", fontsize=SIZE)
+    cx.set_ylabel(f"sampled accuracy (%), learning curve:\n{data['curve_sample']}", fontsize=SIZE)
+    cx.tick_params(labelsize=SIZE)
+    cx.legend(fontsize=SIZE, loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0)
     cx.grid(alpha=0.3)
-    fig.suptitle(data["title"], fontsize=10)
-    fig.tight_layout()
-    savefig_atomic(fig, path)
+    fig.suptitle(data["title"], fontsize=SIZE + 1)
+    return fig
+
+
+def draw(data: dict[str, Any], path: Path) -> Path:
+    """`data` (:func:`figure_data`) as a PNG at `path`, written atomically."""
+    import matplotlib.pyplot as plt
+
+    fig = build(data)
+    savefig_atomic(fig, path, dpi=DPI)
     plt.close(fig)
     return path

@@ -11,14 +11,23 @@ batches of 16 prompts × 8, τ 0.4, β 2, AS-Mean, scored reasoning tokens):
    and greedy, fresh seeds 400-409): GRPO and GRPO given first-error's generated tokens (more prompts
    per step) at GRPO's chosen rate, entropy shaping at GRPO's rate, and first-error, lowest-prob,
    random-departure and save-prefix at first-error's chosen rate; every arm paired by seed.
+3. **Amendment 3** (:data:`AMENDMENT3_ARMS`, the same confirmation's seeds and samples, issue 56): each
+   rule at the other's rate (first-error at GRPO's 2e-4, GRPO at first-error's 1e-4: rule × rate, 2 × 2,
+   with the runs already in), GRPO on first-error's measured training seconds (:data:`SECONDS_PROMPTS`
+   prompts per step) and GRPO on `grpo-compute`'s generated tokens through more completions per prompt
+   instead of more prompts (16 × :data:`SAMPLES_COMPLETIONS`); derived from the committed run files by
+   `experiments/credit_why/amend3.py` (`python -m experiments.credit_why amend3`).
 
     python -m experiments.credit_why warm-start   # the warm start on the exact evaluation samples
     python -m experiments.credit_why run          # the grid (two processes at once, resumable)
     python -m experiments.credit_why rates        # the chosen rates and the compute multiplier
     python -m experiments.credit_why confirm      # the confirmation (two processes, resumable)
+    python -m experiments.credit_why confirm --dry-run   # its runs, done or not, and their settings
 """
 
 from __future__ import annotations
+
+from dataclasses import replace
 
 from oar_rl.study.screen_plan import Arm, ScreenPlan
 
@@ -74,9 +83,38 @@ CONFIRM_ARMS: tuple[tuple[str, str, str], ...] = (
 """The confirmation's arms, fixed by the question (issue 48), and whose rate each takes."""
 
 
-def confirm_plan(grpo_rate: float, first_error_rate: float, prompts_per_step: int) -> ScreenPlan:
+SECONDS_PROMPTS = 21
+"""Amendment 3: `grpo-seconds`' prompts per step (8 completions each), at which GRPO's training seconds
+are first-error's, on the line through GRPO's two measured arms (`amend3.seconds_matched`)."""
+SAMPLES_COMPLETIONS = 15
+"""Amendment 3: `grpo-samples`' completions per prompt (16 prompts per step), which give `grpo-compute`'s
+generated tokens per step (`amend3.samples_matched`)."""
+AMENDMENT3_STAGE = 3
+"""The stage of Amendment 3's arms (the confirmation's own are stage 1)."""
+
+
+def amendment3_arms(grpo_rate: float, first_error_rate: float) -> tuple[Arm, ...]:
+    """Amendment 3's arms (issue 56), each paired with `grpo` by seed: first-error at GRPO's chosen rate,
+    GRPO at first-error's (rule × rate), GRPO on first-error's seconds, GRPO with more completions per
+    prompt instead of more prompts; the last two at GRPO's chosen rate, as `grpo-compute`."""
+    return (
+        Arm(f"first-error[lr={_lr(grpo_rate)}]", "first-error", (("learning_rate", grpo_rate),)),
+        Arm(f"grpo[lr={_lr(first_error_rate)}]", "grpo", (("learning_rate", first_error_rate),)),
+        Arm("grpo-seconds", "grpo", (("learning_rate", grpo_rate), ("prompts_per_step", SECONDS_PROMPTS))),
+        Arm("grpo-samples", "grpo", (("learning_rate", grpo_rate), ("num_generations", SAMPLES_COMPLETIONS))),
+    )
+
+
+def amendment3_names(grpo_rate: float, first_error_rate: float) -> tuple[str, ...]:
+    return tuple(a.name for a in amendment3_arms(grpo_rate, first_error_rate))
+
+
+def confirm_plan(
+    grpo_rate: float, first_error_rate: float, prompts_per_step: int, amendment3: bool = True
+) -> ScreenPlan:
     """The confirmation at the chosen rates; `prompts_per_step`: the GRPO-at-first-error's-compute arm's
-    prompts per step (rates.py's `multiplier`). Every arm is paired with `grpo`."""
+    prompts per step (rates.py's `multiplier`); `amendment3`: with Amendment 3's arms (stage 3). Every
+    arm is paired with `grpo`. The arms are not part of the protocol: adding them changes no hash."""
     rate = {"grpo": grpo_rate, "first-error": first_error_rate}
     arms = []
     for name, rule, whose in CONFIRM_ARMS:
@@ -84,6 +122,8 @@ def confirm_plan(grpo_rate: float, first_error_rate: float, prompts_per_step: in
         if name == "grpo-compute":
             over += (("prompts_per_step", prompts_per_step),)
         arms.append(Arm(name, rule, over, baseline=None if name == "grpo" else "grpo", stage=1))
+    if amendment3:
+        arms += [replace(a, stage=AMENDMENT3_STAGE) for a in amendment3_arms(grpo_rate, first_error_rate)]
     return ScreenPlan(
         name="credit-why",
         task=RATES.task,

@@ -57,6 +57,7 @@ from experiments.leaderboard.regimes import (
     ground_truth,
     load_runs,
     pp_cell,
+    rate_notes,
     shown_path,
     train_ratio,
 )
@@ -221,7 +222,8 @@ def rules(root: Path, regimes: Sequence[Regime]) -> list[str]:
         for source in regime.sources:
             runs = load_runs(root, source.runs)
             allowed = TUNED if source.study else source.overrides  # a user's study: tuned rates too
-            found |= {v for v in runs if default_variant(runs, v, allowed)}
+            named = source.arms or runs  # a plan that fixes its arms: only those are rules' rows
+            found |= {v for v in runs if v in named and default_variant(runs, v, allowed)}
     return [r for r in ORDER if r in found] + sorted(found - set(ORDER))
 
 
@@ -363,6 +365,7 @@ def page(
         "made before the option existed); every unmarked figure scored the reasoning tokens, today's "
         "default (`OARConfig.scored_tokens`): two settings, two experiments.",
         *_compute_note(root, shown, out),
+        *rate_notes(root, shown),
         "",
     ]
     for r in shown:

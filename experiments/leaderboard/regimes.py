@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import statistics
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -67,7 +67,44 @@ class Regime:
 
 
 CREDIT_WHY_ARMS = tuple(name for name, _, _ in CONFIRM_ARMS)
-"""Issue 48's confirmation arms, fixed by its pre-registration."""
+"""Issue 48's confirmation arms, fixed by its pre-registration (Amendment 3's arms, which land in the same
+folder, are not rules of the leaderboard: a rule at another rate, GRPO on other batch shapes)."""
+LONG_4E4 = "wordproblems-long at 4e-4"
+"""The long regime's first column group: its screen and confirmation ran every arm at learning rate 4e-4."""
+LONG_RUNS = "results/credit-long/confirm/runs"
+WARM_START_LONG = "results/credit-why/warm_start.json"
+"""The warm start scored on the long confirmation's test sample (issue 48: 500 problems, greedy)."""
+
+
+def grpo_greedy_at_4e4(root: Path) -> dict[str, Any]:
+    """GRPO's greedy loss in the 4e-4 confirmation, from its run files and the warm start on the same test
+    sample: {"rate", "warm", "grpo", "drop" (points), "below", "runs"} (the runs of every arm that end below
+    the warm start's greedy accuracy); {} where either file is missing."""
+    from oar_rl.study.provenance import run_settings
+
+    runs = [json.loads(f.read_text()) for f in sorted((root / LONG_RUNS).glob("*.json"))]
+    warm_path = root / WARM_START_LONG
+    if not runs or not warm_path.is_file():
+        return {}
+    warm = 100 * json.loads(warm_path.read_text())["test"]["greedy"]
+    grpo = statistics.fmean(100 * r["final"]["greedy"] for r in runs if r["variant"] == "grpo")
+    rates = {run_settings(r)["learning_rate"] for r in runs}
+    return {"rate": rates.pop() if len(rates) == 1 else None, "warm": warm, "grpo": grpo, "drop": warm - grpo,
+            "below": sum(100 * r["final"]["greedy"] < warm for r in runs), "runs": len(runs)}  # fmt: skip
+
+
+def arms_by_rate(root: Path, source: Source) -> dict[float, list[str]]:
+    """{learning rate: the source's arms (`source.arms`, else every variant) that trained at it}, each
+    run's own rate (`run_settings`), in ascending rate."""
+    from oar_rl.study.provenance import run_settings
+
+    runs = load_runs(root, source.runs)
+    out: dict[float, list[str]] = {}
+    for arm in source.arms or tuple(runs):
+        for rate in sorted({run_settings(r)["learning_rate"] for r in runs.get(arm, {}).values()}):
+            out.setdefault(rate, []).append(arm)
+    return dict(sorted(out.items()))
+
 
 REGIMES: tuple[Regime, ...] = (
     Regime(
@@ -96,8 +133,9 @@ REGIMES: tuple[Regime, ...] = (
         bench="results/bench-cpu-256/bench.json",
     ),
     Regime(
-        "wordproblems-long",
-        "long chains: the long-chain regime's screen and confirmation",
+        LONG_4E4,
+        "long chains: the long-chain regime's screen and confirmation, each rule at learning rate 4e-4, "
+        "where GRPO does not learn (its greedy loss there is under the summary)",
         confirmed=(
             Source(
                 "results/credit-long/confirm/runs",
@@ -201,3 +239,28 @@ def shown_path(path: str) -> str:
         return str(p.relative_to(Path.cwd()))
     except ValueError:
         return path
+
+
+def _rate(rate: float) -> str:
+    return f"{rate:.0e}".replace("e-0", "e-")
+
+
+def rate_notes(root: Path, shown: Sequence[Regime]) -> list[str]:
+    """The summary's notes on the long regime's rates, from the run files: GRPO's greedy loss at 4e-4, and
+    which rules trained at which chosen rate."""
+    lines = []
+    g = grpo_greedy_at_4e4(root) if any(r.name == LONG_4E4 for r in shown) else {}
+    if g:
+        lines.append(
+            f"- **{LONG_4E4}**: every rule at learning rate {_rate(g['rate'])}, where GRPO does not learn: "
+            f"its greedy accuracy ends {g['drop']:.1f} points below the warm start's on the same test "
+            f"sample ({g['grpo']:.1f}% vs {g['warm']:.1f}%), and {g['below']} of the confirmation's "
+            f"{g['runs']} runs end below it."
+        )
+    for r in shown:
+        for s in r.confirmed if r.name.endswith("at chosen rates") else ():
+            at = arms_by_rate(root, s)
+            if len(at) > 1:
+                each = "; ".join(f"{', '.join(a)} at {_rate(q)}" for q, a in at.items())
+                lines.append(f"- **{r.name}**: unequal rates, each chosen on the validation grid: {each}.")
+    return lines

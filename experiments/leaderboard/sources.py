@@ -35,6 +35,7 @@ from experiments.leaderboard.regimes import (
     train_ratio,
     tuned,
 )
+from oar_rl.study.provenance import study_protocol
 
 
 def study_seeds_label(n: int, planned: int | None = None) -> str:
@@ -201,7 +202,7 @@ def study_regime(root: Path, value: str, taken: Sequence[str], blame: str | None
         raise SourceError(f"--source {value!r}: {d / 'runs'} has no grpo run; every Δ is paired to GRPO's "
                           f"run on the same seed (its rules: {', '.join(sorted(runs))}; the study's "
                           "--methods must include grpo)")  # fmt: skip
-    protocol = next(iter(next(iter(runs.values())).values())).get("protocol", {})
+    protocol = study_protocol(next(iter(next(iter(runs.values())).values())))  # not one arm's overrides
     split, scored = protocol.get("split", "test"), protocol.get("scored_tokens", "reasoning")
     own = d / "recall.json"  # the study's recall analysis, when it ran with ground truth
     if recall is None and own.is_file() and ground_truth(json.loads(own.read_text())):

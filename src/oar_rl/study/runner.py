@@ -33,6 +33,7 @@ from oar_rl.io import write_text_atomic
 from oar_rl.machine import machine_info
 from oar_rl.study.claims import run_claimed
 from oar_rl.study.config import StudySettings, Variant, protocol_diff, protocol_hash
+from oar_rl.study.provenance import code_version, effective_protocol, study_protocol
 from oar_rl.tasks import Task, WarmStart
 
 TUNE_SEED_BASE = 1000
@@ -60,7 +61,10 @@ def _write_json(path: Path, data: dict[str, Any]) -> None:
 
 
 def _check_same(path: Path, record: dict[str, Any], protocol: dict[str, Any]) -> None:
-    old = record.get("protocol", {})
+    """StudyError unless the run file was made under the study protocol `protocol` and (a file written
+    since issue 56) its `protocol` block is that protocol with the run's own overrides and learning rate
+    put in (`oar_rl.study.provenance`)."""
+    old = study_protocol(record)
     if protocol_hash(old) != protocol_hash(protocol):
         diff = "\n".join(protocol_diff(old, protocol))
         legacy = (
@@ -73,6 +77,14 @@ def _check_same(path: Path, record: dict[str, Any], protocol: dict[str, Any]) ->
             f"{path} was made under a different configuration:\n{diff}{legacy}\n"
             "The protocol is fixed once results exist. Use a new --out, or --fresh to discard these results."
         )
+    if "protocol_changes" in record:
+        want, _ = effective_protocol(protocol, record.get("overrides"), record.get("learning_rate"))
+        if protocol_hash(record["protocol"]) != protocol_hash(want):
+            diff = "\n".join(protocol_diff(record["protocol"], want))
+            raise StudyError(
+                f"{path}: its protocol block is not the study protocol with the run's own overrides and "
+                f"learning rate put in (block -> what they give):\n{diff}\nThe file was edited or is damaged."
+            )
 
 
 def _module_text(record: dict[str, str] | None) -> str:
@@ -146,13 +158,19 @@ class RunStore:
 
     def put(self, name: str, seed: int, record: dict[str, Any]) -> dict[str, Any]:
         """Write the run's file atomically; returns the record as stored (with key, protocol and, for a
-        rule of a credit module, the module)."""
+        rule of a credit module, the module). `protocol`: the run's effective protocol (the study's with
+        the run's overrides and learning rate put in), `protocol_changes` what they changed, and
+        `protocol_hash` the study protocol's, one per folder (`oar_rl.study.provenance`)."""
         module = self.modules.get(str(record.get("method")))
+        effective, changes = effective_protocol(
+            self.protocol, record.get("overrides"), record.get("learning_rate")
+        )
         record = {
             **record,
             **({"credit_module": module} if module is not None else {}),
             "key": f"{name}/seed{seed}",
-            "protocol": self.protocol,
+            "protocol": effective,
+            "protocol_changes": changes,
             "protocol_hash": self.hash,
         }
         _write_json(self.root / self.filename(name, seed), record)
@@ -297,6 +315,7 @@ def train_and_evaluate(
     callbacks: list[Any] = [heldout]
     if progress is not None:
         callbacks.append(StepProgress(progress.tick))
+    code = code_version()  # read when the process's first run starts: the code it imported
     t0 = time.perf_counter()
     model, history, seconds, learning_rate = train_variant(
         task, ws, settings, variant, seed, train_rows, workdir, callbacks, learning_rate=learning_rate
@@ -336,6 +355,7 @@ def train_and_evaluate(
         "eval_seconds": heldout.seconds + final_seconds,
         "wall_seconds": time.perf_counter() - t0,
         "machine": machine_info(),  # where it ran (not protocol: oar_rl.machine says why it matters)
+        "code": code,  # the commit that ran (not protocol either: oar_rl.study.provenance)
         "history": history,
     }
 

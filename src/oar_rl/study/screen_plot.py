@@ -85,12 +85,13 @@ def figure_data(
     return {"title": title, "xlabel": xlabel, "rows": out}
 
 
-def forest(ax: Any, rows: list[dict[str, Any]]) -> None:
+def forest(ax: Any, rows: list[dict[str, Any]], size: float = 8) -> None:
     """Draw `rows` top to bottom on `ax`: a heading {"heading"} as a bold label under a rule, a difference
     {"diffs", "mean", "low", "high", "text", and a label "arm" or "label"} as its per-seed dots, its mean
     with the interval as an error bar and `text` at the right; optional "adj_low"/"adj_high" (a wider,
     adjusted interval) as a thin whisker; a row with mean None as a note ("baseline" when its "baseline"
-    is None, else "no paired seed yet"). A line marks 0."""
+    is None, else "no paired seed yet"). A line marks 0. `size`: the labels' font size in points (the
+    notes and interval texts one point smaller)."""
     from matplotlib.transforms import blended_transform_factory
 
     right = blended_transform_factory(ax.transAxes, ax.transData)  # x in axes fraction, y in rows
@@ -101,7 +102,7 @@ def forest(ax: Any, rows: list[dict[str, Any]]) -> None:
             continue
         if r["mean"] is None:
             note = "baseline" if r.get("baseline") is None else "no paired seed yet"
-            ax.text(0, y, f" {note}", va="center", ha="left", fontsize=7, color="0.45", style="italic")
+            ax.text(0, y, f" {note}", va="center", ha="left", fontsize=size - 1, color="0.45", style="italic")
             continue
         n = len(r["diffs"])
         step = min(0.09, 0.5 / max(n - 1, 1))  # seeds spread in their order over at most half a row
@@ -114,10 +115,10 @@ def forest(ax: Any, rows: list[dict[str, Any]]) -> None:
             ax.errorbar([r["mean"]], [y], xerr=err, fmt="o", ms=5, capsize=3, color="C0", zorder=3)
         else:  # one seed: no interval
             ax.plot([r["mean"]], [y], "o", ms=5, color="C0", zorder=3)
-        ax.text(1.01, y, r["text"], transform=right, va="center", ha="left", fontsize=7)
+        ax.text(1.01, y, r["text"], transform=right, va="center", ha="left", fontsize=size - 1)
     ax.axvline(0, color="0.3", lw=1, ls=":", zorder=1)
     labels = [r.get("heading") or r.get("arm") or r["label"] for r in rows]
-    ax.set_yticks(range(len(rows)), labels, fontsize=8)
+    ax.set_yticks(range(len(rows)), labels, fontsize=size)
     for tick, r in zip(ax.get_yticklabels(), rows, strict=True):
         if "heading" in r:
             tick.set_fontweight("bold")
