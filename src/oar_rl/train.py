@@ -478,6 +478,10 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     with contextlib.nullcontext() if data_args.verbose else no_load_bars():
         trainer.save_model(training_args.output_dir)
+    if trainer.use_vllm:  # a colocated engine: shut down while its process groups exist
+        from oar_rl.vllm_sync import shutdown
+
+        shutdown(trainer.vllm_generation)
     lines = summary(trainer.state.log_history)
     trainer.accelerator.print(
         f"oar-rl train: credit={rule} done at step {trainer.state.global_step} in "

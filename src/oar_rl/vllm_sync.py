@@ -152,3 +152,15 @@ def use_reload_sync(generation: Any) -> bool:
         )
     generation.sync_weights = functools.partial(reload_sync, generation)
     return True
+
+
+def shutdown(generation: Any) -> None:
+    """Shut a colocated engine down now, while the process's distributed groups still exist.
+
+    Left to itself, vLLM shuts the engine down from a finalizer at interpreter exit, after the groups it
+    set up are gone, and prints a ValueError traceback ('Invalid process group specified') after a run that
+    succeeded. Server mode (no engine in this process) is left alone.
+    """
+    llm = getattr(generation, "llm", None)
+    if llm is not None:
+        llm.llm_engine.engine_core.shutdown()

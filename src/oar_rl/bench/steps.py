@@ -281,6 +281,10 @@ def _train(method: str, shape_kwargs: dict[str, Any], args: argparse.Namespace, 
             first_error.DEFAULT_DECODE = trainer.args.first_error_decode
         _instrument(trainer, method, turns, PeakMemory(), search if searching else None)
         trainer.train()
+        if trainer.use_vllm:  # a colocated engine: shut down while its process groups exist
+            from oar_rl.vllm_sync import shutdown
+
+            shutdown(trainer.vllm_generation)
 
 
 def method_worker(method: str, shape_kwargs: dict[str, Any], args: argparse.Namespace, conn) -> None:
