@@ -19,9 +19,9 @@ import statistics
 
 import pytest
 import torch
-from conftest import PROMPTS, digit_reward, make_args
 from datasets import Dataset
 
+from conftest import PROMPTS, digit_reward, make_args
 from oar_rl.tiny import build_char_tokenizer, tiny_qwen2
 
 if os.environ.get("OAR_RL_VLLM_TESTS") == "1":
@@ -29,7 +29,7 @@ if os.environ.get("OAR_RL_VLLM_TESTS") == "1":
 else:
     pytest.importorskip("vllm", reason="vLLM's CPU build is in its own environment: make test-vllm")
 
-from test_trainer import GreedyPathCheck  # noqa: E402
+from test_trainer import GreedyPathCheck
 
 ENGINE = {"use_vllm": True, "vllm_mode": "colocate", "vllm_enforce_eager": True, "vllm_dtype": "float32",
           "vllm_gpu_memory_utilization": 0.15, "vllm_max_model_length": 64}  # fmt: skip

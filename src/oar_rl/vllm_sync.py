@@ -99,8 +99,8 @@ def weights_packed(llm: Any) -> bool:
 def reload_sync(generation: Any) -> None:
     """Push the policy's current weights into the colocated engine with vLLM's ``reload_weights``.
 
-        Every process iterates TRL's parameter iterator (its gathers are collective); each pushes into its
-        own colocated engine. Layers that share a weight (a tied LM head) are re-packed (:func:`repack_shared`),
+    Every process iterates TRL's parameter iterator (its gathers are collective); each pushes into its own
+    colocated engine. Layers that share a weight (a tied LM head) are re-packed (:func:`repack_shared`),
     and the prefix cache is reset afterwards, as TRL's sync does.
     """
     generation.llm.collective_rpc(
