@@ -382,3 +382,16 @@ def test_no_page_loads_a_font_from_another_host(site):
         imports = re.findall(r"@import url\(['\"]?https?:[^)]*", text)
         loaded += [f"{path.relative_to(site)}: {m}" for m in imports]
     assert loaded == [], loaded[:10]
+
+
+MATH_PAGES = ("methods",)
+"""The pages whose `$…$` are equations; anywhere else a dollar sign is text (`final answer is $X$`)."""
+
+
+def test_only_the_math_pages_typeset_math(site):
+    typeset = sorted(
+        str(p.parent.relative_to(site))
+        for p in site.rglob("index.html")
+        if 'class="arithmatex"' in p.read_text(encoding="utf-8")
+    )
+    assert typeset == sorted(MATH_PAGES), f"pages with typeset math: {typeset}; a `$` in text needs escaping"
