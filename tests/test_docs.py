@@ -313,3 +313,29 @@ def test_working_notes_are_found():
     assert kinds == ["a time of day", "a time of day", "other people's jobs", "who ran what",
                      "an unlinked issue number"], notes  # fmt: skip
     assert working_notes("Eq. 7–8, results/x.md:5:, 2026-11-28, 1:1 pairs, 3.16× (2228 s)") == []
+
+
+STATUS_BOX = re.compile(r'^(!!!|\?\?\?\+?) \w+ "(.*)"', re.M)
+
+
+def status_boxes(text: str) -> tuple[list[str], list[str]]:
+    """(the current status boxes, the superseded ones) of a page: admonitions titled "Status (date)…";
+    a superseded one is collapsed (`???`) and titled "Superseded on <date> …"."""
+    current, superseded = [], []
+    for kind, title in STATUS_BOX.findall(text):
+        if title.startswith("Status"):
+            current.append(title)
+        elif title.startswith("Superseded"):
+            assert kind == "???" and re.match(r"Superseded on \d{4}-\d{2}-\d{2}\b", title), title
+            superseded.append(title)
+    return current, superseded
+
+
+DOC_PAGES = sorted((ROOT / "docs").rglob("*.md"))
+
+
+@pytest.mark.parametrize("page", DOC_PAGES, ids=lambda p: str(p.relative_to(ROOT)))
+def test_one_status_per_page(page):
+    """A page states one status; one it replaced is collapsed and marked superseded, with its date."""
+    current, _ = status_boxes(page.read_text(encoding="utf-8"))
+    assert len(current) <= 1, f"{page.relative_to(ROOT)} has {len(current)} status boxes: {current}"
