@@ -339,3 +339,44 @@ def test_one_status_per_page(page):
     """A page states one status; one it replaced is collapsed and marked superseded, with its date."""
     current, _ = status_boxes(page.read_text(encoding="utf-8"))
     assert len(current) <= 1, f"{page.relative_to(ROOT)} has {len(current)} status boxes: {current}"
+
+
+# ----------------------------------------------------------------------------------------------------
+# Code lines fit the content column at 1280 px (tests/test_pages.py measures the pages it covers)
+# ----------------------------------------------------------------------------------------------------
+CODE_COLUMNS = 80
+"""Monospace characters a code block of the site shows at 1280 px (80.4 measured in Chromium with the
+site's font stack); a longer line is broken by hand, at a flag or before a comment."""
+CODE_PENDING = ("docs/gpu.md", "docs/results/credit-long.md")
+"""Pages rewritten in changes of their own (see PENDING_NOTES)."""
+
+
+def long_code_lines(text: str) -> list[str]:
+    """The lines of `text`'s code blocks longer than `CODE_COLUMNS`; in a console block only the commands
+    (`$ ` lines and their continuations), not the program's output."""
+    found = []
+    for lang, body in code_blocks(text):
+        command = False
+        for line in body.splitlines():
+            if lang in {"console", "shell-session"}:
+                command = line.startswith("$ ") or command
+                if command and len(line) > CODE_COLUMNS:
+                    found.append(line)
+                command = command and line.rstrip().endswith("\\")
+            elif len(line) > CODE_COLUMNS:
+                found.append(line)
+    return found
+
+
+@pytest.mark.parametrize("page", DOC_PAGES, ids=lambda p: str(p.relative_to(ROOT)))
+def test_code_lines_fit_the_column(page):
+    rel = str(page.relative_to(ROOT))
+    if rel in CODE_PENDING or rel.startswith("docs/reference/"):
+        pytest.skip(f"{rel}: rewritten in a change of its own, or generated")
+    long = long_code_lines(page.read_text(encoding="utf-8"))
+    assert long == [], f"{rel}: code lines over {CODE_COLUMNS} characters, break them by hand: {long}"
+
+
+def test_long_code_lines_are_found():
+    text = "```console\n$ oar-rl a \\\n    " + "x" * 90 + "\n" + "out " * 30 + "\n```\n```python\n" + "y" * 81
+    assert long_code_lines(text) == ["    " + "x" * 90, "y" * 81]
