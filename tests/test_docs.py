@@ -380,3 +380,100 @@ def test_code_lines_fit_the_column(page):
 def test_long_code_lines_are_found():
     text = "```console\n$ oar-rl a \\\n    " + "x" * 90 + "\n" + "out " * 30 + "\n```\n```python\n" + "y" * 81
     assert long_code_lines(text) == ["    " + "x" * 90, "y" * 81]
+
+
+# ----------------------------------------------------------------------------------------------------
+# The glossary: a term is linked to its definition where a page first uses it
+# ----------------------------------------------------------------------------------------------------
+GLOSSARY = ROOT / "docs" / "glossary.md"
+TERMS = {  # anchor in docs/glossary.md -> how the pages write the term
+    "chosen-rates": r"\bchosen rates?\b",
+    "d1d3": r"\bD[123]\b",
+    "ess-ratio": r"\bESS ratio\b",
+    "grpo-compute": r"\bgrpo-compute\b",
+    "off-greedy": r"\boff-greedy\b",
+    "pivot": r"\bpivots?\b",
+    "scored-set": r"\bscored sets?\b",
+    "seam": r"\bseam\b",
+    "top-10-mass": r"\btop-10% (?:advantage )?mass\b",
+    "update-sweep": r"\bupdate sweep\b",
+    "v2-study": r"\bv2 study\b",
+    "warm-start": r"\bwarm[- ]start\b",
+}
+GLOSSARY_EXEMPT = {
+    "docs/glossary.md": "the definitions themselves",
+    "docs/gpu.md": "rewritten in a change of its own",
+    "docs/results/credit-long.md": "rewritten in a change of its own (issue 56)",
+    "docs/results/leaderboard.md": "generated (experiments/leaderboard); its terms sit in HTML tables",
+}
+
+
+def _blanked(text: str) -> str:
+    """`text` with what cannot hold a glossary link replaced by spaces (offsets kept): fenced code, HTML
+    comments, headings, admonition titles, link targets, and inline code other than a bare term."""
+    out, fence = [], None
+    for line in text.splitlines(keepends=True):
+        m = re.match(r"^\s*(`{3,}|~{3,})", line)
+        if fence is None and m:
+            fence = m.group(1)
+        elif fence is not None and line.strip().startswith(fence):
+            fence = None
+            line = " " * (len(line) - 1) + "\n"
+        if fence is not None or re.match(r"^\s*(#|!!!|\?\?\?|--8<--)", line):
+            line = re.sub(r"[^\n]", " ", line)
+        out.append(line)
+    body = "".join(out)
+    body = re.sub(r"<!--.*?-->", _spaces, body, flags=re.S)
+    body = re.sub(r"\]\([^)]*\)", lambda m: "]" + " " * (len(m.group(0)) - 1), body)
+    return re.sub(
+        r"`([^`\n]*)`", lambda m: m.group(0) if re.fullmatch(r"[\w-]+", m.group(1)) else _spaces(m), body
+    )
+
+
+def _spaces(m: re.Match) -> str:
+    return " " * len(m.group(0))
+
+
+LINK = re.compile(r"\[(?:[^\]\[]|\[[^\]]*\])*\]\([^)\s]*\)")
+"""A Markdown link, its text allowed to hold one level of brackets."""
+
+
+def unlinked_first_uses(text: str, glossary_link: str) -> list[str]:
+    """The terms whose first use in `text` is not a link to their glossary entry (a use inside another
+    link's text is passed over: it cannot hold a second link)."""
+    body = _blanked(text)
+    links = [(m.start(), m.end(), m.group(0)) for m in LINK.finditer(text)]
+    missing = []
+    for anchor, pattern in TERMS.items():
+        for m in re.finditer(pattern, body, flags=re.I):
+            around = next((link for s, e, link in links if s <= m.start() < e), None)
+            if around is None:
+                missing.append(f"{anchor}: {text[max(0, m.start() - 30) : m.end() + 10]!r}")
+                break
+            if f"]({glossary_link}#{anchor})" in around:
+                break
+    return missing
+
+
+@pytest.mark.parametrize("page", DOC_PAGES, ids=lambda p: str(p.relative_to(ROOT)))
+def test_glossary_terms_are_linked_where_first_used(page):
+    rel = str(page.relative_to(ROOT))
+    if rel in GLOSSARY_EXEMPT or rel.startswith("docs/reference/"):
+        pytest.skip(GLOSSARY_EXEMPT.get(rel, "generated from the code"))
+    link = Path(*[".."] * (len(page.relative_to(ROOT / "docs").parts) - 1), "glossary.md").as_posix()
+    missing = unlinked_first_uses(page.read_text(encoding="utf-8"), link)
+    assert missing == [], f"{rel}: first uses not linked to {link}: {missing}"
+
+
+def test_the_glossary_defines_every_term():
+    anchors = {re.sub(r"[^\w\- ]", "", h.lower()).replace(" ", "-") for h in re.findall(r"^## (.+)$",
+               GLOSSARY.read_text(encoding="utf-8"), flags=re.M)}  # fmt: skip
+    assert set(TERMS) <= anchors, set(TERMS) - anchors
+
+
+def test_unlinked_first_uses_are_found():
+    text = "# The warm start\n\nFrom a [warm start](glossary.md#warm-start); a warm start again.\n\nThe seam."
+    assert [m.split(":")[0] for m in unlinked_first_uses(text, "glossary.md")] == ["seam"]
+    assert unlinked_first_uses("[the v2 study](results/study.md), the v2 study", "glossary.md")[0].startswith(
+        "v2-study"
+    )  # a use inside another link is passed over; the next one must be linked
