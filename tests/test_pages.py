@@ -332,7 +332,7 @@ def test_methods_page_renders_its_equations_with_no_network(site, tmp_path):
     text = (site / "methods" / "index.html").read_text()
     assert "unpkg.com" not in text and "cdn.jsdelivr" not in text  # MathJax is the site's own copy
     m = measure_site(site, "methods", tmp_path)
-    assert m["tex"] > 0 and m["math"] >= m["tex"], m  # every equation typeset by MathJax (mjx-container)
+    assert m["tex"] > 0 and m["mjx"] >= m["tex"], m  # every equation typeset by MathJax (mjx-container)
 
 
 SEARCH_PROBE = """<script>window.addEventListener('load', () => setTimeout(function () {
