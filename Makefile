@@ -108,15 +108,16 @@ $(IFRAME_WORKER_DIR)/shim/index.js:
 # The site to open from the file system (build/site-offline/index.html): page links end in .html and the
 # search works without a server or a network (Material's offline plugin, mkdocs.yml).
 docs-offline: setup mathjax iframe-worker
-	OFFLINE=true NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --quiet --site-dir build/site-offline
+	OFFLINE=true NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --site-dir build/site-offline
 
-# mkdocs build --strict: a broken link, anchor, include or API reference fails (mkdocs.yml).
+# mkdocs build --strict: a broken link, anchor, include or API reference fails (mkdocs.yml). Not with
+# --quiet: mkdocs 1.6 then counts no warnings, and --strict passes a broken link.
 docs-build: setup mathjax
-	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --quiet
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict
 
 docs: setup mathjax
 	PYTHONPATH=src $(PY) docs/gen_ref.py
-	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --quiet
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict
 
 demo: setup
 	$(VENV)/bin/oar-rl study --quick --task wordproblems --out demo_out

@@ -398,9 +398,9 @@ def page(
         "## Machines",
         "",
         "The committed runs and benchmarks were made on a 2-core x86-64 CPU: the v2 study's and the "
-        "short screen's on an AMD EPYC with AVX2 (issue 34), the long regime's on an Intel Xeon with "
-        "AVX-512, issue 48's confirmation at chosen rates on an AMD EPYC with AVX-512; files made before "
-        "issue 34 do not record the CPU model, later ones do (`oar_rl.machine`). "
+        "short screen's on an AMD EPYC with AVX2, the long regime's on an Intel Xeon with AVX-512, the "
+        "confirmation at chosen rates on an AMD EPYC with AVX-512; the earliest files do not record the CPU "
+        "model, later ones do (`oar_rl.machine`). "
         f"{REPRODUCIBILITY}",
         "",
         "## Sources",

@@ -151,9 +151,9 @@ REGIMES: tuple[Regime, ...] = (
     ),
     Regime(
         "wordproblems-long at chosen rates",
-        "long chains at the rates chosen on issue 48's validation grid, where GRPO learns (each arm's rate "
-        "and `grpo-compute`'s prompts per step: results/credit-why/rates.md), with `grpo-compute`, GRPO "
-        "given first-error's generated tokens per step: blame and recall as in wordproblems-long",
+        "long chains at the rates chosen on the re-test's validation grid, where GRPO learns (each arm's "
+        "rate and `grpo-compute`'s prompts per step: results/credit-why/rates.md), with `grpo-compute`, "
+        "GRPO given first-error's generated tokens per step: blame and recall as in wordproblems-long",
         confirmed=(
             Source(
                 "results/credit-why/confirm/runs",
