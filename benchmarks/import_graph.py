@@ -56,6 +56,7 @@ TIERS: dict[str, int] = {
     "oar_rl.sampling": 2,
     "oar_rl.roles": 2,
     "oar_rl.scoring": 2,  # ScoringContext: what every rule is given
+    "oar_rl.rule_calls": 2,  # calling a rule: options, scorer, score checks (one-line errors)
     "oar_rl.credits": 2,
     "oar_rl.credit_names": 2,  # a rule's name as written: grpo and its alias none, the nearest names
     "oar_rl.credit_modules": 2,  # --credit-module: rules from the user's own file
@@ -73,6 +74,7 @@ TIERS: dict[str, int] = {
     # 5 applications: training, evaluation, the cost benchmark, the study and the analyses
     "oar_rl.train": 5,
     "oar_rl.checkpoints": 5,  # oar-rl train's output directory and resume checks
+    "oar_rl.train_data": 5,  # oar-rl train's dataset: columns and template checked before the model loads
     "oar_rl.eval": 5,
     "oar_rl.bench": 5,
     "oar_rl.study": 5,
