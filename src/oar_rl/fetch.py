@@ -92,7 +92,33 @@ def resolve_model(spec: str, cache_dir: str | os.PathLike | None = None) -> str:
         return str(fetch_model(spec, cache_dir))
     if str(spec).lower().endswith(".gguf"):
         return str(gguf_model_dir(spec, cache_dir))
+    check_local_path(spec)
     return spec
+
+
+def check_local_path(spec: str) -> None:
+    """ValueError in our words when `spec` names a local path that does not exist: one that cannot be a Hub
+    id ('/abs/dir', './dir', '~/dir', 'a/b/c'), or a relative 'dir/name' whose first directory exists
+    here. (The Hub's own message, "Repo id must be in the form ...", says nothing of a missing folder.)"""
+    path = Path(spec).expanduser()
+    if path.exists():
+        return
+    from huggingface_hub.utils import HFValidationError, validate_repo_id
+
+    try:
+        validate_repo_id(spec)
+        hub_like = not spec.startswith((".", "~")) and not Path(spec.split("/")[0]).is_dir()
+    except HFValidationError:
+        hub_like = False
+    if not hub_like:
+        missing = path
+        while not missing.parent.exists() and missing.parent != missing:
+            missing = missing.parent
+        raise ValueError(
+            f"--model {spec}: no such local directory ({missing.parent} has no {missing.name!r}); give a model directory saved "
+            f"with save_pretrained, a Hub id 'org/name', a .gguf file, or a name: default, wordproblems, "
+            f"wordproblems-long, arithmetic, {', '.join(KNOWN_MODELS)}"
+        )
 
 
 def display_model_name(spec: str) -> str:
