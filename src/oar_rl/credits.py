@@ -124,6 +124,8 @@ class CreditMode:
 
 
 CREDIT_MODES: dict[str, CreditMode] = {}
+BUILTIN_CREDITS: frozenset[str] = frozenset()
+"""The rules registered below (set once they all are): a user's rule may not take their names."""
 CREDITS: tuple[str, ...] = ()
 """The registered rule names, in registration order (refreshed by every registration)."""
 MODEL_CREDITS: tuple[str, ...] = ()
@@ -180,6 +182,11 @@ def register_credit(
             "plain GRPO's name, oar_rl.credit_names; no '/', which the analyses use for <rule>/<probe>)"
         )
     origins = _origins(scorer)
+    if name in BUILTIN_CREDITS:  # also after unregister_credit: a run would be labelled with its name
+        raise ValueError(
+            f"credit rule name {name!r} is a built-in rule's (oar_rl.credits; 'none' is plain GRPO, also "
+            f"'grpo'): runs and studies would label your rule with it; give your rule another name"
+        )
     if name in CREDIT_MODES:
         raise ValueError(
             f"credit rule {name!r} is already registered by {_where(CREDIT_MODES[name].modules[0])}; "
@@ -212,7 +219,9 @@ def register_credit(
 
 
 def unregister_credit(name: str) -> None:
-    """Remove a registered rule (e.g. to reload a changed file in a notebook)."""
+    """Remove a registered rule (e.g. to reload a changed file in a notebook); not a built-in one."""
+    if name in BUILTIN_CREDITS:
+        raise ValueError(f"credit rule {name!r} is built in and cannot be removed (nor registered again)")
     if name not in CREDIT_MODES:
         raise ValueError(f"credit rule {name!r} is not registered; registered: {', '.join(CREDIT_MODES)}")
     del CREDIT_MODES[name]
@@ -370,6 +379,9 @@ register_credit(
     help="the control for first-error's location: same search and rows, the importance on a random "
     "off-greedy reasoning token of the row instead of the located one (oar_rl.importance.outcome)",
 )  # fmt: skip
+
+
+BUILTIN_CREDITS = frozenset(CREDIT_MODES)
 
 
 def credit_help() -> str:
