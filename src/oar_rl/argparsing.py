@@ -186,6 +186,14 @@ def add_deprecated(parser: Any, old: str, new: argparse.Action) -> argparse.Acti
     )
 
 
+def add_renaming(parser: Any, name: str, old: str | Sequence[str], **kwargs: Any) -> argparse.Action:
+    """`add(parser, name, **kwargs)`, with each old name in `old` kept as a deprecated alias of it."""
+    action = add(parser, name, **kwargs)
+    for o in [old] if isinstance(old, str) else old:
+        add_deprecated(parser, o, action)
+    return action
+
+
 TRL_DEBUG_VALUES = ("underflow_overflow", "tpu_metrics_debug")
 """Values of TRL's own `train --debug` (transformers' DebugOption), left to TRL."""
 

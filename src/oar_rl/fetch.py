@@ -115,9 +115,9 @@ def check_local_path(spec: str) -> None:
         while not missing.parent.exists() and missing.parent != missing:
             missing = missing.parent
         raise ValueError(
-            f"--model {spec}: no such local directory ({missing.parent} has no {missing.name!r}); give a model directory saved "
-            f"with save_pretrained, a Hub id 'org/name', a .gguf file, or a name: default, wordproblems, "
-            f"wordproblems-long, arithmetic, {', '.join(KNOWN_MODELS)}"
+            f"--model {spec}: no such local directory ({missing.parent} has no {missing.name!r}); give a "
+            "model directory saved with save_pretrained, a Hub id 'org/name', a .gguf file, or a name: "
+            f"default, wordproblems, wordproblems-long, arithmetic, {', '.join(KNOWN_MODELS)}"
         )
 
 
@@ -300,14 +300,17 @@ def build_parser():
     p = new_parser(
         "oar-rl fetch-model",
         "write a known model (or a .gguf file) as a plain HF directory in the model cache; print its path",
-        parents=[shared_parser("cache-dir")],
+        parents=[shared_parser("cache-dir", "threads")],
     )
     p.add_argument("name", help=f"one of {', '.join(KNOWN_MODELS)}, or a path to a .gguf file")
     return p
 
 
 def main(argv: list[str] | None = None) -> int:
+    from oar_rl.options import apply_threads
+
     a = build_parser().parse_args(list(sys.argv[1:] if argv is None else argv))
+    apply_threads(a.threads)  # the de-quantisation runs in torch
     try:
         if a.name.endswith(".gguf"):
             path = gguf_model_dir(a.name, a.cache_dir)

@@ -144,6 +144,8 @@ def build_parser():
     from oar_rl.options import MODEL_HELP
 
     aliases = {**DATASET_ALIASES, "model_name_or_path": ("model",), "output_dir": ("out",)}
+    aliases["dataset_split"] = (*aliases["dataset_split"], "split")  # the one word of every command
+    aliases |= {"limit": ("problems",), "num_generations": ("samples",)}
 
     class Parser(TrlParser):
         def set_defaults_with_config(self, **kwargs):

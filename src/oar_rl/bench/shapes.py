@@ -159,8 +159,9 @@ def qwen2_config(name: str, vocab_size: int | None = None):
 
 
 def build_shape(
-    name: str, *, prompt_len: int, completion_len: int, rows: int, seed: int, model_dir: str | None
-):
+    name: str, *, prompt_len: int, completion_len: int, rows: int, seed: int, model_dir: str | None,
+    cache_dir: str | None = None,
+):  # fmt: skip
     """The :class:`Shape` `name` with `rows` prompts available."""
     import torch
 
@@ -172,7 +173,7 @@ def build_shape(
 
         task_name = WARM_STARTS[name]
         task = get_task(task_name)  # the warm start's own task (its train split has a gold "answer")
-        path = resolve_model(model_dir or task_name)  # the warm start by default
+        path = resolve_model(model_dir or task_name, cache_dir)  # the warm start by default
         tok = AutoTokenizer.from_pretrained(path)
         n = sum(p.numel() for p in AutoModelForCausalLM.from_pretrained(path).parameters())
         what = _WARM_START_NAMES[name]
