@@ -312,7 +312,7 @@ def report(root: Path = ROOT, edges: bool = False) -> str:
 
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.splitlines()[0])
     parser.add_argument("--edges", action="store_true", help="list every import arrow")
     parser.add_argument("--root", type=Path, default=ROOT, help="the src directory holding oar_rl/")
     args = parser.parse_args()

@@ -409,7 +409,7 @@ def page(
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(
-        prog="python -m experiments.leaderboard", description=__doc__.split("\n\n")[0]
+        allow_abbrev=False, prog="python -m experiments.leaderboard", description=__doc__.split("\n\n")[0]
     )
     p.add_argument("--root", default=".", help="the repository root (default: the current directory)")
     p.add_argument("--check", action="store_true", help="only check the committed page (exit 1 if stale)")

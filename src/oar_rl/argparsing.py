@@ -131,15 +131,19 @@ def unknown_flags_message(parser: argparse.ArgumentParser, unknown: Iterable[str
     """'unknown option --datset (did you mean --dataset?)' for every flag in `unknown` (values skipped)."""
     import difflib
 
-    actions = parser._option_string_actions
-    known = [s for s, a in actions.items() if s.startswith("--") and a.help != argparse.SUPPRESS]
+    known: dict[str, str] = {}  # a flag -> the flag to suggest (an old name: its new one)
+    for flag, action in parser._option_string_actions.items():
+        new = getattr(action, "new", None)  # _Deprecated: the new action; _Renamed: the new name
+        new = new.option_strings[0] if isinstance(new, argparse.Action) else new
+        if flag.startswith("--") and (action.help != argparse.SUPPRESS or new):
+            known[flag] = new or flag
     parts = []
     for flag in unknown:
         if not flag.startswith("--"):
             continue
         name = flag.split("=", 1)[0]
-        close = difflib.get_close_matches(name, known, n=1, cutoff=0.75)
-        parts.append(f"{name} (did you mean {close[0]}?)" if close else name)
+        close = difflib.get_close_matches(name, list(known), n=1, cutoff=0.75)
+        parts.append(f"{name} (did you mean {known[close[0]]}?)" if close else name)
     return "unknown option(s): " + ", ".join(parts) if parts else ""
 
 
@@ -223,6 +227,14 @@ def run_command(name: str, main_: Callable[[list[str]], int | None], argv: list[
     except ValueError as err:
         if debug:
             raise
+        _close_bars()
         message = " ".join(str(err).split()) or type(err).__name__
         print(f"oar-rl {name}: error: {message} (--debug: the traceback)", file=sys.stderr)
         return 1
+
+
+def _close_bars() -> None:
+    """Close the progress bars still open (a run stopped mid-step), so an error line starts a line."""
+    tqdm = sys.modules.get("tqdm")
+    for bar in list(getattr(getattr(tqdm, "tqdm", None), "_instances", ())):
+        bar.close()

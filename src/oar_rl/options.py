@@ -143,7 +143,7 @@ SHARED_OPTIONS: tuple[str, ...] = (
 def shared_parser(*names: str, **changes: Mapping[str, Any]) -> argparse.ArgumentParser:
     """A parent parser with the shared options `names`; `changes[name]` updates that option's kwargs
     (its default, help, required), e.g. `out={"default": "oracle_out"}`."""
-    parent = argparse.ArgumentParser(add_help=False)
+    parent = argparse.ArgumentParser(allow_abbrev=False, add_help=False)
     group = parent.add_argument_group("shared options", "the same name, meaning and default in every command")
     unknown = set(changes) - {n.replace("-", "_") for n in names}
     if unknown:

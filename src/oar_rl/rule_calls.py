@@ -67,11 +67,21 @@ def check_call(mode: Any, kw: dict[str, Any]) -> None:
     try:
         sig.bind(None, None, **kw)
     except TypeError as err:
-        takes = [str(p) for p in list(sig.parameters.values())[2:]] or ["no keyword arguments"]
+        params = list(sig.parameters.values())
+        takes = ", ".join(str(p) for p in params[2:]) or "no keyword arguments"
+        names = {p.name for p in params}
+        open_ = any(p.kind is p.VAR_KEYWORD for p in params)  # takes **kw: no keyword is unknown
+        unknown = [] if open_ else [k for k in kw if k not in names]
+        given = "its options gave" if mode.options is not None else "it is given"
+        scorer = f"scorer {_scorer_name(mode)}{sig}"
+        if unknown:
+            raise RuleError(
+                f"credit rule {mode.name!r}: {given} the keyword(s) {', '.join(unknown)}, which {scorer} has "
+                f"no parameter for; it takes: {takes}"
+            ) from None
         raise RuleError(
-            f"credit rule {mode.name!r}: scorer {_scorer_name(mode)}{sig} cannot be called with the keyword "
-            f"arguments {'its options gave' if mode.options is not None else 'it is given'} "
-            f"({', '.join(kw) or 'none'}): {err}; it takes: {', '.join(takes)}"
+            f"credit rule {mode.name!r}: {scorer} cannot be called with the keyword arguments {given} "
+            f"({', '.join(kw) or 'none'}): {err}; it takes: {takes}"
         ) from None
 
 
