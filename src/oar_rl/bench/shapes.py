@@ -16,7 +16,7 @@ weights) plus a tokenizer, a prompt set and a reward:
 - ``qwen2-10m``: Qwen2's architecture at 9.97M parameters, body-heavy as real Qwen2 models are
   (embeddings 21% of the parameters; 28% in Qwen2.5-0.5B, 15% in 1.5B): hidden 256, 8 layers, 4 heads /
   2 KV heads, MLP 1024, vocabulary 8,192. float32, for the CPU. The shape of OAR-G's cost target
-  (``--prompts 1 --num-generations 4 --prompt-len 32 --completion-len 128``).
+  (``--problems 1 --samples 4 --prompt-len 32 --completion-len 128``).
 - ``qwen2-tiny``: the same at 40k parameters, for smoke tests.
 - ``qwen2.5-0.5b`` / ``qwen2.5-1.5b``: Qwen2.5-0.5B / 1.5B configurations (vocabulary 151,936), random
   weights, bfloat16, SDPA attention; for a GPU.
