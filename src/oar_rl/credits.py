@@ -437,7 +437,7 @@ def compute_importance(
         return checked(model, batch, **kwargs)
     except MissingOutcome as err:
         raise NotStandalone(
-            f"credit rule {kind!r} reads the rollouts' outcome ({err}), which standalone scoring (oar-rl "
-            f"attribute, oracle, the study's recall) does not have: register it with standalone=False "
-            "(train, study's runs and blame still run it)"
+            f"credit rule {kind!r} reads the rollouts' outcome (ScoringContext.{err.field}), which "
+            "standalone scoring (oar-rl attribute, oracle, the study's recall) does not have: register it "
+            "with standalone=False (train, the study's runs and blame still run it)"
         ) from err

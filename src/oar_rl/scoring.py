@@ -28,6 +28,9 @@ class RuleError(ValueError):
 class MissingOutcome(RuleError):
     """A rule read an outcome field (:attr:`ScoringContext.OUTCOME`) its caller did not give."""
 
+    field: str = ""
+    """The field read."""
+
 
 class NotStandalone(RuleError):
     """A rule registered as standalone read an outcome field that standalone scoring (`oar-rl attribute`,
@@ -83,10 +86,12 @@ class ScoringContext:
         value = getattr(self, name)
         if value is None:
             column = self.settings.get("gold_column", "answer")
-            raise (MissingOutcome if name in self.OUTCOME else ValueError)(
+            err = (MissingOutcome if name in self.OUTCOME else ValueError)(
                 f"credit rule {rule!r} needs ScoringContext.{name}, which this caller did not give: "
                 + _SUPPLY.get(name, "pass it when building the ScoringContext").format(column=column)
             )
+            err.field = name
+            raise err
         return value
 
     def rows(self, keep: Sequence[bool]) -> ScoringContext:
