@@ -56,6 +56,7 @@ TIERS: dict[str, int] = {
     "oar_rl.sampling": 2,
     "oar_rl.roles": 2,
     "oar_rl.scoring": 2,  # ScoringContext: what every rule is given
+    "oar_rl.rule_calls": 2,  # calling a rule: options, scorer, score checks (one-line errors)
     "oar_rl.credits": 2,
     "oar_rl.credit_names": 2,  # a rule's name as written: grpo and its alias none, the nearest names
     "oar_rl.credit_modules": 2,  # --credit-module: rules from the user's own file
@@ -74,6 +75,7 @@ TIERS: dict[str, int] = {
     # 5 applications: training, evaluation, the cost benchmark, the study and the analyses
     "oar_rl.train": 5,
     "oar_rl.checkpoints": 5,  # oar-rl train's output directory and resume checks
+    "oar_rl.train_data": 5,  # oar-rl train's dataset: columns and template checked before the model loads
     "oar_rl.eval": 5,
     "oar_rl.bench": 5,
     "oar_rl.study": 5,
@@ -311,7 +313,7 @@ def report(root: Path = ROOT, edges: bool = False) -> str:
 
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.splitlines()[0])
     parser.add_argument("--edges", action="store_true", help="list every import arrow")
     parser.add_argument("--root", type=Path, default=ROOT, help="the src directory holding oar_rl/")
     args = parser.parse_args()

@@ -22,7 +22,9 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python benchmarks/site_tables.py", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(
+        allow_abbrev=False, prog="python benchmarks/site_tables.py", description=__doc__.split("\n\n")[0]
+    )
     p.add_argument("--width", type=int, default=1280, help="window width in px (default 1280)")
     a = p.parse_args(argv)
     sys.path.insert(0, str(ROOT / "tests"))

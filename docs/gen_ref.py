@@ -174,7 +174,14 @@ def cli_page() -> str:
         "",
         "`oar-rl <command> [options]`; `oar-rl --help` lists the commands, `oar-rl <command> --help` "
         "shows the options below. Every multi-word flag takes both spellings (`--max-new-tokens`, "
-        "`--max_new_tokens`).",
+        "`--max_new_tokens`), and only whole flag names (`--seed` is not `--seeds`). An error is one line; "
+        "`--debug` (before or after the command, or `OAR_RL_DEBUG=1`) shows its traceback.",
+        "",
+        "One word for one thing in every command: `--credit` is one credit rule (`train`), `--credits` a "
+        "comma-separated list of them; `--problems` how many problems, `--samples` completions per "
+        "problem, `--split` a task's split (`train`, `validation`, `test`). The old `--methods`, "
+        "`--signals`, `--prompts`, `--num-generations`, `--max-prompts`, `eval --n` and `eval --limit` "
+        "still work for one release, each with a one-line deprecation notice.",
         "",
         "| command | what it does |",
         "|---|---|",

@@ -21,7 +21,7 @@ def test_attribute_scores_a_given_trace(tiny_model_dir, tmp_path):
             "Compute 2+3.",
             "--completion",
             "First 2+3=5.<answer>5</answer>",
-            "--methods",
+            "--credits",
             "oar-p,oar-g,entropy,random",
             "--out",
             str(out),
@@ -46,11 +46,11 @@ def test_oracle_study_end_to_end(tiny_model_dir, tmp_path, monkeypatch):
             str(tiny_model_dir),
             "--trajectories",
             "3",
-            "--max-prompts",
+            "--max-problems",
             "160",  # sampled in chunks of 32 only until 3 correct ones are found
             "--max-new-tokens",
             "10",
-            "--methods",
+            "--credits",
             "oar-p,random",
             "--out",
             str(out),
@@ -71,10 +71,10 @@ def test_oracle_study_end_to_end(tiny_model_dir, tmp_path, monkeypatch):
 @pytest.mark.parametrize(
     ("argv", "needle"),
     [
-        (["attribute", "--methods", "oar-x"], "unknown value"),
-        (["attribute", "--model", "/nonexistent/model"], "not a directory"),
+        (["attribute", "--credits", "oar-x"], "'oar-x' is not a registered credit rule"),
+        (["attribute", "--model", "/nonexistent/model"], "no such local directory"),
         (["attribute", "--completion", "x"], "--completion needs --prompt"),
-        (["oracle", "--split", "test"], "--split"),
+        (["oracle", "--split", "bogus"], "--split"),
         (["oracle", "--split", "hard"], "--split"),  # an arithmetic split; the default task is wordproblems
         (["oracle", "--trajectories", "0"], "--trajectories"),
     ],
@@ -98,7 +98,7 @@ def test_oracle_takes_the_task_and_its_splits(tiny_model_dir, tmp_path, monkeypa
     monkeypatch.setattr(arithmetic, "check", lambda text, answer: True)
     out = tmp_path / "o"
     argv = ["--task", "arithmetic", "--split", "hard", "--model", str(tiny_model_dir), "--trajectories", "2"]
-    argv += ["--max-prompts", "8", "--max-new-tokens", "4", "--methods", "random", "--out", str(out)]
+    argv += ["--max-problems", "8", "--max-new-tokens", "4", "--credits", "random", "--out", str(out)]
     assert recall.main(argv) == 0
     result = json.loads((out / "recall.json").read_text())
     assert result["trajectories"] == 2 and result["settings"]["split"] == "hard"

@@ -175,7 +175,7 @@ def test_signal_names_are_checked():
                      ("nope", "signal=.nope. is not valid"), ("first-error/x", "does not take")):  # fmt: skip
         with pytest.raises(ValueError, match=msg):
             check_signal(bad)
-    assert main(["--signals", "oar-g/bogus", "--out", "unused"]) == 2
+    assert main(["--credits", "oar-g/bogus", "--out", "unused"]) == 2
 
 
 @pytest.fixture

@@ -214,7 +214,7 @@ def test_train_takes_trl_dataset_names_on_the_command_line_and_in_yaml(tmp_path)
     [
         ("eval", "--temperature", "0.6"),
         ("attribute", "--max-new-tokens", "96"),
-        ("oracle", "--max-prompts", "400"),
+        ("oracle", "--max-problems", "400"),
         ("oracle", "--model", "the task's warm start"),
         ("bench", "--threads", "1"),
         ("demo", "--out", "demo_out"),
@@ -285,12 +285,12 @@ def test_oracle_warns_when_fewer_correct_than_n_and_plots_n_and_intervals(
         str(tiny_model_dir),
         "--trajectories",
         "50",
-        "--max-prompts",
+        "--max-problems",
         "6",
         "--max-new-tokens",
         "7",
     ]
-    assert recall.main([*argv, "--methods", "random", "--out", str(out)]) == 0
+    assert recall.main([*argv, "--credits", "random", "--out", str(out)]) == 0
     err = capsys.readouterr().err
     result = json.loads((out / "recall.json").read_text())
     assert f"only {result['trajectories']} correct trajectories of the 50 asked for" in err
@@ -373,7 +373,7 @@ def test_demo_is_the_quick_study_on_wordproblems(tmp_path, monkeypatch, capsys):
     seen = []
     monkeypatch.setattr(study_cli, "main", lambda argv: seen.append(argv) or 0)
     out = str(tmp_path / "d")
-    extra = ["--methods", "grpo", "--seeds", "1", "--steps", "2", "--fresh"]
+    extra = ["--credits", "grpo", "--seeds", "1", "--steps", "2", "--fresh"]
     assert cli.main(["demo", "--out", out]) == 0
     assert cli.main(["demo", "--out", out, *extra]) == 0
     quick = ["--quick", "--task", "wordproblems", "--out", out, "--threads", "1"]

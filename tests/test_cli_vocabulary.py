@@ -148,7 +148,7 @@ def test_steps_and_n_keep_one_meaning_each():
     assert parser_of("bench").parse_args(["--repeats", "7"]).repeats == 7
     assert "optimizer steps" in option(parser_of("study"), "--steps").help
     assert "optimizer steps" in option(parser_of("demo"), "--steps").help
-    assert "samples per problem" in option(parser_of("eval"), "--n").help.lower()  # pass@k's n, eval only
+    assert "samples per problem" in option(parser_of("eval"), "--samples").help.lower()  # pass@k's n
 
 
 # --------------------------------------------------------------------------------------------------
@@ -230,7 +230,7 @@ def test_bare_study_prints_its_plan_and_refuses_naming_the_flag(tmp_path, capsys
     assert "this is the full protocol" in err
     # the lead's screen: explicit scope, --tune-lr (about 36 min): a large plan that is not the full
     # protocol asks for --yes, and says so with its estimate (issue 34)
-    assert cli.main(["study", "--methods", "grpo,oar-g", "--seeds", "3", "--tune-lr", "--out", str(out)]) == 2
+    assert cli.main(["study", "--credits", "grpo,oar-g", "--seeds", "3", "--tune-lr", "--out", str(out)]) == 2
     err = capsys.readouterr().err
     assert "runs           6:" in err and "swept first (--tune-lr): 8 runs" in err
     assert f"--seeds 3 --tune-lr --out {out} --yes`" in err and "full protocol" not in err

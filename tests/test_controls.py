@@ -100,16 +100,17 @@ def test_step_index_assigns_each_reasoning_token_to_its_sentence():
 
 
 def test_study_recall_scores_any_standalone_rule_beside_the_controls(tmp_path, capsys):
-    """`python -m oar_rl.study.recall --methods` takes the screened rules (span-level OAR-P here), each
+    """`python -m oar_rl.study.recall --credits` takes the screened rules (span-level OAR-P here), each
     with its paired differences to both controls; a bad name exits 2 naming the valid ones."""
     import json
 
     from oar_rl.study.recall import main
 
     with pytest.raises(SystemExit) as e:
-        main(["--methods", "oar-p,nope", "--out", str(tmp_path)])
-    assert e.value.code == 2 and "unknown value(s) ['nope']; valid: oar-p," in capsys.readouterr().err
-    assert main(["--n", "2", "--methods", "oar-p-span", "--out", str(tmp_path)]) == 0
+        main(["--credits", "oar-p,nope", "--out", str(tmp_path)])
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and "'nope' is not a registered credit rule" in err and "valid: oar-p," in err
+    assert main(["--trajectories", "2", "--credits", "oar-p-span", "--out", str(tmp_path)]) == 0
     truth = json.loads((tmp_path / "recall.json").read_text())["ground_truth"]
     names = set(truth["recall"])
     assert {"position", "random"} <= names and any(n.startswith("oar-p-span") for n in names)

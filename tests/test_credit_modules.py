@@ -265,7 +265,7 @@ def test_example_rule_runs_in_study_and_blame(tmp_path, capsys):
     from oar_rl.study import cli as study_cli
 
     out = tmp_path / "study"
-    args = ["--tiny", "--methods", "grpo,last-tokens", "--seeds", "1", "--recall", "0", "--out", str(out),
+    args = ["--tiny", "--credits", "grpo,last-tokens", "--seeds", "1", "--recall", "0", "--out", str(out),
             "--cache-dir", str(tmp_path / "cache"), "--credit-module", str(EXAMPLE)]  # fmt: skip
     assert study_cli.main(args) == 0
     run = json.loads((out / "runs" / "last-tokens.seed0.json").read_text())
@@ -279,8 +279,8 @@ def test_example_rule_runs_in_study_and_blame(tmp_path, capsys):
     assert "credit_module" not in grpo
 
     out = tmp_path / "blame"
-    argv = ["--prompts", "4", "--samples", "4", "--signals", "position,random,last-tokens", "--out", str(out),
-            "--credit-module", str(EXAMPLE)]  # fmt: skip
+    argv = ["--problems", "4", "--samples", "4", "--credits", "position,random,last-tokens",
+            "--out", str(out), "--credit-module", str(EXAMPLE)]  # fmt: skip
     assert blame.main(argv) == 0
     result = json.loads((out / "blame.json").read_text())
     assert set(result["signals"]) == {"position", "random", "last-tokens"} and result["rows"] >= 1
@@ -300,7 +300,7 @@ def test_oracle_and_study_recall_record_the_credit_modules(tiny_model_dir, tmp_p
     monkeypatch.setattr(arithmetic, "check", lambda text, answer: True)
     out = tmp_path / "oracle"
     argv = ["--task", "arithmetic", "--model", str(tiny_model_dir), "--trajectories", "2",
-            "--max-prompts", "8", "--max-new-tokens", "4", "--methods", "last-tokens",
+            "--max-problems", "8", "--max-new-tokens", "4", "--credits", "last-tokens",
             "--credit-module", str(EXAMPLE), "--out", str(out)]  # fmt: skip
     assert recall.main(argv) == 0
     result = json.loads((out / "recall.json").read_text())
@@ -316,7 +316,7 @@ def test_oracle_and_study_recall_record_the_credit_modules(tiny_model_dir, tmp_p
 
     monkeypatch.setattr(study_recall, "recall_analysis", fake_analysis)
     out = tmp_path / "study-recall"
-    argv = ["--task", "fake-recall", "--methods", "last-tokens", "--credit-module", str(EXAMPLE),
+    argv = ["--task", "fake-recall", "--credits", "last-tokens", "--credit-module", str(EXAMPLE),
             "--out", str(out)]  # fmt: skip
     assert study_recall.main(argv) == 0 and "last-tokens" in seen["methods"]
     written = json.loads((out / "recall.json").read_text())

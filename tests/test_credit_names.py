@@ -78,20 +78,20 @@ def test_study_and_bench_take_grpo_and_none(capsys):
     from oar_rl.bench import cli as bench
     from oar_rl.study.args import build_parser, settings_from_args
 
-    settings = settings_from_args(build_parser().parse_args(["--quick", "--methods", "none,oar-g"]))
+    settings = settings_from_args(build_parser().parse_args(["--quick", "--credits", "none,oar-g"]))
     assert settings.methods == ("grpo", "oar-g")
     with pytest.raises(ValueError, match=r"method='oar_p' is not valid \(did you mean 'oar-p'"):
-        settings_from_args(build_parser().parse_args(["--quick", "--methods", "grpo,oar_p"]))
-    assert bench._parse(["--methods", "grpo,oar-g", "--no-scorers"]).methods == ["none", "oar-g"]
+        settings_from_args(build_parser().parse_args(["--quick", "--credits", "grpo,oar_p"]))
+    assert bench._parse(["--credits", "grpo,oar-g", "--no-scorers"]).methods == ["none", "oar-g"]
     with pytest.raises(SystemExit):
-        bench._parse(["--methods", "grpo,oar_g"])
+        bench._parse(["--credits", "grpo,oar_g"])
     assert "did you mean 'oar-g'" in capsys.readouterr().err
 
 
 def test_blame_lists_its_signals_and_says_why_grpo_is_none(capsys):
     from oar_rl.analysis.blame import build_parser, check_signal
 
-    help_ = build_parser()._option_string_actions["--signals"].help
+    help_ = build_parser()._option_string_actions["--credits"].help
     assert "module doc" not in help_
     assert all(s in help_ for s in ("random", "position", "oar-g/<probe>", "first-error", "as-joint"))
     with pytest.raises(ValueError, match="plain GRPO scores no token"):

@@ -87,7 +87,7 @@ def test_registration_is_public_and_refreshes_the_names(rule):
         ("a/b", {"reshape": "bilevel"}, "name 'a/b' is not valid"),
         ("grpo", {"reshape": "bilevel"}, "name 'grpo' is not valid"),
         ("t-x", {"reshape": "sideways"}, "reshape='sideways' is not valid"),
-        ("oar-g", {"reshape": "bilevel"}, "'oar-g' is already registered"),
+        ("oar-g", {"reshape": "bilevel"}, "name 'oar-g' is a built-in rule's"),
     ],
 )
 def test_registration_rejects_bad_fields(name, kw, match):

@@ -99,7 +99,7 @@ def tiny_model_dir(tmp_path_factory) -> str:
 
 def _args(model: str, out: Path, *extra: str) -> list[str]:
     return [
-        "--model", model, "--benchmarks", LOCAL, "--n", "3", "--k", "1,2", "--max-new-tokens", "6",
+        "--model", model, "--benchmarks", LOCAL, "--samples", "3", "--k", "1,2", "--max-new-tokens", "6",
         "--batch-size", "3", "--temperature", "1.0", "--verify-workers", "1", "--out", str(out), *extra,
     ]  # fmt: skip
 
@@ -269,9 +269,9 @@ def test_resume_inside_a_multi_problem_batch(tiny_model_dir, tmp_path, monkeypat
 
 def test_changed_configuration_is_refused(tiny_model_dir, tmp_path, monkeypatch, capsys):
     out = tmp_path / "out"
-    assert main([*_args(tiny_model_dir, out), "--limit", "1"]) == 0
+    assert main([*_args(tiny_model_dir, out), "--problems", "1"]) == 0
     before = (out / "eval_local.jsonl").read_text()
-    assert main([*_args(tiny_model_dir, out), "--limit", "1", "--temperature", "0.7"]) == 2
+    assert main([*_args(tiny_model_dir, out), "--problems", "1", "--temperature", "0.7"]) == 2
     err = capsys.readouterr().err
     assert "different configuration" in err and "temperature 1.0 -> 0.7" in err
     assert (out / "eval_local.jsonl").read_text() == before
@@ -290,7 +290,7 @@ def test_resume_refuses_a_changed_gold_another_model_version_and_a_changed_timeo
     model = tmp_path / "model"
     shutil.copytree(tiny_model_dir, model)
     out = tmp_path / "out"
-    args = [*_args(str(model), out), "--benchmarks", str(bench), "--limit", "1"]
+    args = [*_args(str(model), out), "--benchmarks", str(bench), "--problems", "1"]
     assert main(args) == 0
     assert main(args) == 0  # the same: resumes (nothing to do)
     rows[0]["answer"] = 999
@@ -318,7 +318,7 @@ def test_a_hub_model_is_pinned_to_one_commit_and_a_resume_at_another_is_refused(
     old, new = "a" * 40, "b" * 40
     hub_cache(cache, "org/tiny", old, Path(tiny_model_dir))
     out = tmp_path / "out"
-    args = [*_args("org/tiny", out), "--limit", "1"]
+    args = [*_args("org/tiny", out), "--problems", "1"]
     assert main(args) == 0
     assert f"commit {old}" in capsys.readouterr().out
     meta = json.loads((out / "eval_local.meta.json").read_text())
@@ -328,7 +328,7 @@ def test_a_hub_model_is_pinned_to_one_commit_and_a_resume_at_another_is_refused(
     shutil.copytree(tiny_model_dir, changed)
     another_version(changed)
     hub_cache(cache, "org/tiny", new, changed)  # the branch moved
-    resume = [*args[:-2], "--limit", "2"]
+    resume = [*args[:-2], "--problems", "2"]
     assert main(resume) == 2
     err = capsys.readouterr().err
     assert f"hub:{old} -> hub:{new}" in err and "pin --revision" in err
@@ -396,11 +396,11 @@ def _no_sampling(monkeypatch):
 @pytest.mark.parametrize(
     ("change", "message"),
     [
-        (["--k", "1,4"], r"every k must be in \[1, n=3\], got \[4\]"),
+        (["--k", "1,4"], r"every k must be in \[1, --samples 3\], got \[4\]"),
         (["--benchmarks", "gsm9k"], "unknown benchmark 'gsm9k'"),
-        (["--model", "/nonexistent/model"], "model path '/nonexistent/model' does not exist"),
+        (["--model", "/nonexistent/model"], "--model /nonexistent/model: no such local directory"),
         (["--top-p", "0"], r"--top-p must be in \(0, 1\], got 0.0"),
-        (["--n", "0", "--k", "1"], "--n must be >= 1"),
+        (["--samples", "0", "--k", "1"], "--samples must be >= 1"),
         (["--benchmarks", "missing.jsonl"], "does not exist"),
         (["--k", "1,1"], r"--k repeats a value: \[1, 1\]"),
         (["--temperature", "nan"], "--temperature must be a finite number >= 0, got nan"),

@@ -349,3 +349,18 @@ def test_wrong_rows_without_reasoning_score_nothing(tmp_path, tokenizer, dataset
     out = trainer._assign_credit(output, c_mask.bool())
     assert not out.importance.any()
     assert torch.equal(out.weights[c_mask.bool()], torch.ones(int(c_mask.sum())))
+
+
+def test_nested_recorders_each_count_every_search_and_leave_by_identity():
+    """Issue 57, item 18: the bench's recorder around the trainer's per-step one. `SearchStats` is a
+    dataclass, so `list.remove` took out the first *equal* recorder (the outer one, once their counts
+    matched): the outer one stopped counting and the next exit raised 'x not in list'."""
+    step = fe.SearchStats(calls=1, rounds=3, continuations=4)
+    with fe.recording() as outer:
+        for _ in range(2):  # two training steps, each in its own recorder
+            with fe.recording() as inner:
+                for sink in fe._RECORDERS:
+                    sink.add(step)
+            assert inner.rounds == 3
+    assert (outer.calls, outer.rounds, outer.continuations) == (2, 6, 8)
+    assert fe._RECORDERS == []

@@ -211,14 +211,14 @@ def test_outcome_example_runs_in_study_and_blame(tmp_path):
     from oar_rl.study import cli as study_cli
 
     out = tmp_path / "study"
-    args = ["--tiny", "--methods", "grpo,error-step", "--seeds", "1", "--recall", "0", "--out", str(out),
+    args = ["--tiny", "--credits", "grpo,error-step", "--seeds", "1", "--recall", "0", "--out", str(out),
             "--cache-dir", str(tmp_path / "cache"), "--credit-module", str(EXAMPLE)]  # fmt: skip
     assert study_cli.main(args) == 0
     run = json.loads((out / "runs" / "error-step.seed0.json").read_text())
     assert run["credit"] == "error-step" and run["final"]["sampled"] is not None
 
     out = tmp_path / "blame"
-    argv = ["--prompts", "4", "--samples", "4", "--signals", "first-error,error-step", "--out", str(out),
+    argv = ["--problems", "4", "--samples", "4", "--credits", "first-error,error-step", "--out", str(out),
             "--credit-module", str(EXAMPLE)]  # fmt: skip
     assert blame.main(argv) == 0
     result = json.loads((out / "blame.json").read_text())
@@ -280,7 +280,7 @@ def test_issue_48s_rules_run_in_study_and_blame(tmp_path):
 
     rules = ("save-prefix", "lowest-prob", "random-departure")
     out = tmp_path / "study"
-    args = ["--tiny", "--methods", ",".join(("grpo", *rules)), "--seeds", "1", "--recall", "0",
+    args = ["--tiny", "--credits", ",".join(("grpo", *rules)), "--seeds", "1", "--recall", "0",
             "--out", str(out), "--cache-dir", str(tmp_path / "cache")]  # fmt: skip
     assert study_cli.main(args) == 0
     for rule in rules:
@@ -288,7 +288,7 @@ def test_issue_48s_rules_run_in_study_and_blame(tmp_path):
         assert run["credit"] == rule and run["final"]["sampled"] is not None
 
     out = tmp_path / "blame"
-    argv = ["--prompts", "4", "--samples", "4", "--signals", ",".join(("first-error", *rules)),
+    argv = ["--problems", "4", "--samples", "4", "--credits", ",".join(("first-error", *rules)),
             "--out", str(out)]  # fmt: skip
     assert blame.main(argv) == 0
     result = json.loads((out / "blame.json").read_text())

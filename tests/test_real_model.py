@@ -243,7 +243,7 @@ def test_one_step_on_a_conversational_dataset(model_dir, real, tmp_path):
 def test_attribute_applies_chat_template_and_reports_fallback(model_dir, tmp_path, capsys):
     from oar_rl.analysis.attribute import main
 
-    common = ["--model", str(model_dir), "--prompt", PROMPT, "--methods", "oar-p,grail"]
+    common = ["--model", str(model_dir), "--prompt", PROMPT, "--credits", "oar-p,grail"]
     assert main([*common, "--completion", FORMATS["boxed"], "--out", str(tmp_path / "a")]) == 0
     out = capsys.readouterr().out
     assert "chat template" in out and "found in 1 of 1 traces" in out and "LT-Logits" not in out

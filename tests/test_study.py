@@ -118,7 +118,7 @@ def fake_study(monkeypatch, tmp_path):
 
 
 def _args(out: Path, *extra: str) -> list[str]:
-    base = ["--task", "fake", "--out", str(out), "--methods", "grpo,oar-g", "--seeds", "2", "--steps", "4"]
+    base = ["--task", "fake", "--out", str(out), "--credits", "grpo,oar-g", "--seeds", "2", "--steps", "4"]
     return [*base, "--recall", "0", "--full", *extra]
 
 
@@ -253,7 +253,7 @@ def test_tune_lr_chooses_on_validation_then_freezes(tmp_path, fake_study, capsys
     assert study_cli.main([*_args(out), "--tune-seeds", "2", "--lr", "5e-5"]) == 2
     assert "frozen" in capsys.readouterr().err
     # a method the sweep did not cover is refused, not silently trained at GRPO's rate
-    assert study_cli.main([*_args(out), "--tune-seeds", "2", "--methods", "grpo,oar-g,oar-p"]) == 2
+    assert study_cli.main([*_args(out), "--tune-seeds", "2", "--credits", "grpo,oar-g,oar-p"]) == 2
     assert "no learning rate was chosen for oar-p" in capsys.readouterr().err
 
 
@@ -306,10 +306,10 @@ def test_a_users_rule_joins_a_study_reusing_its_runs_and_a_changed_module_is_ref
     calls, _ = fake_study
     src, reload = own_rule
     out = tmp_path / "out"
-    plain = [*_args(out), "--methods", "grpo"]
+    plain = [*_args(out), "--credits", "grpo"]
     assert study_cli.main(plain) == 0 and [c[0] for c in calls] == ["grpo", "grpo"]
     grpo = (out / "runs" / "grpo.seed0.json").read_text()
-    with_rule = [*_args(out), "--methods", "grpo,t-own-study", "--credit-module", str(src)]
+    with_rule = [*_args(out), "--credits", "grpo,t-own-study", "--credit-module", str(src)]
     assert study_cli.main(with_rule) == 0, capsys.readouterr().err
     assert [c[0] for c in calls[2:]] == ["t-own-study", "t-own-study"]  # GRPO's runs reused
     assert (out / "runs" / "grpo.seed0.json").read_text() == grpo
@@ -348,7 +348,7 @@ def test_a_users_rule_in_the_lr_sweep_records_its_module(tmp_path, fake_study, o
     calls, _ = fake_study
     src, reload = own_rule
     out = tmp_path / "out"
-    args = [*_args(out), "--methods", "grpo,t-own-study", "--credit-module", str(src)]
+    args = [*_args(out), "--credits", "grpo,t-own-study", "--credit-module", str(src)]
     assert study_cli.main([*args, "--tune-lr", "--lr-grid", "1e-5,1e-4"]) == 0
     import hashlib
 
@@ -393,7 +393,7 @@ def test_a_small_custom_study_starts_at_once_and_a_large_plan_asks_first(tmp_pat
     err = capsys.readouterr().err
     assert "customised" in err and "not started" not in err
 
-    big = ["--task", "fake", "--out", str(tmp_path / "big"), "--methods", "grpo,oar-p", "--seeds", "3",
+    big = ["--task", "fake", "--out", str(tmp_path / "big"), "--credits", "grpo,oar-p", "--seeds", "3",
            "--recall", "0"]  # fmt: skip
     estimate = plan.estimate_seconds(study_cli.settings_from_args(study_cli.build_parser().parse_args(big)))
     assert estimate["total"] > plan.START_AT_ONCE_SECONDS  # 6 runs of the full budget with OAR-P

@@ -181,12 +181,12 @@ def test_the_study_recall_scores_the_studys_own_rules(tmp_path, parity_task, mon
     base = ["--tiny", "--task", "parity", "--seeds", "1", "--out", str(out),
             "--cache-dir", str(tmp_path / "cache")]  # fmt: skip
     try:
-        assert study_cli.main([*base, "--methods", "grpo"]) == 0
+        assert study_cli.main([*base, "--credits", "grpo"]) == 0
         study = json.loads((out / "study.json").read_text())
         cached = json.loads((out / "recall.json").read_text())
         assert cached["protocol_hash"] == protocol_hash({**study["protocol"], "recall_format": 2})
         assert not any(k.startswith("t-recall") for k in study["recall"]["oracle"]["recall"])
-        assert study_cli.main([*base, "--methods", "grpo,t-recall", "--credit-module", str(src)]) == 0
+        assert study_cli.main([*base, "--credits", "grpo,t-recall", "--credit-module", str(src)]) == 0
         recall = json.loads((out / "recall.json").read_text())
         assert recall["protocol_hash"] != cached["protocol_hash"]  # recomputed, not read back
         names = set(recall["result"]["oracle"]["recall"])

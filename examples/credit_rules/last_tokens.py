@@ -1,7 +1,7 @@
 """A credit rule defined outside oar-rl: the last reasoning tokens of each rollout get the credit.
 
-    oar-rl study --credit-module examples/credit_rules/last_tokens.py --methods grpo,last-tokens ...
-    oar-rl blame --credit-module examples/credit_rules/last_tokens.py --signals position,last-tokens
+    oar-rl study --credit-module examples/credit_rules/last_tokens.py --credits grpo,last-tokens ...
+    oar-rl blame --credit-module examples/credit_rules/last_tokens.py --credits position,last-tokens
 
 The scorer gets the batch as `oar_rl.ScoringBatch` (prompt + completion ids, masks) and returns one
 score per completion position, (B, C); only the scored tokens are read (``batch.scored(...)``: the

@@ -18,7 +18,9 @@ from oar_rl.gpu_check.benchlink import qwen2_config
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(
-        prog="python -m experiments.cost.generation_speed", description=__doc__.split("\n\n")[0]
+        allow_abbrev=False,
+        prog="python -m experiments.cost.generation_speed",
+        description=__doc__.split("\n\n")[0],
     )
     p.add_argument("--shape", default="qwen2.5-0.5b")
     p.add_argument("--rows", type=int, default=8)

@@ -90,7 +90,9 @@ def _write_json(path: Path, payload: dict) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(
-        prog="python -m experiments.cost.importance_cost", description=__doc__.split("\n\n")[0]
+        allow_abbrev=False,
+        prog="python -m experiments.cost.importance_cost",
+        description=__doc__.split("\n\n")[0],
     )
     ap.add_argument("--batch", type=int, default=8, help="sequences B")
     ap.add_argument("--prompt-len", type=int, default=32, help="prompt tokens P (rows left-padded by 0..P/4)")

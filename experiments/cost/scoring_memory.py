@@ -121,7 +121,9 @@ def measure(credit: str, opts: argparse.Namespace, out_dir: str) -> dict[str, An
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m experiments.cost.scoring_memory", description=__doc__.split("\n\n")[0]
+        allow_abbrev=False,
+        prog="python -m experiments.cost.scoring_memory",
+        description=__doc__.split("\n\n")[0],
     )
     parser.add_argument("--credits", nargs="+", default=["entropy", "oar-g", "oar-p"])
     parser.add_argument("--steps", type=int, default=2)

@@ -53,7 +53,9 @@ def capture_step1() -> dict[str, Any]:
 def main(argv: list[str] | None = None) -> int:
     import torch
 
-    p = argparse.ArgumentParser(prog="python -m experiments.cpu_numerics.loss_order", description=__doc__)
+    p = argparse.ArgumentParser(
+        allow_abbrev=False, prog="python -m experiments.cpu_numerics.loss_order", description=__doc__
+    )
     p.add_argument("--perms", type=int, default=1000, help="random row orders to sum in (default 1000)")
     p.add_argument("--json", default=None, help="write the record here (atomically)")
     a = p.parse_args(argv)

@@ -140,7 +140,7 @@ def time_settings(regime: str, names: list[str], steps: int, repeats: int) -> di
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(
-        prog="python -m experiments.cpu_numerics", description=__doc__.split("\n\n")[0]
+        allow_abbrev=False, prog="python -m experiments.cpu_numerics", description=__doc__.split("\n\n")[0]
     )
     p.add_argument("action", choices=("sweep", "time"))
     p.add_argument("--regime", choices=tuple(REGIMES), default="long")

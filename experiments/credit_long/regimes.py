@@ -143,7 +143,9 @@ def folder_args(argv: list[str] | None, module: str, doc: str, writes: str):
     import argparse
 
     p = argparse.ArgumentParser(
-        prog=f"python -m experiments.credit_long.{module}", description=doc.split("\n\n")[0]
+        allow_abbrev=False,
+        prog=f"python -m experiments.credit_long.{module}",
+        description=doc.split("\n\n")[0],
     )
     p.add_argument("--short", default="results/credit-screen", help="the short regime's folder")
     p.add_argument("--long", default="results/credit-long", help="the long regime's folder")

@@ -82,7 +82,7 @@ def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv and argv[0] in ("run", "pilot"):
         return screen_main(argv, plan=RATES, prog=PROG)
-    p = argparse.ArgumentParser(prog=PROG, description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(allow_abbrev=False, prog=PROG, description=__doc__.split("\n\n")[0])
     p.add_argument(
         "action",
         choices=("warm-start", "rates", "confirm", "shared-cpu", "answers", "amend3", "run", "report"),

@@ -21,7 +21,7 @@ from pathlib import Path
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
-        prog="python -m experiments.first_error_reuse", description=__doc__.split("\n")[0]
+        allow_abbrev=False, prog="python -m experiments.first_error_reuse", description=__doc__.split("\n")[0]
     )
     p.add_argument("--task", default="wordproblems-long", help="task (default wordproblems-long)")
     p.add_argument("--seeds", default="11,12,13", help="sampling seeds, comma-separated (default 11,12,13)")

@@ -30,7 +30,9 @@ def hashed(text: str, gold: str) -> bool:
 
 def build_parser() -> argparse.ArgumentParser:
     return argparse.ArgumentParser(
-        prog="python -m experiments.first_error_reuse.smollm2", description=__doc__.split("\n")[0]
+        allow_abbrev=False,
+        prog="python -m experiments.first_error_reuse.smollm2",
+        description=__doc__.split("\n")[0],
     )
 
 

@@ -229,7 +229,7 @@ def _floats(text: str, flag: str, lo: float = 0.0) -> list[float]:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(
-        prog="python -m experiments.hybrid_recall", description=__doc__.split("\n\n")[0]
+        allow_abbrev=False, prog="python -m experiments.hybrid_recall", description=__doc__.split("\n\n")[0]
     )
     ap.add_argument("--models", default=",".join(MODELS), help=f"comma-separated, from: {', '.join(MODELS)}")
     ap.add_argument("--n", type=int, default=8, help="trajectories per model (before dropping empty ones)")

@@ -350,7 +350,7 @@ def page(
         "wrong rollouts and on pivot tokens). Each figure is computed from the committed files under "
         "`results/`; *evidence* names the source, and the list at the bottom links each to the page that "
         "says what it asked and how it ran. To see your own rule beside them: run "
-        "`oar-rl study --credit-module my_rules.py --methods grpo,my-rule --out my_study`, then "
+        "`oar-rl study --credit-module my_rules.py --credits grpo,my-rule --out my_study`, then "
         "`python -m experiments.leaderboard --source mine=my_study --out my_leaderboard.md` (a page of "
         "your own, with your study as one more regime; experiments/leaderboard/README.md).",
         "",
@@ -412,7 +412,7 @@ def page(
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(
-        prog="python -m experiments.leaderboard", description=__doc__.split("\n\n")[0]
+        allow_abbrev=False, prog="python -m experiments.leaderboard", description=__doc__.split("\n\n")[0]
     )
     p.add_argument("--root", default=".", help="the repository root (default: the current directory)")
     p.add_argument("--check", action="store_true", help="only check the committed page (exit 1 if stale)")

@@ -201,7 +201,7 @@ def study_regime(root: Path, value: str, taken: Sequence[str], blame: str | None
     if not default_variant(runs, "grpo", TUNED):
         raise SourceError(f"--source {value!r}: {d / 'runs'} has no grpo run; every Δ is paired to GRPO's "
                           f"run on the same seed (its rules: {', '.join(sorted(runs))}; the study's "
-                          "--methods must include grpo)")  # fmt: skip
+                          "--credits must include grpo)")  # fmt: skip
     protocol = study_protocol(next(iter(next(iter(runs.values())).values())))  # not one arm's overrides
     split, scored = protocol.get("split", "test"), protocol.get("scored_tokens", "reasoning")
     own = d / "recall.json"  # the study's recall analysis, when it ran with ground truth

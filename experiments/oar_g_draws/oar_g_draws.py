@@ -63,7 +63,7 @@ def _write_json(path: Path, payload: dict) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(
-        prog="python -m experiments.oar_g_draws", description=__doc__.split("\n\n")[0]
+        allow_abbrev=False, prog="python -m experiments.oar_g_draws", description=__doc__.split("\n\n")[0]
     )
     ap.add_argument("--n", type=int, default=32, help="completions (one per held-out prompt)")
     ap.add_argument("--ks", default="1,2,4,8", help="numbers of draws to compare")

@@ -138,7 +138,7 @@ def decomposition(layers: int) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(
-        prog="python -m experiments.oar_g_precision", description=__doc__.split("\n\n")[0]
+        allow_abbrev=False, prog="python -m experiments.oar_g_precision", description=__doc__.split("\n\n")[0]
     )
     ap.add_argument("--seeds", type=int, default=3, help="noise seeds per setting (part 1)")
     ap.add_argument("--layers", type=int, default=6, help="layers of the part-2 model (0: skip part 2)")

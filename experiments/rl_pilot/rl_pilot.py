@@ -24,7 +24,9 @@ import torch
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m experiments.rl_pilot", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(
+        allow_abbrev=False, prog="python -m experiments.rl_pilot", description=__doc__.split("\n\n")[0]
+    )
     p.add_argument("--lr", type=float, required=True, help="Adam learning rate (constant)")
     p.add_argument("--prompts", type=int, default=16, help="prompts per step (default 16)")
     p.add_argument("--group", type=int, default=8, help="completions per prompt (default 8)")

@@ -122,7 +122,9 @@ def _signal_or_noise(a, model, tok, grads, norm, record) -> float:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m experiments.sharpness", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(
+        allow_abbrev=False, prog="python -m experiments.sharpness", description=__doc__.split("\n\n")[0]
+    )
     p.add_argument("--task", default="wordproblems", help="wordproblems or wordproblems-long (%(default)s)")
     p.add_argument("--model", help="a saved word-problem model directory (default: the shipped warm start)")
     p.add_argument(

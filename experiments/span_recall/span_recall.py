@@ -34,7 +34,7 @@ import torch
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(
-        prog="python -m experiments.span_recall", description=__doc__.split("\n\n")[0]
+        allow_abbrev=False, prog="python -m experiments.span_recall", description=__doc__.split("\n\n")[0]
     )
     p.add_argument("--prompts", type=int, default=64)
     p.add_argument("--seed", type=int, default=0)

@@ -23,7 +23,9 @@ from experiments.wordproblems_audit.audit import TASKS, failures, run_task
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
-        prog="python -m experiments.wordproblems_audit", description=__doc__.split("\n")[0]
+        allow_abbrev=False,
+        prog="python -m experiments.wordproblems_audit",
+        description=__doc__.split("\n")[0],
     )
     p.add_argument(
         "--n", type=int, default=3000, help="problems per split stream for gold and references (default 3000)"

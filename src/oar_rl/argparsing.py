@@ -5,13 +5,20 @@ TRL (through `transformers.HfArgumentParser`) accepts every multi-word flag in b
 commands (`eval`, `attribute`, `oracle`, `demo`) build their parsers with the helpers here so they do
 the same; `train` (TRL's own parser) additionally gets TRL's dataset flag names as aliases and its
 oar-rl options grouped under their own headings, ahead of TRL's ~300 options.
+
+Every parser takes whole flag names only (`allow_abbrev=False`: `study --seed 3` is not `--seeds 3`) and
+reports a bad command line in one line, a misspelt flag with the nearest valid one (:class:`Parser`). A
+flag renamed for one vocabulary across the commands keeps its old name for one release
+(:func:`add_deprecated`: it works, with a one-line notice), or, where the old name meant something
+else, is an error naming the new one (:func:`add_renamed`).
 """
 
 from __future__ import annotations
 
 import argparse
-from collections.abc import Iterable, Sequence
-from typing import Any
+import sys
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any, NoReturn
 
 DATASET_ALIASES: dict[str, tuple[str, ...]] = {
     "dataset": ("dataset_name",),
@@ -51,10 +58,30 @@ def flag_names(name: str, *aliases: str) -> list[str]:
     return list(dict.fromkeys(out))
 
 
+class Parser(argparse.ArgumentParser):
+    """An `ArgumentParser` that takes no abbreviated flag and says what is wrong in one line.
+
+    argparse prints the whole usage (18 lines for `oar-rl study`) before the line that matters; here an
+    unknown flag is named with the nearest valid one (`unknown option(s): --seed (did you mean
+    --seeds?)`), and any other error is `PROG: error: MESSAGE (PROG --help: the options)`.
+    """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs["allow_abbrev"] = False
+        super().__init__(*args, **kwargs)
+
+    def error(self, message: str) -> NoReturn:
+        prefix = "unrecognized arguments: "
+        words = message[len(prefix) :].split() if message.startswith(prefix) else []
+        unknown = unknown_flags_message(self, words)
+        hint = "" if unknown else f" ({self.prog} --help: the options)"
+        self.exit(2, f"{self.prog}: error: {unknown or message}{hint}\n")
+
+
 def new_parser(prog: str, description: str | None = None, **kwargs: Any) -> argparse.ArgumentParser:
-    """An `ArgumentParser` with the defaults-showing formatter."""
+    """A :class:`Parser` (whole flag names only, one-line errors) with the defaults-showing formatter."""
     kwargs.setdefault("formatter_class", HelpFormatter)
-    return argparse.ArgumentParser(prog=prog, description=description, **kwargs)
+    return Parser(prog=prog, description=description, **kwargs)
 
 
 def add(parser: Any, name: str, *aliases: str, **kwargs: Any) -> argparse.Action:
@@ -104,14 +131,19 @@ def unknown_flags_message(parser: argparse.ArgumentParser, unknown: Iterable[str
     """'unknown option --datset (did you mean --dataset?)' for every flag in `unknown` (values skipped)."""
     import difflib
 
-    known = [s for s in parser._option_string_actions if s.startswith("--")]
+    known: dict[str, str] = {}  # a flag -> the flag to suggest (an old name: its new one)
+    for flag, action in parser._option_string_actions.items():
+        new = getattr(action, "new", None)  # _Deprecated: the new action; _Renamed: the new name
+        new = new.option_strings[0] if isinstance(new, argparse.Action) else new
+        if flag.startswith("--") and (action.help != argparse.SUPPRESS or new):
+            known[flag] = new or flag
     parts = []
     for flag in unknown:
         if not flag.startswith("--"):
             continue
         name = flag.split("=", 1)[0]
-        close = difflib.get_close_matches(name, known, n=1, cutoff=0.85)
-        parts.append(f"{name} (did you mean {close[0]}?)" if close else name)
+        close = difflib.get_close_matches(name, list(known), n=1, cutoff=0.75)
+        parts.append(f"{name} (did you mean {known[close[0]]}?)" if close else name)
     return "unknown option(s): " + ", ".join(parts) if parts else ""
 
 
@@ -130,3 +162,79 @@ class _Renamed(argparse.Action):
 def add_renamed(parser: Any, old: str, new: str, why: str = "") -> argparse.Action:
     """Hidden flag `old` (both spellings) whose use exits with "OLD was renamed NEW (why)"."""
     return parser.add_argument(*flag_names(old), action=_Renamed, new=new, why=why)
+
+
+class _Deprecated(argparse.Action):
+    """An old name of a flag, kept for one release: it sets the new flag's value and says so, one line."""
+
+    def __init__(self, option_strings, dest, new: argparse.Action | None = None, **kwargs):
+        kwargs.update(help=argparse.SUPPRESS, default=argparse.SUPPRESS)
+        super().__init__(option_strings, dest=dest, **kwargs)
+        self.new = new
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        new = self.new.option_strings[0]
+        when = "the old name goes in the next release"
+        print(f"{parser.prog}: {option_string} is deprecated, use {new} ({when})", file=sys.stderr)
+        self.new(parser, namespace, values, new)
+
+
+def add_deprecated(parser: Any, old: str, new: argparse.Action) -> argparse.Action:
+    """Hidden flag `old` (both spellings): an alias of the flag `new` (an action) that prints "OLD is
+    deprecated, use NEW" when used."""
+    kwargs: dict[str, Any] = {"nargs": new.nargs, "type": new.type, "choices": new.choices}
+    if new.nargs == 0:  # a switch: no value to convert
+        kwargs = {"nargs": 0}
+    return parser.add_argument(
+        *flag_names(old), action=_Deprecated, new=new, dest=new.dest, metavar=new.metavar, **kwargs
+    )
+
+
+def add_renaming(parser: Any, name: str, old: str | Sequence[str], **kwargs: Any) -> argparse.Action:
+    """`add(parser, name, **kwargs)`, with each old name in `old` kept as a deprecated alias of it."""
+    action = add(parser, name, **kwargs)
+    for o in [old] if isinstance(old, str) else old:
+        add_deprecated(parser, o, action)
+    return action
+
+
+TRL_DEBUG_VALUES = ("underflow_overflow", "tpu_metrics_debug")
+"""Values of TRL's own `train --debug` (transformers' DebugOption), left to TRL."""
+
+
+def pop_debug(argv: list[str]) -> tuple[bool, list[str]]:
+    """(whether `--debug` was given, `argv` without it). A `--debug` followed by one of TRL's debug values
+    (`train --debug underflow_overflow`) is TRL's and stays; OAR_RL_DEBUG=1 also asks for tracebacks."""
+    import os
+
+    rest, debug = [], os.environ.get("OAR_RL_DEBUG", "") not in ("", "0")
+    for i, arg in enumerate(argv):
+        nxt = argv[i + 1] if i + 1 < len(argv) else ""
+        if arg == "--debug" and not any(v in nxt for v in TRL_DEBUG_VALUES):
+            debug = True
+        else:
+            rest.append(arg)
+    return debug, rest
+
+
+def run_command(name: str, main_: Callable[[list[str]], int | None], argv: list[str]) -> int:
+    """`main_(argv)` of command `name`, a ValueError it raises (a bad value, a credit rule's failure:
+    `oar_rl.scoring.RuleError`) printed as one line, `oar-rl NAME: error: MESSAGE`; with `--debug` the
+    traceback instead."""
+    debug, argv = pop_debug(argv)
+    try:
+        return int(main_(argv) or 0)
+    except ValueError as err:
+        if debug:
+            raise
+        _close_bars()
+        message = " ".join(str(err).split()) or type(err).__name__
+        print(f"oar-rl {name}: error: {message} (--debug: the traceback)", file=sys.stderr)
+        return 1
+
+
+def _close_bars() -> None:
+    """Close the progress bars still open (a run stopped mid-step), so an error line starts a line."""
+    tqdm = sys.modules.get("tqdm")
+    for bar in list(getattr(getattr(tqdm, "tqdm", None), "_instances", ())):
+        bar.close()

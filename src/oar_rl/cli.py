@@ -11,6 +11,8 @@ from __future__ import annotations
 import importlib
 import sys
 
+from oar_rl.argparsing import run_command
+
 COMMANDS: dict[str, tuple[str, str]] = {
     "demo": ("oar_rl.study.demo", "the quick study on the word-problem task: what make demo runs"),
     "train": ("oar_rl.train", "GRPO/OAR training from a YAML recipe (TRL's parser; --key value overrides)"),
@@ -38,15 +40,21 @@ COMMANDS: dict[str, tuple[str, str]] = {
 
 
 def _usage() -> str:
-    lines = ["usage: oar-rl <command> [options]", "", "commands:"]
+    lines = ["usage: oar-rl [--debug] <command> [options]", "", "commands:"]
     width = max(map(len, COMMANDS))
     lines += [f"  {name:<{width}}  {help_}" for name, (_, help_) in COMMANDS.items()]
-    lines += ["", "Run `oar-rl <command> --help` for a command's options."]
+    lines += [
+        "",
+        "Run `oar-rl <command> --help` for a command's options. An error is one line; --debug (before or",
+        "after the command, or OAR_RL_DEBUG=1) shows its traceback.",
+    ]
     return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    debug = argv[:1] == ["--debug"]  # `oar-rl --debug <command> ...`
+    argv = argv[1:] if debug else argv
     if not argv or argv[0] in {"-h", "--help"}:
         print(_usage())
         return 0
@@ -66,7 +74,7 @@ def main(argv: list[str] | None = None) -> int:
         )
         return 2
     module = importlib.import_module(COMMANDS[name][0])
-    return int(module.main(rest) or 0)
+    return run_command(name, module.main, ["--debug", *rest] if debug else rest)
 
 
 if __name__ == "__main__":  # pragma: no cover

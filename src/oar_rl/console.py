@@ -220,6 +220,9 @@ KNOWN_HARMLESS_WARNINGS: tuple[tuple[str, type[Warning]], ...] = (
     # TRL 1.16 reads the deprecated `model.is_gradient_checkpointing` on every generation; the user can do
     # nothing about it and it changes nothing until transformers v6.
     (r"`is_gradient_checkpointing` is deprecated", FutureWarning),
+    # TRL 1.16's GRPOConfig turns `gradient_checkpointing` on by default, and transformers then warns of
+    # its new name whenever `oar-rl train` parses its command line (before any of the user's flags).
+    (r"`gradient_checkpointing` is deprecated", FutureWarning),
 )
 
 

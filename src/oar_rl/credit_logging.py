@@ -81,6 +81,20 @@ class CreditLogging:
             stacklevel=1,
         )
 
+    def _warn_zero_weights(self, scores: torch.Tensor, scored: torch.Tensor) -> None:
+        """Once per run: a ``reshape="weights"`` rule scored whole rows 0 on every scored token, which
+        takes their gradient away there (`oar_rl.rule_calls.zero_weight_rows`); named with the rule."""
+        from oar_rl.rule_calls import zero_weight_rows, zero_weights_message
+
+        silent = zero_weight_rows(scores, scored)
+        if not silent or self._oar_zero_weights_warned:
+            return
+        self._oar_zero_weights_warned = True
+        import warnings
+
+        step = self.state.global_step + 1
+        warnings.warn(zero_weights_message(self.args.credit, silent, scores.shape[0], step), stacklevel=1)
+
     # ------------------------------------------------------------------------------------------------
     # token_roles (oar-rl): ground-truth credit metrics (begin)
     # ------------------------------------------------------------------------------------------------

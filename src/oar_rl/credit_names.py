@@ -3,7 +3,7 @@
 The registry (:mod:`oar_rl.credits`) keys plain GRPO as ``'none'`` (the reshaping it takes, and the value
 every recipe and run file written so far records, so protocol hashes stay as they are); the study has
 always called it ``'grpo'``. Every place that reads a rule's name from a user (`OARConfig.credit`,
-`oar-rl train --credit`, `oar-rl study --methods`, `oar-rl bench --methods`, `oar-rl blame --signals`)
+`oar-rl train --credit`, `oar-rl study --credits`, `oar-rl bench --credits`, `oar-rl blame --credits`)
 resolves it here, once: :func:`registered` gives the registry's key, :func:`study_name` the study's, and
 an unknown name is an error that names the nearest valid ones (:func:`unknown_message`).
 """
@@ -53,3 +53,23 @@ def unknown_message(what: str, name: str, valid: Iterable[str]) -> str:
     said = " or ".join([", ".join(quoted[:-1]), quoted[-1]] if len(quoted) > 1 else quoted)
     hint = f" (did you mean {said}?)" if quoted else ""
     return f"{what}={name!r} is not valid{hint}; choose one of {', '.join(spelled(valid))}"
+
+
+def not_scorable(name: str, valid: Iterable[str]) -> str:
+    """Why `name` is not among the rules `valid` a standalone analysis (attribute, oracle, recall) scores:
+    not a rule (the nearest valid one named), plain GRPO, a rule registered with ``standalone=False``
+    (said so, not "unknown"), or a control."""
+    from oar_rl.credits import CREDIT_MODES
+
+    mode = CREDIT_MODES.get(registered(name))
+    if mode is None:
+        near = nearest(name, list(valid))
+        return f"{name!r} is not a registered credit rule" + (f" (did you mean {near[0]!r}?)" if near else "")
+    if mode.scorer is None:
+        return f"{name!r} scores no token (plain GRPO)"
+    if not mode.standalone:
+        return (
+            f"{name!r} is registered with standalone=False (it reads the rollouts' outcome: gold answers, "
+            "answer check, advantages), which this command does not have; oar-rl blame scores it"
+        )
+    return f"{name!r} is a control every table carries already"

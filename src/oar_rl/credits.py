@@ -26,7 +26,6 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-import torch
 from torch import Tensor, nn
 
 from oar_rl.importance.baselines import (
@@ -47,9 +46,16 @@ from oar_rl.importance.outcome import (
 from oar_rl.importance.perturbation import perturbation_scores
 from oar_rl.importance.rows import score_rows
 from oar_rl.importance.span import span_perturbation_scores
-from oar_rl.probes import ScoringBatch, prepare_batch
-from oar_rl.reshape import ENTROPY_ROUNDING
-from oar_rl.scoring import ScoringContext
+from oar_rl.probes import prepare_batch
+from oar_rl.rule_calls import (  # noqa: F401 (public here too: oar_rl.credits.check_scores, ...)
+    NEGATIVE_TOLERANCE,
+    NON_NEGATIVE,
+    check_scores,
+    checked_scorer,
+    rule_kwargs,
+    run_scorer,
+)
+from oar_rl.scoring import MissingOutcome, NotStandalone, ScoringContext
 
 Reshape = Literal["none", "uniform", "entropy", "bilevel", "grail", "weights"]
 RESHAPES: tuple[str, ...] = ("none", "uniform", "entropy", "bilevel", "grail", "weights")
@@ -63,12 +69,6 @@ RESHAPES: tuple[str, ...] = ("none", "uniform", "entropy", "bilevel", "grail", "
 - 'grail': GRAIL's weights;
 - 'weights': the scores *are* the final weights w_t on the scored tokens, A_t = A_i·w_t (the others
   keep 1; no renormalisation)."""
-NON_NEGATIVE: tuple[str, ...] = ("uniform", "entropy", "bilevel", "weights")
-"""Reshapings that need scores >= 0 on the scored tokens (:func:`check_scores`). Down to −1e-6 passes as
-rounding (× the largest |score| of the scored tokens for 'bilevel', 'uniform'; absolute for 'weights'; for
-'entropy' −ENTROPY_ROUNDING): clamped to 0 for 'uniform' and 'weights', by Eq. 14 for 'bilevel', kept for
-'entropy' (built-in rules score as before); further below, Eq. 6's bonus would be a penalty."""
-NEGATIVE_TOLERANCE = 1e-6
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 
 
@@ -112,7 +112,7 @@ class CreditMode:
     def kwargs(self, ctx: ScoringContext) -> dict[str, Any]:
         """The scorer's keyword arguments for `ctx` (see `options`)."""
         if self.options is not None:
-            kw = dict(self.options(ctx))
+            kw = rule_kwargs(self, ctx)  # what options raises or returns, named with the rule
         else:
             kw = {"settings": ctx.settings, "batch_size": ctx.batch_size, "temperature": ctx.temperature,
                   "tokenizer": ctx.tokenizer}  # fmt: skip
@@ -124,6 +124,8 @@ class CreditMode:
 
 
 CREDIT_MODES: dict[str, CreditMode] = {}
+BUILTIN_CREDITS: frozenset[str] = frozenset()
+"""The rules registered below (set once they all are): a user's rule may not take their names."""
 CREDITS: tuple[str, ...] = ()
 """The registered rule names, in registration order (refreshed by every registration)."""
 MODEL_CREDITS: tuple[str, ...] = ()
@@ -180,6 +182,11 @@ def register_credit(
             "plain GRPO's name, oar_rl.credit_names; no '/', which the analyses use for <rule>/<probe>)"
         )
     origins = _origins(scorer)
+    if name in BUILTIN_CREDITS:  # also after unregister_credit: a run would be labelled with its name
+        raise ValueError(
+            f"credit rule name {name!r} is a built-in rule's (oar_rl.credits; 'none' is plain GRPO, also "
+            f"'grpo'): runs and studies would label your rule with it; give your rule another name"
+        )
     if name in CREDIT_MODES:
         raise ValueError(
             f"credit rule {name!r} is already registered by {_where(CREDIT_MODES[name].modules[0])}; "
@@ -212,7 +219,9 @@ def register_credit(
 
 
 def unregister_credit(name: str) -> None:
-    """Remove a registered rule (e.g. to reload a changed file in a notebook)."""
+    """Remove a registered rule (e.g. to reload a changed file in a notebook); not a built-in one."""
+    if name in BUILTIN_CREDITS:
+        raise ValueError(f"credit rule {name!r} is built in and cannot be removed (nor registered again)")
     if name not in CREDIT_MODES:
         raise ValueError(f"credit rule {name!r} is not registered; registered: {', '.join(CREDIT_MODES)}")
     del CREDIT_MODES[name]
@@ -258,81 +267,6 @@ def _check_signature(mode: CreditMode) -> None:
             f"cannot be called as scorer({call}) ({err}); take **kw"
             + ("" if own else ", or give options= (ScoringContext -> the keyword arguments it takes)")
         ) from None
-
-
-def check_scores(mode: CreditMode, scores: Any, batch: ScoringBatch, scored: Tensor | None = None) -> Tensor:
-    """`scores` as detached float32 (B, C), 0 on padding, after checking what the rule returned: a floating
-    tensor of the batch's shape, finite on the scored tokens (`scored`; None: every valid token), and
-    non-negative there where the rule's reshaping needs it. ValueError naming the rule otherwise.
-
-    Detached: a scorer may run the model with grad enabled (OAR-G needs it), but a graph left on its
-    scores would reach TRL's loss through the advantages (a wrong gradient, or a second backward through
-    a freed graph). Non-finite values on valid tokens that are not scored (never read) become 0; for
-    'uniform' and 'weights', values within the rounding tolerance below 0 become 0 (:data:`NON_NEGATIVE`)."""
-    valid = batch.completion_mask
-    what = f"credit rule {mode.name!r} (scorer {getattr(mode.scorer, '__qualname__', mode.scorer)!s})"
-    if not isinstance(scores, Tensor):
-        raise ValueError(f"{what} returned {type(scores).__name__}, expected a (B, C) float torch.Tensor")
-    if tuple(scores.shape) != tuple(valid.shape):
-        raise ValueError(
-            f"{what}: scores have shape {tuple(scores.shape)}, expected (B, C) = {tuple(valid.shape)} "
-            "(one score per completion position)"
-        )
-    if not scores.is_floating_point():
-        raise ValueError(f"{what}: scores have dtype {scores.dtype}, expected a floating-point dtype")
-    scores = scores.detach().float().to(valid.device)
-    where = valid if scored is None else scored.to(valid.device).bool() & valid
-    finite = torch.isfinite(scores)
-    bad = ~finite & where
-    if bool(bad.any()):
-        r, c = (int(i) for i in bad.nonzero()[0])
-        raise ValueError(
-            f"{what}: scores must be finite on the scored tokens; found {scores[r, c].item()} at row {r}, "
-            f"position {c} ({int(bad.sum())} such tokens)"
-        )
-    zero = torch.zeros((), device=scores.device)
-    scores = torch.where(valid & (finite | where), scores, zero)
-    if mode.reshape in NON_NEGATIVE:
-        tol = ENTROPY_ROUNDING if mode.reshape == "entropy" else NEGATIVE_TOLERANCE
-        if mode.reshape in ("uniform", "bilevel") and bool(where.any()):
-            tol *= max(1.0, float(scores[where].abs().max()))
-        neg = (scores < -tol) & where
-        if bool(neg.any()):
-            r, c = (int(i) for i in neg.nonzero()[0])
-            raise ValueError(
-                f"{what}: reshape={mode.reshape!r} needs non-negative scores on the scored tokens; found "
-                f"{scores[r, c].item()} at row {r}, position {c} ({int(neg.sum())} such tokens)"
-            )
-        if mode.reshape in ("uniform", "weights"):  # they take the values as they are: no Eq. 14 clamp
-            scores = torch.where(where, scores.clamp_min(0.0), scores)
-    return scores
-
-
-def checked_scorer(mode: CreditMode, probe: str = "lt-logits") -> Callable[..., Tensor]:
-    """The rule's scorer ``(model, batch, **kw) -> (B, C)``, each output checked (:func:`check_scores`, on
-    the tokens `probe` scores) before `score_rows` writes it into a (B, C) buffer (so none broadcasts)."""
-    if mode.scorer is None:
-        raise ValueError(f"credit rule {mode.name!r} has no scorer (reshape='none')")
-    scorer = mode.scorer
-
-    def checked(model: nn.Module | None, batch: ScoringBatch, **kw: Any) -> Tensor:
-        raw = scorer(model if mode.needs_model else None, batch, **kw)
-        return check_scores(mode, raw, batch, batch.scored(probe if mode.probe else "lt-logits"))
-
-    return checked
-
-
-def run_scorer(
-    mode: CreditMode, model: nn.Module | None, batch: ScoringBatch, ctx: ScoringContext, *,
-    rows: Tensor | None = None, **extra: Any,
-) -> Tensor:  # fmt: skip
-    """The rule's checked (B, C) scores of `batch` (:func:`checked_scorer`), the kwargs of `ctx` updated by
-    `extra`; `rows` (a (B,) bool): only those rows are scored (in one call), the others get 0."""
-    score = checked_scorer(mode, ctx.probe)
-    kw = {**mode.kwargs(ctx), **extra}
-    if rows is not None:
-        return score_rows(score, model, batch, rows, **kw)
-    return score(model, batch, **kw)
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -447,6 +381,9 @@ register_credit(
 )  # fmt: skip
 
 
+BUILTIN_CREDITS = frozenset(CREDIT_MODES)
+
+
 def credit_help() -> str:
     """`OARConfig.credit`'s help: every registered mode with its clause."""
     clauses = "; ".join(f"'{m.name}': {m.help}" for m in CREDIT_MODES.values())
@@ -494,6 +431,13 @@ def compute_importance(
     )
 
     checked = checked_scorer(mode, kwargs.get("probe", "lt-logits"))
-    if rows is not None:
-        return score_rows(checked, model, batch, rows, **kwargs)
-    return checked(model, batch, **kwargs)
+    try:
+        if rows is not None:
+            return score_rows(checked, model, batch, rows, **kwargs)
+        return checked(model, batch, **kwargs)
+    except MissingOutcome as err:
+        raise NotStandalone(
+            f"credit rule {kind!r} reads the rollouts' outcome (ScoringContext.{err.field}), which "
+            "standalone scoring (oar-rl attribute, oracle, the study's recall) does not have: register it "
+            "with standalone=False (train, the study's runs and blame still run it)"
+        ) from err

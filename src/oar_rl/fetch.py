@@ -92,7 +92,33 @@ def resolve_model(spec: str, cache_dir: str | os.PathLike | None = None) -> str:
         return str(fetch_model(spec, cache_dir))
     if str(spec).lower().endswith(".gguf"):
         return str(gguf_model_dir(spec, cache_dir))
+    check_local_path(spec)
     return spec
+
+
+def check_local_path(spec: str) -> None:
+    """ValueError in our words when `spec` names a local path that does not exist: one that cannot be a Hub
+    id ('/abs/dir', './dir', '~/dir', 'a/b/c'), or a relative 'dir/name' whose first directory exists
+    here. (The Hub's own message, "Repo id must be in the form ...", says nothing of a missing folder.)"""
+    path = Path(spec).expanduser()
+    if path.exists():
+        return
+    from huggingface_hub.utils import HFValidationError, validate_repo_id
+
+    try:
+        validate_repo_id(spec)
+        hub_like = not spec.startswith((".", "~")) and not Path(spec.split("/")[0]).is_dir()
+    except HFValidationError:
+        hub_like = False
+    if not hub_like:
+        missing = path
+        while not missing.parent.exists() and missing.parent != missing:
+            missing = missing.parent
+        raise ValueError(
+            f"--model {spec}: no such local directory ({missing.parent} has no {missing.name!r}); give a "
+            "model directory saved with save_pretrained, a Hub id 'org/name', a .gguf file, or a name: "
+            f"default, wordproblems, wordproblems-long, arithmetic, {', '.join(KNOWN_MODELS)}"
+        )
 
 
 def display_model_name(spec: str) -> str:
@@ -274,14 +300,17 @@ def build_parser():
     p = new_parser(
         "oar-rl fetch-model",
         "write a known model (or a .gguf file) as a plain HF directory in the model cache; print its path",
-        parents=[shared_parser("cache-dir")],
+        parents=[shared_parser("cache-dir", "threads")],
     )
     p.add_argument("name", help=f"one of {', '.join(KNOWN_MODELS)}, or a path to a .gguf file")
     return p
 
 
 def main(argv: list[str] | None = None) -> int:
+    from oar_rl.options import apply_threads
+
     a = build_parser().parse_args(list(sys.argv[1:] if argv is None else argv))
+    apply_threads(a.threads)  # the de-quantisation runs in torch
     try:
         if a.name.endswith(".gguf"):
             path = gguf_model_dir(a.name, a.cache_dir)

@@ -16,9 +16,21 @@ The vocabulary:
   (train, attribute, oracle, study); `oar-rl bench` keeps lt-logits and says why.
 - `--seed` (0), `--task` (`oar_rl.tasks.DEFAULT_TASK`), `--out`, `--cache-dir`, `--answer-pattern`.
 
+One word for one thing in every command:
+
+- `--credit`: one credit rule (`train`); `--credits`: a comma-separated list of them (`study`, `demo`,
+  `bench`, `blame`, `attribute`, `oracle`; the old `--methods` and `--signals` work for one release, with
+  a deprecation line);
+- `--problems`: how many problems a command draws (`blame`, `bench` per step, `eval` per benchmark,
+  `task-figures`; `train`'s TRL name `--limit` is an alias; the old `--prompts` and `eval --limit`
+  deprecated); `oracle --max-problems` caps its sampling (was `--max-prompts`);
+- `--samples`: completions per problem (`blame`, `bench`, `eval`, `task-figures`; `train`'s
+  `--num_generations`; the old `bench --num-generations` and `eval --n` deprecated);
+- `--split`: a task's data split, `train`, `validation` or `test` (the held-out split; its generator's
+  name `eval` is accepted too).
+
 Renamed flags (an error naming the new name, never a silent other meaning): `bench --steps` ->
-`--repeats`; `attribute --n` -> `--traces`; `oracle --n` -> `--trajectories` (`eval --n` stays: samples
-per problem, the n of pass@k).
+`--repeats`; `attribute --n` -> `--traces`; `oracle --n` -> `--trajectories`.
 """
 
 from __future__ import annotations
@@ -131,7 +143,7 @@ SHARED_OPTIONS: tuple[str, ...] = (
 def shared_parser(*names: str, **changes: Mapping[str, Any]) -> argparse.ArgumentParser:
     """A parent parser with the shared options `names`; `changes[name]` updates that option's kwargs
     (its default, help, required), e.g. `out={"default": "oracle_out"}`."""
-    parent = argparse.ArgumentParser(add_help=False)
+    parent = argparse.ArgumentParser(allow_abbrev=False, add_help=False)
     group = parent.add_argument_group("shared options", "the same name, meaning and default in every command")
     unknown = set(changes) - {n.replace("-", "_") for n in names}
     if unknown:
@@ -141,6 +153,16 @@ def shared_parser(*names: str, **changes: Mapping[str, Any]) -> argparse.Argumen
         kwargs.update(changes.get(name.replace("-", "_"), {}))
         add(group, flag, **kwargs)
     return parent
+
+
+SPLIT_ALIASES: dict[str, str] = {"test": "eval"}
+"""`--split` words -> the generator's split name: the held-out split is `test` in the pages and the study,
+`eval` in the word-problem and arithmetic generators."""
+
+
+def data_split(name: str | None) -> str | None:
+    """`--split NAME` as the task's generator names it (`test` -> `eval`); None stays None."""
+    return SPLIT_ALIASES.get(name, name) if name is not None else None
 
 
 def apply_threads(threads: int) -> None:

@@ -20,6 +20,23 @@ import torch
 from torch import Tensor
 
 
+class RuleError(ValueError):
+    """A credit rule failed: its `options`, its scorer, or the check of its scores. The message names the
+    rule, the value and what is valid, in one line (`oar-rl` prints it so; `--debug`: the traceback)."""
+
+
+class MissingOutcome(RuleError):
+    """A rule read an outcome field (:attr:`ScoringContext.OUTCOME`) its caller did not give."""
+
+    field: str = ""
+    """The field read."""
+
+
+class NotStandalone(RuleError):
+    """A rule registered as standalone read an outcome field that standalone scoring (`oar-rl attribute`,
+    `oracle`, the study's recall) never gives: it needs ``standalone=False``."""
+
+
 @dataclass(frozen=True)
 class ScoringContext:
     """What a caller knows when it scores a batch; a rule's `options` turns it into scorer kwargs.
@@ -69,10 +86,12 @@ class ScoringContext:
         value = getattr(self, name)
         if value is None:
             column = self.settings.get("gold_column", "answer")
-            raise ValueError(
+            err = (MissingOutcome if name in self.OUTCOME else ValueError)(
                 f"credit rule {rule!r} needs ScoringContext.{name}, which this caller did not give: "
                 + _SUPPLY.get(name, "pass it when building the ScoringContext").format(column=column)
             )
+            err.field = name
+            raise err
         return value
 
     def rows(self, keep: Sequence[bool]) -> ScoringContext:

@@ -194,9 +194,9 @@ def main(argv: list[str] | None = None) -> int:
     """`python -m oar_rl.shipped build --task wordproblems [--out DIR]`: (re)build a shipped warm start."""
     import argparse
 
-    p = argparse.ArgumentParser(prog="python -m oar_rl.shipped", description=main.__doc__)
+    p = argparse.ArgumentParser(allow_abbrev=False, prog="python -m oar_rl.shipped", description=main.__doc__)
     sub = p.add_subparsers(dest="cmd", required=True)
-    b = sub.add_parser("build", help="build a task's warm start from its recipe")
+    b = sub.add_parser("build", allow_abbrev=False, help="build a task's warm start from its recipe")
     b.add_argument("--task", choices=[t for t in TASK_RECIPES if t != "arithmetic"], default="wordproblems")
     b.add_argument("--out", default=None, help="output directory (default: the package's models/<task>)")
     b.add_argument(

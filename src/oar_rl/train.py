@@ -49,6 +49,12 @@ from oar_rl.checkpoints import (
     resolve_checkpoint,
 )
 from oar_rl.fetch import resolve_model
+from oar_rl.train_data import (  # noqa: F401 (public here too, as before)
+    check_enough_prompts,
+    conversational_prompts,
+    load_train_dataset,
+    template_for_model,
+)
 
 REWARD_NAMES: tuple[str, ...] = ("accuracy", "format")
 MODEL_REQUIRED = (
@@ -133,17 +139,23 @@ def build_parser():
     from trl import GRPOConfig, ModelConfig, TrlParser
 
     from oar_rl.argparsing import DATASET_ALIASES, dealias_config, group_options
+    from oar_rl.argparsing import Parser as OneLine
     from oar_rl.config import OARConfig
     from oar_rl.options import MODEL_HELP
 
     aliases = {**DATASET_ALIASES, "model_name_or_path": ("model",), "output_dir": ("out",)}
+    aliases["dataset_split"] = (*aliases["dataset_split"], "split")  # the one word of every command
+    aliases |= {"limit": ("problems",), "num_generations": ("samples",)}
 
     class Parser(TrlParser):
         def set_defaults_with_config(self, **kwargs):
             return super().set_defaults_with_config(**dealias_config(kwargs, aliases))
 
+        error = OneLine.error  # one line, no usage block
+
     parser = Parser(
         (DataArguments, OARConfig, ModelConfig),
+        allow_abbrev=False,  # `--learning-rat` is an unknown flag, not --learning-rate
         prog="oar-rl train",
         usage="oar-rl train [--config RECIPE.yaml] [--key value ...]   (YAML keys are the flag names)",
     )
@@ -235,92 +247,6 @@ def resolve_reward(name: str) -> Callable[..., list[float | None]]:
     )
 
 
-def load_train_dataset(data_args: DataArguments, reward_names: list[str]):
-    """The training `datasets.Dataset`, checked for the columns the rewards need."""
-    from oar_rl import data
-
-    if not data_args.dataset:
-        raise ValueError(
-            "--dataset is required (or TRL's --dataset_name): a name known to oar_rl.data or a local path"
-        )
-    if data_args.limit is not None and data_args.limit < 1:
-        raise ValueError(f"limit must be >= 1 or None, got {data_args.limit}")
-    kwargs: dict[str, Any] = {"limit": data_args.limit, "data_files": data_args.data_files}
-    for key in ("template", "question_column", "answer_column"):
-        if getattr(data_args, key) is not None:
-            kwargs[key] = getattr(data_args, key)
-    try:
-        dataset = data.load(data_args.dataset, data_args.dataset_split, **kwargs)
-    except ValueError as err:
-        raise ValueError(f"dataset {data_args.dataset!r}: {err}") from err
-    columns = list(dataset.column_names)
-    if "prompt" not in columns:
-        raise ValueError(f"dataset {data_args.dataset!r} has no 'prompt' column; columns: {columns}")
-    if "accuracy" in reward_names and "answer" not in columns:
-        raise ValueError(
-            f"dataset {data_args.dataset!r} has no 'answer' column, which the accuracy reward needs; "
-            f"columns: {columns}"
-        )
-    if len(dataset) == 0:
-        raise ValueError(f"dataset {data_args.dataset!r} (split {data_args.dataset_split!r}) is empty")
-    messages = conversational_prompts(data_args, len(dataset))
-    if messages is not None:
-        dataset = dataset.remove_columns("prompt").add_column("prompt", messages)
-    return dataset
-
-
-def _is_messages(value: Any) -> bool:
-    return (
-        isinstance(value, list)
-        and bool(value)
-        and all(isinstance(m, dict) and "role" in m and "content" in m for m in value)
-    )
-
-
-def conversational_prompts(data_args: DataArguments, rows: int) -> list[list[dict[str, str]]] | None:
-    """The message lists of a local file whose prompt column is conversational (else None), with the
-    prompt template applied to the last user message, in the rows `oar_rl.data.load` kept."""
-    from oar_rl import data
-    from oar_rl.data.benchmarks import DAPO_RAW, load_local_file, local_spec
-    from oar_rl.data.templates import apply_template
-
-    if not data.is_local_path(data_args.dataset):
-        return None
-    raw = load_local_file(data_args.dataset)
-    spec = local_spec(raw, question_column=data_args.question_column, answer_column=data_args.answer_column)
-    if spec is DAPO_RAW or not len(raw) or not _is_messages(raw[0][spec.question_column]):
-        return None  # raw DAPO keeps its flattening (its prompts wrap the problem in instructions)
-    template = data_args.template if data_args.template is not None else "answer-tag"
-    out = []
-    for i, value in enumerate(raw[spec.question_column][:rows]):
-        if not _is_messages(value):
-            raise ValueError(f"row {i} of {data_args.dataset!r}: prompt is not a list of messages: {value!r}")
-        msgs = [{"role": str(m["role"]), "content": str(m["content"])} for m in value]
-        last = max((j for j, m in enumerate(msgs) if m["role"] == "user"), default=None)
-        if last is None:
-            raise ValueError(f"row {i} of {data_args.dataset!r}: the conversation has no user message")
-        msgs[last]["content"] = apply_template(msgs[last]["content"], template)
-        out.append(msgs)
-    return out
-
-
-def check_enough_prompts(rows: int, args, name: str | None) -> None:
-    """ValueError when the dataset cannot fill one generation batch, i.e. training would do zero steps.
-
-    TRL's `RepeatSampler` drops an incomplete batch of `generation_batch_size / num_generations` prompts;
-    with fewer rows than that the trainer stops at step 0 and would still save an untrained model.
-    """
-    prompts = args.generation_batch_size // args.num_generations
-    if rows < prompts:
-        raise ValueError(
-            f"dataset {name!r} has {rows} row{'s' if rows != 1 else ''} but one generation batch needs "
-            f"{prompts} prompts (generation_batch_size {args.generation_batch_size} = "
-            f"per_device_train_batch_size x processes x steps_per_generation, / num_generations "
-            f"{args.num_generations}): training would do zero optimizer steps. Use more rows (--limit) or "
-            "a smaller batch"
-        )
-
-
 def model_init_kwargs(model_args, training_args) -> dict[str, Any]:
     """`from_pretrained` keyword arguments, built as TRL's `trl grpo` script builds them.
 
@@ -358,6 +284,7 @@ def run_settings(given: str, model_args, data_args: DataArguments, args) -> dict
         "credit": args.credit,
         "probe": probe,
         "tau / oar_beta": f"{args.tau} / {args.oar_beta}",
+        "precision": "bf16" if args.bf16 else "fp16" if args.fp16 else "float32",
         "learning rate": args.learning_rate,
         "steps": f"max_steps {args.max_steps}, epochs {args.num_train_epochs}",
         "generations": f"{args.num_generations} per prompt, {args.generation_batch_size} per batch",
@@ -385,12 +312,19 @@ def _load_credit_modules(argv: list[str]) -> None:
 def main(argv: list[str] | None = None) -> int:
     """Parse, load, train, save. Returns 0 on success, 2 on a configuration error."""
     argv = list(sys.argv[1:] if argv is None else argv)
+    from oar_rl.console import silence_known_warnings
+
+    silence_known_warnings()  # before parsing: TRL's own defaults warn there
     try:
         _load_credit_modules(argv)  # before the parser: their rules are choices of --credit
     except (ValueError, OSError) as err:
         print(f"oar-rl train: error: {err}", file=sys.stderr)
         return 2
     parser = build_parser()
+    from transformers.utils import is_torch_bf16_gpu_available, is_torch_xla_available
+
+    if not (is_torch_bf16_gpu_available() or is_torch_xla_available()):
+        parser.set_defaults(bf16=False)  # TRL's default is bf16: float32 where no device runs it
     try:
         data_args, training_args, model_args, unknown = parser.parse_args_and_config(
             argv, return_remaining_strings=True
@@ -408,6 +342,7 @@ def main(argv: list[str] | None = None) -> int:
         if not given:
             raise ValueError("--model is required (TRL's --model_name_or_path): " + MODEL_REQUIRED)
         model_args.model_name_or_path = resolve_model(given, data_args.cache_dir)
+        template_note = template_for_model(data_args, model_args.model_name_or_path)
         reward_names = list(data_args.reward_funcs)
         reward_funcs = [resolve_reward(name) for name in reward_names]
         if training_args.reward_weights is not None and len(training_args.reward_weights) != len(
@@ -433,7 +368,7 @@ def main(argv: list[str] | None = None) -> int:
         identity = pin_model(model_args, training_args.model_init_kwargs)  # a Hub id -> one commit
         check_model(checkpoint, identity)
         training_args.model_init_kwargs = model_init_kwargs(model_args, training_args)
-        train_dataset = load_train_dataset(data_args, reward_names)
+        train_dataset = load_train_dataset(data_args, reward_names, training_args)
         check_enough_prompts(len(train_dataset), training_args, data_args.dataset)
         import contextlib
 
@@ -470,7 +405,8 @@ def main(argv: list[str] | None = None) -> int:
         from oar_rl.console import JsonlLog, print_settings
 
         trainer.add_callback(JsonlLog(Path(training_args.output_dir) / "logs.jsonl"))
-        print_settings("train", run_settings(given, model_args, data_args, training_args))
+        settings = run_settings(given, model_args, data_args, training_args)
+        print_settings("train", settings | ({"template": template_note} if template_note else {}))
     t0 = time.perf_counter()
     trainer.train(resume_from_checkpoint=checkpoint)
     if trainer.state.global_step == 0:  # a second line of defence behind check_enough_prompts
@@ -494,4 +430,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":  # `accelerate launch -m oar_rl.train --config ...`
-    raise SystemExit(main())
+    from oar_rl.argparsing import run_command
+
+    raise SystemExit(run_command("train", main, sys.argv[1:]))

@@ -193,6 +193,7 @@ class OARTrainer(CreditLogging, GRPOTrainer):
         # per stream ("train", "eval"): (optimizer step, generation batches at that step)
         self._oar_rng_keys: dict[str, tuple[int, int]] = {}
         self._oar_fallback_warned = False
+        self._oar_zero_weights_warned = False
 
     # ------------------------------------------------------------------------------------------------
     # the seam
@@ -272,6 +273,8 @@ class OARTrainer(CreditLogging, GRPOTrainer):
             scored = sub_mask if scored_mask is None else scored_mask.to(mask.device) & sub_mask  # (R, C)
             # uniform: Eq. 17 on the raw scores; weights: the scores are the weights
             w = rescale_sum(importance, scored) if reshape == "uniform" else importance
+            if reshape == "weights":
+                self._warn_zero_weights(importance, scored)
             w_rows = torch.where(scored, w, sub_mask.float())  # (R, C)
             adv_rows = seq_adv[rows, None] * w_rows
         elif reshape == "grail":  # GRAIL's weights on the rollouts it selects, no Eq. 14-17

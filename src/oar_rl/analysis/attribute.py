@@ -28,7 +28,7 @@ from oar_rl.tasks import Task, get_task
 METHODS = ("oar-p", "oar-g", "entropy", "random", "grail")
 """The built-in scorers the study's recall analysis scores, in display order; `scorable_methods` adds
 every other standalone rule (oar-p-span, entropy-80-20, rules of --credit-module)."""
-DEFAULT_METHODS = ("oar-p", "oar-g", "entropy", "random")  # "grail" on request (--methods ...,grail)
+DEFAULT_METHODS = ("oar-p", "oar-g", "entropy", "random")  # "grail" on request (--credits ...,grail)
 MAX_NEW_TOKENS = 96
 """The analysis commands' sampling budget when not given (at least the task's completion length when
 they sample the task's own problems: `sampling_budget`)."""
@@ -119,18 +119,23 @@ def scorable_methods() -> tuple[str, ...]:
 
 
 def parse_methods(a: argparse.Namespace) -> list[str]:
-    """`--methods` of an analysis command, after loading its `--credit-module` files."""
+    """`--credits` of an analysis command, after loading its `--credit-module` files."""
     from oar_rl.credit_modules import load_credit_modules
 
     load_credit_modules(getattr(a, "credit_module", None))
-    return parse_list(a.methods, scorable_methods(), "--methods")
+    return parse_list(a.methods, scorable_methods(), "--credits")
 
 
 def parse_list(value: str, valid: tuple[str, ...], flag: str) -> list[str]:
+    """The comma-separated `value`, each item in `valid`; ValueError naming what is wrong with each other
+    one (a rule that cannot be scored standalone is said to be one, not "unknown")."""
     items = [v.strip() for v in value.split(",") if v.strip()]
     bad = [v for v in items if v not in valid]
     if bad or not items:
-        raise ValueError(f"{flag}: unknown value(s) {bad or value!r}; valid: {', '.join(valid)}")
+        from oar_rl.credit_names import not_scorable
+
+        said = "; ".join(not_scorable(v, valid) for v in bad) or f"no value in {value!r}"
+        raise ValueError(f"{flag}: {said}; valid: {', '.join(valid)}")
     return items
 
 
@@ -212,8 +217,11 @@ def method_scores(
     seed: int = 0,
     answer_pattern: str | None = None,
     scored_tokens: str = "reasoning",
+    skipped: dict[str, str] | None = None,
 ) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
     """Normalised importance (Eq. 14) of every method, and the (B, C) mask of the *reasoning* tokens.
+    `skipped` (a dict): a rule that reads the outcome (`oar_rl.scoring.NotStandalone`) is left out and
+    recorded there, rule -> why, instead of stopping the call.
 
     Reasoning tokens are the completion tokens before the format that introduces the answer (the
     ``<answer>`` tag, "The final answer is \\boxed{"; :func:`oar_rl.answer_span.reasoning_mask`), all of
@@ -226,6 +234,7 @@ def method_scores(
     from oar_rl.config import SCORED_TOKENS, oar_defaults
     from oar_rl.credits import CREDIT_MODES, ScoringContext, compute_importance
     from oar_rl.reshape import normalize_importance
+    from oar_rl.scoring import NotStandalone
 
     if scored_tokens not in SCORED_TOKENS:
         raise ValueError(
@@ -250,7 +259,13 @@ def method_scores(
             kwargs["answer_mask"] = answer_mask if probe != "lt-logits" else None
         if mode.reshape == "grail":  # saliency of the answer span's NLL; rows without a span score 0
             kwargs["answer_mask"] = answer_mask
-        raw = compute_importance(method, model, *batch, **kwargs)
+        try:
+            raw = compute_importance(method, model, *batch, **kwargs)
+        except NotStandalone as err:  # a rule that reads the outcome, registered as standalone
+            if skipped is None:
+                raise
+            skipped[method] = str(err)
+            continue
         out[method] = normalize_importance(raw.float(), reasoning)
     return out, reasoning
 
@@ -313,7 +328,7 @@ def heatmap_page(
 def scoring_parser() -> argparse.ArgumentParser:
     """The options every analysis command shares: the shared task, model, seed, threads, cache, probe and
     answer span (`oar_rl.options`), plus methods, sampling length and the chat template."""
-    from oar_rl.argparsing import add
+    from oar_rl.argparsing import add, add_renaming
     from oar_rl.credit_modules import add_flag
     from oar_rl.options import MODEL_HELP, shared_parser
 
@@ -322,11 +337,14 @@ def scoring_parser() -> argparse.ArgumentParser:
         model={"default": None, "help": f"{MODEL_HELP} (default: the task's warm start)"},
     )  # fmt: skip
     group = p.add_argument_group("scoring options")
-    add(
+    add_renaming(
         group,
+        "--credits",
         "--methods",
+        dest="methods",
         default=",".join(DEFAULT_METHODS),
-        help=f"comma-separated of {', '.join(scorable_methods())}, and the rules of --credit-module",
+        help=f"credit rules to score, comma-separated, of {', '.join(scorable_methods())}, and the "
+        "standalone rules of --credit-module",
     )
     add_flag(group)
     add(
@@ -406,7 +424,7 @@ def build_parser() -> argparse.ArgumentParser:
     add(
         p, "--traces", type=int, default=3, help="traces sampled from the task's held-out split (no --prompt)"
     )
-    add_renamed(p, "--n", "--traces", "traces to sample; `oar-rl eval --n` is samples per problem")
+    add_renamed(p, "--n", "--traces", "traces to sample; `oar-rl eval --samples` is samples per problem")
     return p
 
 

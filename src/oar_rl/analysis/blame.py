@@ -7,7 +7,7 @@ OAR scores what the answer reads from (DESIGN §4, "Outcome sensitivity is not b
 word-problem testbed a wrong rollout has a known culprit: its *first erroneous pivot*
 (`oar_rl.data.wordproblem_errors.first_error`: a slipped result, a wrong operand or a wrong operator),
 after which correct steps carry the wrong value to the answer. This command samples the shipped warm
-start's own rollouts (`--prompts` train problems × `--samples`, T = 1, seeded), keeps the wrong ones whose
+start's own rollouts (`--problems` train problems × `--samples`, T = 1, seeded), keeps the wrong ones whose
 first error lies in a step *before* the last written one, and for every credit signal reports:
 
 (i) the mean bi-level weight ω̃ (Eq. 14-17 through `oar_rl.reshape.token_advantages`, the trainer's
@@ -27,7 +27,7 @@ gives the warm start, the problems' splits, the completion budget (`Task.max_com
 answer check; in the long regime a restated total is part of its step and a wrong one is a `restate`
 error (`first_error(..., restate=True)`). The last result stays the last *equation's* result in both.
 
-Signals (`--signals`): the controls, `entropy`, `grail`, and `<mode>/<probe>` for every credit mode of
+Signals (`--credits`): the controls, `entropy`, `grail`, and `<mode>/<probe>` for every credit mode of
 `oar_rl.credits.CREDIT_MODES` that reads the outcome probe (default: oar-g and oar-p), under every probe.
 Any rule registered there with a scorer can be named, also one from the user's own file
 (`--credit-module PATH_OR_MODULE`) and one registered with `standalone=False` (which `compute_importance`,
@@ -83,7 +83,7 @@ def trainer_defaults() -> dict[str, Any]:
 
 
 def signal_names() -> str:
-    """`--signals`' valid values: each registered rule with a scorer, `<rule>/<probe>` where it reads one."""
+    """`--credits`' valid values: each registered rule with a scorer, `<rule>/<probe>` where it reads one."""
     from oar_rl.credits import CREDIT_MODES
     from oar_rl.probes import PROBES
 
@@ -335,22 +335,25 @@ def measure(model, tok, trajs, rows, signals, *, seed: int, task) -> dict[str, A
 
 def build_parser():
     """The `oar-rl blame` parser (the shared vocabulary of `oar_rl.options`)."""
-    from oar_rl.argparsing import add, new_parser
+    from oar_rl.argparsing import add, add_renaming, new_parser
     from oar_rl.credit_modules import add_flag
     from oar_rl.data.wordproblems import TASK_NAMES
     from oar_rl.options import shared_parser
 
     out = {"default": "blame_out", "help": "directory for blame.json, blame.md, blame.png"}
-    parents = [shared_parser("seed", "threads", "out", out=out)]
+    parents = [shared_parser("seed", "threads", "cache-dir", "out", out=out)]
     p = new_parser("oar-rl blame", __doc__.split("\n\n")[0], parents=parents)
     add_flag(p)
     what = "the word-problem regime: its warm start, splits, completion budget and answer check"
     add(p, "--task", default="wordproblems", choices=TASK_NAMES, help=what)
-    add(p, "--prompts", type=int, default=64, help="word problems sampled (the first of the split)")
+    add_renaming(p, "--problems", "--prompts", dest="prompts", type=int, default=64,
+                 help="word problems sampled (the first of the split)")  # fmt: skip
     add(p, "--samples", type=int, default=8, help="completions per problem, at T = 1")
-    add(p, "--split", default="train", choices=("train", "validation", "eval"), help="problems' split")
-    what = f"comma-separated signals, from: {signal_names()}; and the rules of --credit-module (not grpo: "
-    add(p, "--signals", default=",".join(DEFAULT_SIGNALS), help=what + "plain GRPO scores no token)")
+    add(p, "--split", default="train", choices=("train", "validation", "test", "eval"),
+        help="problems' split: test is the held-out split (eval, its name in the generator)")  # fmt: skip
+    what = f"credit rules, comma-separated, from: {signal_names()}; and the rules of --credit-module (not "
+    add_renaming(p, "--credits", "--signals", dest="signals", default=",".join(DEFAULT_SIGNALS),
+                 help=what + "grpo: plain GRPO scores no token)")  # fmt: skip
     return p
 
 
@@ -362,7 +365,7 @@ def main(argv: list[str] | None = None) -> int:
     from oar_rl.data.wordproblems import SPLITS_BY_TASK, split_problems
     from oar_rl.io import ensure_writable_dir, write_text_atomic
     from oar_rl.machine import machine_info, machine_line
-    from oar_rl.options import apply_threads
+    from oar_rl.options import apply_threads, data_split
     from oar_rl.tasks import get_task
 
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -373,9 +376,10 @@ def main(argv: list[str] | None = None) -> int:
         for s in signals:
             check_signal(s)
         if len(set(signals)) != len(signals) or not signals:
-            raise ValueError(f"--signals: give each signal once, got {a.signals!r}")
+            raise ValueError(f"--credits: give each rule once, got {a.signals!r}")
         if a.prompts < 1 or a.samples < 1:
-            raise ValueError(f"--prompts and --samples must be >= 1, got {a.prompts} and {a.samples}")
+            raise ValueError(f"--problems and --samples must be >= 1, got {a.prompts} and {a.samples}")
+        a.split = data_split(a.split)
         out = ensure_writable_dir(a.out)
     except ValueError as exc:
         print(f"oar-rl blame: {exc}", file=sys.stderr)
@@ -383,7 +387,7 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.perf_counter()
     apply_threads(a.threads)
     task = get_task(a.task)
-    ws = task.load_warm_start("default", None)
+    ws = task.load_warm_start("default", a.cache_dir)
     problems = split_problems(a.split, a.prompts, a.task)
     trajs = sample_rollouts(ws.model, ws.tokenizer, problems, a.samples, seed=a.seed,
                             max_new_tokens=task.max_completion_length)  # fmt: skip

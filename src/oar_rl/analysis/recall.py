@@ -126,14 +126,17 @@ def scores_per_probe(
     seed: int,
     answer_pattern: str | None = None,
     scored_tokens: str = "reasoning",
+    skipped: dict[str, str] | None = None,
 ) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
     """`method_scores` of the probe-dependent `methods` (`probe_methods`) under every probe (named
     'oar-g/as-mean') and of the others once, alongside `model_free_probe` (named plainly), plus the
-    `position` control; returns (scores, reasoning mask)."""
+    `position` control; returns (scores, reasoning mask). `skipped`: as `method_scores`' (a rule left
+    out once is not tried under the next probes)."""
     scores: dict[str, torch.Tensor] = {}
     mask = None
     by_probe = probe_methods()
     for p in probes:
+        methods = [m for m in methods if skipped is None or m not in skipped]
         wanted = [m for m in methods if m in by_probe]
         wanted += [m for m in methods if m not in by_probe] if p == model_free_probe else []
         s, mask = method_scores(
@@ -145,6 +148,7 @@ def scores_per_probe(
             seed=seed,
             answer_pattern=answer_pattern,
             scored_tokens=scored_tokens,
+            skipped=skipped,
         )
         for name, v in s.items():
             scores[f"{name}/{p}" if name in by_probe else name] = v
@@ -244,7 +248,7 @@ def sample_correct(
 
 def build_parser():
     """The `oar-rl oracle` parser."""
-    from oar_rl.argparsing import add_renamed
+    from oar_rl.argparsing import add_renamed, add_renaming
     from oar_rl.options import shared_parser
 
     p = new_parser(
@@ -261,19 +265,20 @@ def build_parser():
     add(
         p,
         "--split",
-        help="the task's data split to sample from (default: its held-out split, eval; arithmetic: train, "
-        "eval, hard; wordproblems: train, validation, eval)",
+        help="the task's data split to sample from (default: its held-out split, test, which the "
+        "generators call eval; arithmetic: train, test, hard; wordproblems: train, validation, test)",
     )
     add(p, "--trajectories", type=int, default=40, help="correct trajectories to analyse")
-    add_renamed(p, "--n", "--trajectories", "correct trajectories; `oar-rl eval --n` is samples per problem")
-    add(p, "--max-prompts", type=int, default=400, help="give up after sampling this many prompts")
+    add_renamed(p, "--n", "--trajectories", "correct trajectories; `eval --samples` is samples per problem")
+    add_renaming(p, "--max-problems", "--max-prompts", dest="max_prompts", type=int, default=400,
+                 help="give up after sampling this many problems")  # fmt: skip
     add(p, "--heatmaps", type=int, default=4, help="traces shown in heatmaps.html")
     return p
 
 
 def main(argv: list[str] | None = None) -> int:
     from oar_rl.console import print_settings
-    from oar_rl.options import apply_threads
+    from oar_rl.options import apply_threads, data_split
 
     a = build_parser().parse_args(list(sys.argv[1:] if argv is None else argv))
     try:
@@ -283,12 +288,12 @@ def main(argv: list[str] | None = None) -> int:
         modules = load_credit_modules(a.credit_module)  # loaded now: their records
         if a.trajectories < 1 or a.max_prompts < 1:
             raise ValueError(
-                f"--trajectories and --max-prompts must be >= 1, got {a.trajectories} and {a.max_prompts}"
+                f"--trajectories and --max-problems must be >= 1, got {a.trajectories} and {a.max_prompts}"
             )
         if a.heatmaps < 0:
             raise ValueError(f"--heatmaps must be >= 0 (traces shown), got {a.heatmaps}")
         task = get_task(a.task)
-        a.split = a.split or task.default_split
+        a.split = data_split(a.split) or task.default_split
         try:
             ds = task.dataset(a.split, limit=a.max_prompts)
         except ValueError as exc:
@@ -324,7 +329,7 @@ def main(argv: list[str] | None = None) -> int:
     if len(correct) < a.trajectories:
         print(
             f"oar-rl oracle: warning: only {len(correct)} correct trajectories of the {a.trajectories} asked "
-            f"for (--trajectories) in {len(trajs)} sampled prompts (--max-prompts {a.max_prompts}); the "
+            f"for (--trajectories) in {len(trajs)} sampled prompts (--max-problems {a.max_prompts}); the "
             "recall below is over those",
             file=sys.stderr,
             flush=True,

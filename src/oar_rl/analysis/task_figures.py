@@ -102,6 +102,7 @@ def measure(
     oracle_rows: int = 40,
     seed: int = 0,
     progress: bool = True,
+    cache_dir: str | None = None,
 ) -> dict[str, Any]:
     """Every figure of the module docstring for `task_name` (a word-problem task)."""
     import torch
@@ -119,7 +120,7 @@ def measure(
         )
     task = get_task(task_name)
     if model_dir is None:
-        ws = task.load_warm_start("default", None)
+        ws = task.load_warm_start("default", cache_dir)
         model, tok, recipe_hash = ws.model, ws.tokenizer, ws.recipe_hash
     else:
         from oar_rl.tiny import load_model_dir
@@ -293,18 +294,17 @@ def _oracle_rows(figures: dict[str, Any]) -> str:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="oar-rl task-figures", description=__doc__.split("\n\n")[0])
-    p.add_argument("--task", default="wordproblems-long", help="a word-problem task (default: %(default)s)")
-    p.add_argument(
-        "--model", default=None, help="a saved model directory of the task (default: its warm start)"
-    )
-    p.add_argument("--problems", type=int, default=200, help="test problems (default: %(default)s)")
-    p.add_argument(
-        "--samples", type=int, default=4, help="samples per problem at T = 1 (default: %(default)s)"
-    )
-    p.add_argument("--oracle-rows", type=int, default=40, help="sampled trajectories the oracle labels")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--out", default=None, help="directory for figures.json and figures.md")
+    from oar_rl.argparsing import add, new_parser
+    from oar_rl.options import shared_parser
+
+    out = {"help": "directory for figures.json and figures.md"}
+    shared = shared_parser("seed", "threads", "cache-dir", "out", out=out)
+    p = new_parser("oar-rl task-figures", __doc__.split("\n\n")[0], parents=[shared])
+    add(p, "--task", default="wordproblems-long", help="a word-problem task")
+    add(p, "--model", default=None, help="a saved model directory of the task (default: its warm start)")
+    add(p, "--problems", type=int, default=200, help="test problems")
+    add(p, "--samples", type=int, default=4, help="samples per problem at T = 1")
+    add(p, "--oracle-rows", type=int, default=40, help="sampled trajectories the oracle labels")
     return p
 
 
@@ -327,9 +327,13 @@ def main(argv: list[str] | None = None) -> int:
     except (ValueError, OSError) as exc:
         print(f"oar-rl task-figures: {exc}", file=sys.stderr)
         return 2
+    from oar_rl.options import apply_threads
+
+    apply_threads(args.threads)
     figures = measure(
         args.task,
         model_dir=args.model,
+        cache_dir=args.cache_dir,
         problems=args.problems,
         samples=args.samples,
         oracle_rows=args.oracle_rows,

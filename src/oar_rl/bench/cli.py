@@ -64,14 +64,13 @@ def methods() -> tuple[str, ...]:
 
 def build_parser() -> argparse.ArgumentParser:
     """The `oar-rl bench` parser (the values are checked in `_parse`)."""
-    from oar_rl.argparsing import add_renamed
+    from oar_rl.argparsing import add_renamed, add_renaming
     from oar_rl.credit_modules import add_flag
     from oar_rl.options import shared_parser
 
     out = {"default": "bench_out", "help": "directory for bench.json and bench.md"}
-    p = new_parser(
-        "oar-rl bench", __doc__.split("\n\n")[0], parents=[shared_parser("seed", "threads", "out", out=out)]
-    )
+    shared = shared_parser("seed", "threads", "cache-dir", "out", out=out)
+    p = new_parser("oar-rl bench", __doc__.split("\n\n")[0], parents=[shared])
     add(p, "--shape", default="embedded", choices=SHAPE_NAMES, help="model shape (see module doc)")
     add(
         p,
@@ -79,12 +78,14 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="--shape embedded / wordproblems(-long) only: a saved model directory instead of the warm start",
     )
-    add(
+    add_renaming(
         p,
+        "--credits",
         "--methods",
+        dest="methods",
         default=DEFAULT_METHODS,
-        help=f"the training steps' methods, comma-separated, from: {', '.join(spelled(methods()))}, and the "
-        "rules of --credit-module (the scorer part always times its whole table)",
+        help=f"the training steps' credit rules, comma-separated, from: {', '.join(spelled(methods()))}, and "
+        "the rules of --credit-module (the scorer part always times its whole table)",
     )
     add_flag(p)
     add(p, "--repeats", type=int, default=3, help="measured steps per method (interleaved)")
@@ -92,8 +93,9 @@ def build_parser() -> argparse.ArgumentParser:
         p, "--steps", "--repeats", "measured steps per method; `oar-rl study --steps` is optimizer steps"
     )
     add(p, "--warmup", type=int, default=1, help="steps per method dropped from the figures")
-    add(p, "--prompts", type=int, default=1, help="prompts per step")
-    add(p, "--num-generations", type=int, default=4, help="completions per prompt (G)")
+    add_renaming(p, "--problems", "--prompts", dest="prompts", type=int, default=1, help="problems per step")
+    add_renaming(p, "--samples", "--num-generations", dest="num_generations", type=int, default=4,
+                 help="completions per problem (GRPO's group size G)")  # fmt: skip
     add(p, "--prompt-len", type=int, default=32, help="prompt tokens (random shapes)")
     add(
         p,
@@ -120,7 +122,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--scorers-only",
         action="store_true",
         help="skip the training steps; scorer part only (its whole table: OAR-G, OAR-P, "
-        "whole-copy OAR-P, OAR-GP and span, whatever --methods says)",
+        "whole-copy OAR-P, OAR-GP and span, whatever --credits says)",
     )
     add(
         p,
@@ -160,12 +162,12 @@ def _parse(argv: list[str]) -> argparse.Namespace:
     valid = methods()
     unknown = [m for m in chosen if m not in valid]
     if unknown or not chosen:
-        told = "; ".join(unknown_message("method", m, valid) for m in unknown) or f"valid: {', '.join(valid)}"
-        p.error(f"unknown method(s) {unknown or a.methods!r}: {told}")
+        told = "; ".join(unknown_message("rule", m, valid) for m in unknown) or f"valid: {', '.join(valid)}"
+        p.error(f"--credits: unknown rule(s) {unknown or a.methods!r}: {told}")
     if "none" not in chosen:
-        p.error("--methods must include grpo (or its alias none: the GRPO reference the ratios divide by)")
+        p.error("--credits must include grpo (or its alias none: the GRPO reference the ratios divide by)")
     if len(set(chosen)) != len(chosen):
-        p.error(f"--methods lists a method twice: {a.methods!r}")
+        p.error(f"--credits lists a rule twice: {a.methods!r}")
     if a.completion_len is None:
         a.completion_len = 96 if a.shape == "embedded" else 256
         if a.shape in WARM_STARTS and a.shape != "embedded":  # a word-problem warm start: its task's budget
@@ -183,9 +185,10 @@ def _parse(argv: list[str]) -> argparse.Namespace:
         "span_tokens",
     ):
         if getattr(a, name) < 1:
-            p.error(f"--{name.replace('_', '-')} must be >= 1, got {getattr(a, name)}")
+            flag = "--problems" if name == "prompts" else f"--{name.replace('_', '-')}"
+            p.error(f"{flag} must be >= 1, got {getattr(a, name)}")
     if a.num_generations < 2:
-        p.error(f"--num-generations must be >= 2 (GRPO needs a group), got {a.num_generations}")
+        p.error(f"--samples must be >= 2 (GRPO needs a group), got {a.num_generations}")
     if a.warmup < 0:
         p.error(f"--warmup must be >= 0, got {a.warmup}")
     if not 0.0 < a.oar_gp_fraction <= 1.0:
@@ -431,6 +434,7 @@ def main(argv: list[str] | None = None) -> int:
         rows=args.prompts * steps * 2,
         seed=args.seed,
         model_dir=args.model,
+        cache_dir=args.cache_dir,
     )
     shape = build_shape(**shape_kwargs)
     summary = parity = None

@@ -16,7 +16,7 @@ weights) plus a tokenizer, a prompt set and a reward:
 - ``qwen2-10m``: Qwen2's architecture at 9.97M parameters, body-heavy as real Qwen2 models are
   (embeddings 21% of the parameters; 28% in Qwen2.5-0.5B, 15% in 1.5B): hidden 256, 8 layers, 4 heads /
   2 KV heads, MLP 1024, vocabulary 8,192. float32, for the CPU. The shape of OAR-G's cost target
-  (``--prompts 1 --num-generations 4 --prompt-len 32 --completion-len 128``).
+  (``--problems 1 --samples 4 --prompt-len 32 --completion-len 128``).
 - ``qwen2-tiny``: the same at 40k parameters, for smoke tests.
 - ``qwen2.5-0.5b`` / ``qwen2.5-1.5b``: Qwen2.5-0.5B / 1.5B configurations (vocabulary 151,936), random
   weights, bfloat16, SDPA attention; for a GPU.
@@ -163,8 +163,9 @@ def qwen2_config(name: str, vocab_size: int | None = None):
 
 
 def build_shape(
-    name: str, *, prompt_len: int, completion_len: int, rows: int, seed: int, model_dir: str | None
-):
+    name: str, *, prompt_len: int, completion_len: int, rows: int, seed: int, model_dir: str | None,
+    cache_dir: str | None = None,
+):  # fmt: skip
     """The :class:`Shape` `name` with `rows` prompts available."""
     import torch
 
@@ -176,7 +177,7 @@ def build_shape(
 
         task_name = WARM_STARTS[name]
         task = get_task(task_name)  # the warm start's own task (its train split has a gold "answer")
-        path = resolve_model(model_dir or task_name)  # the warm start by default
+        path = resolve_model(model_dir or task_name, cache_dir)  # the warm start by default
         tok = AutoTokenizer.from_pretrained(path)
         n = sum(p.numel() for p in AutoModelForCausalLM.from_pretrained(path).parameters())
         what = _WARM_START_NAMES[name]

@@ -53,10 +53,10 @@ class EvalConfig:
             "type": _csv(str),
         },
     )
-    n: int = field(default=32, metadata={"help": "Samples per problem."})
+    n: int = field(default=32, metadata={"help": "Samples per problem (n of pass@k).", "flag": "samples"})
     k: list[int] = field(
         default_factory=lambda: [1, 32],
-        metadata={"help": "Comma-separated k values (each <= n).", "type": _csv(int)},
+        metadata={"help": "Comma-separated k values (each <= --samples).", "type": _csv(int)},
     )
     temperature: float = field(default=0.6, metadata={"help": "Sampling temperature (0: greedy)."})
     top_p: float = field(default=0.95, metadata={"help": "Nucleus sampling top-p in (0, 1]."})
@@ -65,7 +65,9 @@ class EvalConfig:
     batch_size: int = field(
         default=64, metadata={"help": "Sequences per generate call (problems x samples)."}
     )
-    limit: int | None = field(default=None, metadata={"help": "Only the first N problems of each benchmark."})
+    limit: int | None = field(
+        default=None, metadata={"help": "Only the first N problems of each benchmark.", "flag": "problems"}
+    )
     template: str = field(
         default="answer-tag",
         metadata={"help": "Prompt template.", "choices": ("answer-tag", "boxed", "none")},
@@ -100,12 +102,12 @@ class EvalConfig:
     def validate(self) -> None:
         """Raise ValueError on any bad value (everything that can be checked without loading anything)."""
         if self.n < 1:
-            raise ValueError(f"--n must be >= 1, got {self.n}")
+            raise ValueError(f"--samples must be >= 1, got {self.n}")
         if not self.k:
             raise ValueError("--k must list at least one k")
         bad = [k for k in self.k if k < 1 or k > self.n]
         if bad:
-            raise ValueError(f"every k must be in [1, n={self.n}], got {bad}")
+            raise ValueError(f"every k must be in [1, --samples {self.n}], got {bad}")
         if len(set(self.k)) != len(self.k):
             raise ValueError(f"--k repeats a value: {list(self.k)}; give each k once")
         if not (math.isfinite(self.temperature) and self.temperature >= 0):
@@ -119,7 +121,7 @@ class EvalConfig:
         if self.batch_size < 1:
             raise ValueError(f"--batch-size must be >= 1, got {self.batch_size}")
         if self.limit is not None and self.limit < 1:
-            raise ValueError(f"--limit must be >= 1, got {self.limit}")
+            raise ValueError(f"--problems must be >= 1, got {self.limit}")
         if self.backend not in BACKENDS:
             raise ValueError(f"unknown backend {self.backend!r}; valid backends: {', '.join(BACKENDS)}")
         if not self.benchmarks:
@@ -135,7 +137,7 @@ class EvalConfig:
 def build_parser() -> argparse.ArgumentParser:
     """The `oar-rl eval` parser, generated from `EvalConfig`'s fields; the shared options (`--model`,
     `--out`, `--seed`, `--threads`, `--cache-dir`) come from `oar_rl.options`."""
-    from oar_rl.argparsing import flag_names, new_parser
+    from oar_rl.argparsing import add_deprecated, flag_names, new_parser
     from oar_rl.options import shared_parser
 
     shared = shared_parser(
@@ -153,7 +155,7 @@ def build_parser() -> argparse.ArgumentParser:
     for f in dataclasses.fields(EvalConfig):
         if f.name in taken:
             continue
-        flags = flag_names(f.name)  # --max-new-tokens and --max_new_tokens, as TRL takes them
+        flags = flag_names(f.metadata.get("flag", f.name))  # --max-new-tokens and --max_new_tokens, as TRL
         kwargs: dict[str, Any] = {"help": f.metadata.get("help", ""), "dest": f.name}
         if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
             kwargs["required"] = True
@@ -180,7 +182,9 @@ def build_parser() -> argparse.ArgumentParser:
             kwargs["type"] = float
         if "choices" in f.metadata:
             kwargs["choices"] = f.metadata["choices"]
-        parser.add_argument(*flags, **kwargs)
+        action = parser.add_argument(*flags, **kwargs)
+        if "flag" in f.metadata:  # the one word of every command; the old name kept for one release
+            add_deprecated(parser, {"n": "--n", "limit": "--limit"}[f.name], action)
     return parser
 
 

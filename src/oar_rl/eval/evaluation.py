@@ -1,6 +1,6 @@
 """Evaluation: sample n completions per problem, score them with `accuracy_reward`, report unbiased pass@k.
 
-``oar-rl eval --model DIR --benchmarks aime25,aime24,amc23,math500,gsm8k --n 32 --k 1,32 --out DIR``
+``oar-rl eval --model DIR --benchmarks aime25,aime24,amc23,math500,gsm8k --samples 32 --k 1,32 --out DIR``
 
 pass@k is the unbiased estimator of Chen et al. (2021), ``1 - C(n-c, k) / C(n, k)`` per problem, in the
 numerically stable product form ``1 - prod_{i=n-c+1}^{n} (1 - k/i)``, averaged over problems; pass@1 with
@@ -21,8 +21,8 @@ Output directory (``--out``):
   config.json and each weight file's name, size, first and last MiB), or where a Hub id resolves to
   another commit than the one sampled (``hub:<commit>``: the id and ``--revision`` are resolved once, before
   anything loads, and every loader gets that commit; :mod:`oar_rl.model_identity`).
-  ``--k`` and ``--limit`` are not part of the hash: they only choose what is reported, so raising
-  ``--limit`` extends an earlier run.
+  ``--k`` and ``--problems`` are not part of the hash: they only choose what is reported, so raising
+  ``--problems`` extends an earlier run.
 * ``results.json`` and ``results.md`` -- pass@k per benchmark and the average (``results.md`` is shaped
   like the paper's Table 1: a P@k column per benchmark and k, then Avg = the mean of all those cells).
   Written atomically at the end.

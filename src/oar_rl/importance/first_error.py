@@ -159,13 +159,13 @@ _RECORDERS: list[SearchStats] = []
 
 @contextlib.contextmanager
 def recording() -> Iterator[SearchStats]:
-    """Accumulate the :class:`SearchStats` of every search run inside the block (e.g. `oar-rl bench`)."""
+    """Sums the searches run inside the block; blocks nest, each removing its own recorder by identity."""
     stats = SearchStats()
     _RECORDERS.append(stats)
     try:
         yield stats
     finally:
-        _RECORDERS.remove(stats)
+        del _RECORDERS[next(i for i, r in enumerate(_RECORDERS) if r is stats)]
 
 
 def eos_token_ids(model: nn.Module, tokenizer) -> list[int]:

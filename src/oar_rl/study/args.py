@@ -27,7 +27,7 @@ def _seeds(s: StudySettings) -> str:
 
 def build_parser() -> argparse.ArgumentParser:
     """The `oar-rl study` parser."""
-    from oar_rl.argparsing import add, new_parser
+    from oar_rl.argparsing import add, add_renaming, new_parser
     from oar_rl.credit_modules import add_flag
     from oar_rl.options import shared_parser
     from oar_rl.study.plan import duration, estimate_seconds
@@ -83,8 +83,9 @@ def build_parser() -> argparse.ArgumentParser:
         p, "--dry-run", action="store_true", help="print the plan (runs, methods, seeds, estimated time) only"
     )
     add(p, "--tiny", action="store_true", help=argparse.SUPPRESS)  # tests
-    add(p, "--methods", help=f"comma-separated (default: all; --quick {','.join(QUICK.methods)}); valid: "
-        f"{','.join(spelled(all_methods()))}, and the rules of --credit-module")  # fmt: skip
+    add_renaming(p, "--credits", "--methods", dest="methods",
+                 help=f"credit rules, comma-separated (default: all; --quick {','.join(QUICK.methods)}); "
+                 f"valid: {','.join(spelled(all_methods()))}, and the rules of --credit-module")  # fmt: skip
     add(
         p,
         "--seeds",
@@ -199,7 +200,7 @@ def settings_from_args(a: argparse.Namespace) -> StudySettings:
     if a.methods is not None:
         changes["methods"] = tuple(study_name(m) for m in _csv(a.methods))  # "none" is "grpo"
         if not changes["methods"]:
-            raise ValueError(f"--methods {a.methods!r} names no method; valid: {','.join(all_methods())}")
+            raise ValueError(f"--credits {a.methods!r} names no rule; valid: {','.join(all_methods())}")
     if a.seeds is not None:
         changes["seeds"], changes["method_seeds"] = _parse_seeds(a.seeds)
     for flag, field in (("steps", "steps"), ("recall", "recall_trajectories"), ("tune_seeds", "tune_seeds")):

@@ -16,7 +16,7 @@ STUDY_ARGS = ("--quick", "--task", "wordproblems")
 
 def build_parser() -> argparse.ArgumentParser:
     """The `oar-rl demo` parser."""
-    from oar_rl.argparsing import add, new_parser
+    from oar_rl.argparsing import add, add_renaming, new_parser
     from oar_rl.options import shared_parser
     from oar_rl.study.config import PRESETS
 
@@ -28,7 +28,8 @@ def build_parser() -> argparse.ArgumentParser:
         "Writes study.json, plots and report.html; rerun the same command to resume.",
         parents=[shared_parser("out", "threads", "cache-dir", out={"default": "demo_out"})],
     )
-    add(p, "--methods", help=f"comma-separated methods (default: {','.join(quick.methods)})")
+    add_renaming(p, "--credits", "--methods", dest="methods",
+                 help=f"credit rules, comma-separated (default: {','.join(quick.methods)})")  # fmt: skip
     add(p, "--seeds", help=f"seeds per method (default: {quick.seeds})")
     add(p, "--steps", type=int, help=f"optimizer steps per run (default: {quick.steps})")
     add(p, "--fresh", action="store_true", help="discard the results in --out first")
@@ -39,9 +40,10 @@ def study_argv(argv: list[str]) -> list[str]:
     """`oar-rl demo` arguments -> the `oar-rl study` arguments that run the same thing."""
     a = build_parser().parse_args(argv)
     out = [*STUDY_ARGS, "--out", a.out, "--threads", str(a.threads)]
-    for flag in ("methods", "seeds", "steps", "cache_dir"):
-        if getattr(a, flag) is not None:
-            out += [f"--{flag.replace('_', '-')}", str(getattr(a, flag))]
+    for dest, flag in (("methods", "--credits"), ("seeds", "--seeds"), ("steps", "--steps"),
+                       ("cache_dir", "--cache-dir")):  # fmt: skip
+        if getattr(a, dest) is not None:
+            out += [flag, str(getattr(a, dest))]
     return out + (["--fresh"] if a.fresh else [])
 
 

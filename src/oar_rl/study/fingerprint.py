@@ -200,7 +200,9 @@ def describe_machine(m: dict[str, Any]) -> str:
 def main(argv: list[str] | None = None, plan: ScreenPlan | None = None, prog: str | None = None) -> int:
     """The command line; given `plan` (an experiment's `__main__`), no `--plan`."""
     p = argparse.ArgumentParser(
-        prog=prog or "python -m oar_rl.study.fingerprint", description=__doc__.split("\n\n")[0]
+        allow_abbrev=False,
+        prog=prog or "python -m oar_rl.study.fingerprint",
+        description=__doc__.split("\n\n")[0],
     )
     if plan is None:
         p.add_argument("--plan", default=None, help="the plan: module:ATTR or a .py file that defines PLAN")

@@ -153,7 +153,7 @@ def refusal(
     return (
         f"not started: the plan above is estimated at {about}, more than the "
         f"{START_AT_ONCE_SECONDS // 60} min a study starts without asking. Add --yes to start it: "
-        f"`oar-rl study {given}--yes`; or make it smaller (--methods, --seeds, --steps), or --dry-run to "
+        f"`oar-rl study {given}--yes`; or make it smaller (--credits, --seeds, --steps), or --dry-run to "
         "print the plan only"
     )
 

@@ -115,6 +115,7 @@ def recall_analysis(
         result["skipped"] = f"none of {len(trajs)} sampled warm-start completions is correct"
         return result
     oracle_rows = oracle_labels(model, tokenizer, correct, task.check, max_new_tokens=max_new_tokens)
+    skipped: dict[str, str] = {}  # rules that read the outcome without standalone=False: left out, said
     scores, mask = scores_per_probe(
         model,
         tokenizer,
@@ -125,7 +126,12 @@ def recall_analysis(
         seed=seed,
         answer_pattern=task.answer_pattern,
         scored_tokens=scored_tokens,
+        skipped=skipped,
     )
+    for rule, why in skipped.items():
+        print(f"[recall] {rule} skipped: {why}", file=sys.stderr, flush=True)
+    if skipped:
+        result["skipped_signals"] = skipped
     oracle = label_matrix(oracle_rows, mask)
     tokens = int(mask.sum())
     result["reasoning_tokens"] = tokens
@@ -203,7 +209,7 @@ def recall_markdown(result: dict[str, Any]) -> str:
 def main(argv: list[str] | None = None) -> int:
     """Recall of the warm start's signals, as the study computes it, into `--out` (JSON, Markdown, PNGs)."""
     from oar_rl.analysis.attribute import METHODS, parse_methods
-    from oar_rl.argparsing import add, new_parser
+    from oar_rl.argparsing import add, add_renaming, new_parser
     from oar_rl.credit_modules import add_flag
     from oar_rl.io import ensure_writable_dir, write_text_atomic
     from oar_rl.study.report import plot_recall
@@ -211,10 +217,11 @@ def main(argv: list[str] | None = None) -> int:
 
     p = new_parser("python -m oar_rl.study.recall", "recall@K% of every signal on a task's warm start")
     add(p, "--task", default=DEFAULT_TASK)
-    add(p, "--n", type=int, default=40, help="correct warm-start trajectories (the study's default)")
+    add_renaming(p, "--trajectories", "--n", dest="n", type=int, default=40,
+                 help="correct warm-start trajectories (the study's default)")  # fmt: skip
     add(p, "--seed", type=int, default=1234, help="sampling and scoring seed (the study's eval_seed)")
     add(p, "--probe", default=None, help="probe of the model-free signals (default: the task's)")
-    add(p, "--methods", default=",".join(METHODS),
+    add_renaming(p, "--credits", "--methods", dest="methods", default=",".join(METHODS),
         help="signals to score beside the controls, comma-separated: the built-in scorers (default) or "
         "any standalone rule (oar-p-span, entropy-80-20, rules of --credit-module)")  # fmt: skip
     add_flag(p)

@@ -396,6 +396,7 @@ def main(argv: list[str] | None = None, plan: ScreenPlan | None = None, prog: st
     """The command line: `python -m oar_rl.study.screen ACTION --plan PLAN`, or, given `plan` (an
     experiment's `__main__`), `prog ACTION` without `--plan`."""
     p = argparse.ArgumentParser(
+        allow_abbrev=False,
         prog=prog or "python -m oar_rl.study.screen",
         description=__doc__.split("\n\n")[0] if plan is None else f"The pre-registered screen {plan.name!r}.",
     )
