@@ -319,3 +319,15 @@ def test_bench_argument_errors(argv, needle, capsys):
     with pytest.raises(SystemExit):
         bench.main(argv)
     assert needle in capsys.readouterr().err
+
+
+def test_generation_parity_matches_vllm_modes_with_vllms_grpo():
+    """A mode generating with vLLM is held to grpo-vllm's generation time, not to `generate`'s."""
+    recs = _records({"none": [1, 1, 1], "grpo-vllm": [0.43] * 3, "oar-g-vllm": [0.45] * 3, "oar-g": [1] * 3})
+    parity = bench.generation_parity(bench.summarize(recs, ["none", "grpo-vllm", "oar-g-vllm", "oar-g"], 0))
+    assert parity["ok"] and parity["flagged"] == []
+    slow = _records({"none": [1, 1, 1], "grpo-vllm": [0.43] * 3, "oar-g-vllm": [0.6] * 3})
+    parity = bench.generation_parity(bench.summarize(slow, ["none", "grpo-vllm", "oar-g-vllm"], 0))
+    assert parity["flagged"] == ["oar-g-vllm"]
+    alone = _records({"none": [1, 1, 1], "oar-g-vllm": [0.45] * 3})
+    assert bench.generation_parity(bench.summarize(alone, ["none", "oar-g-vllm"], 0))["ok"]

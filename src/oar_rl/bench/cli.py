@@ -47,6 +47,7 @@ from pathlib import Path
 from typing import Any
 
 from oar_rl.argparsing import add, new_parser
+from oar_rl.bench.parity import generation_parity, parity_lines
 from oar_rl.bench.shapes import SHAPE_NAMES, WARM_STARTS
 from oar_rl.bench.steps import METHOD_CONFIG, SEARCH_KEYS, BenchWorkerError, run_interleaved
 from oar_rl.credit_names import registered, spelled, unknown_message
@@ -210,7 +211,6 @@ def _spread(values: list[float]) -> dict[str, float]:
     return {"median": statistics.median(values), "min": min(values), "max": max(values)}
 
 
-GENERATION_TOLERANCE = 0.10  # a mode's median generation s/token may differ from GRPO's by this share
 
 
 def summarize(records: list[dict], methods: list[str], warmup: int) -> dict[str, dict]:
@@ -258,44 +258,6 @@ def summarize(records: list[dict], methods: list[str], warmup: int) -> dict[str,
     for m in methods:
         del out[m]["_spt"], out[m]["_upd"]
     return out
-
-
-def generation_parity(summary: dict[str, dict], tolerance: float = GENERATION_TOLERANCE) -> dict[str, Any]:
-    """Flag every mode whose median generation s/token differs from its engine's GRPO by more than
-    `tolerance`.
-
-    Generation is the same code on the same weights for every mode with the same engine, so a difference
-    is the harness or the machine, not the credit mode; the step figures of a flagged mode are then not its
-    cost. A ratio that cannot be taken (GRPO's generation time is 0) is flagged too. Modes generating with
-    vLLM (``grpo-vllm``, ``oar-g-vllm``) are compared with ``grpo-vllm`` where it runs, and not otherwise:
-    their difference from ``none`` is the engine's, which the table reports.
-    """
-    ratios = {m: s.get("generation_ratio_vs_grpo") for m, s in summary.items()}
-    flagged = []
-    for method, ratio in ratios.items():
-        reference = "grpo-vllm" if METHOD_CONFIG.get(method, {}).get("use_vllm") else "none"
-        base = ratios.get(reference, 0.0 if reference == "none" else None)
-        if method == reference or (base is None and reference != "none"):
-            continue
-        if ratio is None or not base or abs(ratio / base - 1.0) > tolerance:
-            flagged.append(method)
-    return {"tolerance": tolerance, "ratios": ratios, "flagged": flagged, "ok": not flagged}
-
-
-def parity_lines(parity: dict[str, Any]) -> list[str]:
-    tol = f"{100 * parity['tolerance']:.0f}%"
-    ratios = ", ".join(f"{m} {'n/a' if r is None else f'{r:.2f}×'}" for m, r in parity["ratios"].items())
-    if parity["ok"]:
-        return [
-            f"Generation parity: OK -- every mode's median generation time per token is within {tol} "
-            f"of GRPO's ({ratios})."
-        ]
-    return [
-        f"**Generation parity: FAILED** -- median generation time per token differs from GRPO's by more "
-        f"than {tol} for {', '.join(parity['flagged'])} ({ratios}). Generation is the same work in every "
-        "mode, so those modes' step figures include something other than their credit cost; use the "
-        "update-sweep columns, and rerun on an idle machine."
-    ]
 
 
 def _fmt(s: dict[str, float] | None, scale: float = 1.0, digits: int = 2) -> str:
