@@ -253,15 +253,8 @@ WORKING_NOTES = {
     "who ran what": r"\bthe lead\b|\blead's\b|\bsessions?\b|\bmy (?:run|job|machine)s?\b",
     "an unlinked issue number": r"\b(?:issues?|PR|pull request) #?\d+",
 }
-PENDING_NOTES: dict[str, tuple[str, ...]] = {
-    # Rewritten in changes of their own: the whole page until they land, or the phrases named.
-    "docs/gpu.md": (),  # the H200 gpu-check's page
-    "docs/results/credit-long.md": (),  # issue 56's reading of the long regime
-    # generated: the legend's grpo-compute line (issue 56); oar_rl.machine.REPRODUCIBILITY (src/)
-    "docs/results/leaderboard.md": ("issue 48", "issues 34"),
-    "docs/reference/cli.md": ("issue 26", "issue 46"),  # generated from the CLI's help (src/)
-    "docs/reference/config.md": ("issue 26", "issue 46"),  # generated from OARConfig's help (src/)
-}
+PENDING_NOTES: dict[str, tuple[str, ...]] = {}
+"""Pages exempt while rewritten in a change of their own: () the whole page, else the phrases named."""
 
 
 def prose(text: str) -> str:
@@ -347,7 +340,7 @@ def test_one_status_per_page(page):
 CODE_COLUMNS = 80
 """Monospace characters a code block of the site shows at 1280 px (80.4 measured in Chromium with the
 site's font stack); a longer line is broken by hand, at a flag or before a comment."""
-CODE_PENDING = ("docs/gpu.md", "docs/results/credit-long.md")
+CODE_PENDING: tuple[str, ...] = ()
 """Pages rewritten in changes of their own (see PENDING_NOTES)."""
 
 
@@ -402,8 +395,6 @@ TERMS = {  # anchor in docs/glossary.md -> how the pages write the term
 }
 GLOSSARY_EXEMPT = {
     "docs/glossary.md": "the definitions themselves",
-    "docs/gpu.md": "rewritten in a change of its own",
-    "docs/results/credit-long.md": "rewritten in a change of its own (issue 56)",
     "docs/results/leaderboard.md": "generated (experiments/leaderboard); its terms sit in HTML tables",
 }
 

@@ -180,8 +180,8 @@ class OARConfig(GRPOConfig):
             "tokens before the format that introduces the answer (the <answer> tag, \\boxed{, 'The final "
             "answer is'; oar_rl.answer_span.reasoning_mask), as the paper's T; the format and the answer "
             "keep weight 1 and OAR-G puts no noise on them. 'before-answer': every token before the answer "
-            "span (all tokens under lt-logits), the behaviour before issue 26. Applies to random, oar-g, "
-            "oar-p, oar-gp, grail and first-error; entropy shaping (Eq. 6) covers every token as in its "
+            "span (all tokens under lt-logits), oar-rl's behaviour before the reasoning-only default. "
+            "Applies to random, oar-g, oar-p, oar-gp, grail and first-error; entropy shaping (Eq. 6) covers every token as in its "
             "paper."
         },
     )
@@ -218,8 +218,8 @@ class OARConfig(GRPOConfig):
             "teacher-forced pass, no prefill) in a lean greedy loop that drops finished rows and, on "
             "Llama-shaped models, verifies drafts looked up in the batch's own texts several tokens per "
             "forward (oar_rl.importance.greedy_decode). 'generate': model.generate on every prefix (the "
-            "search before issue 46). Both take the argmax of the same model's logits; the located tokens "
-            "were identical on the long regime's rollouts (tests/test_greedy_decode.py)."
+            "search before the cached decode). Both take the argmax of the same model's logits; the located "
+            "tokens were identical on the long regime's rollouts (tests/test_greedy_decode.py)."
         },
     )
     first_error_reuse_greedy: bool = field(

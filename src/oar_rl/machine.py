@@ -155,7 +155,7 @@ def machine_line(info: dict[str, Any] | None) -> str:
 
 
 REPRODUCIBILITY = (
-    "Which figures reproduce on another CPU (issues 34 and 49, measured; `results/fingerprints/`): runs on "
+    "Which figures reproduce on another CPU (measured; `results/fingerprints/`): runs on "
     "two CPUs differ in the last bits from the first optimizer step whenever ATen's instruction set (AVX2 "
     "or AVX-512), MKL's code branch (its AVX-512 kernels run on an Intel Xeon, not on an AMD EPYC) or the "
     "thread count differ; whether that moves a figure depends on the run. Short regime: GRPO's and random's "

@@ -132,7 +132,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--scored-tokens",
         choices=SCORED_TOKENS,
         help="tokens OAR scores and reshapes (protocol; default reasoning, OARConfig's); before-answer is "
-        "the scored set of studies made before issue 26, e.g. results/study-wordproblems-v2",
+        "the scored set of studies made before the reasoning-only default, e.g. "
+        "results/study-wordproblems-v2",
     )
     add(
         p,
