@@ -181,8 +181,8 @@ class OARConfig(GRPOConfig):
             "answer is'; oar_rl.answer_span.reasoning_mask), as the paper's T; the format and the answer "
             "keep weight 1 and OAR-G puts no noise on them. 'before-answer': every token before the answer "
             "span (all tokens under lt-logits), oar-rl's behaviour before the reasoning-only default. "
-            "Applies to random, oar-g, oar-p, oar-gp, grail and first-error; entropy shaping (Eq. 6) covers every token as in its "
-            "paper."
+            "Applies to random, oar-g, oar-p, oar-gp, grail and first-error; entropy shaping (Eq. 6) "
+            "covers every token as in its paper."
         },
     )
     reshape_rows: ReshapeRows = field(
