@@ -318,8 +318,8 @@ def _compute_note(root: Path, shown: Sequence[Regime], out: Path | None) -> list
     answers = _link(root, "credit-why.md", out)
     return [
         "- **grpo-compute**: not a credit rule; GRPO given first-error's generated tokens per step (more "
-        "prompts per step, issue 48). Its Δ vs GRPO is what that compute buys GRPO; a rule beats GRPO "
-        f"there only if it beats both ([the answers]({answers}))."
+        "prompts per step, as the credit-why re-test ran it). Its Δ vs GRPO is what that compute buys "
+        f"GRPO; a rule beats GRPO there only if it beats both ([the answers]({answers}))."
     ]
 
 
