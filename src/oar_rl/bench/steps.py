@@ -270,6 +270,13 @@ def _train(method: str, shape_kwargs: dict[str, Any], args: argparse.Namespace, 
     from oar_rl.bench.shapes import build_shape
 
     shape = build_shape(**shape_kwargs)
+    if METHOD_CONFIG.get(method, {}).get("use_vllm") and not os.environ.get("MASTER_PORT"):
+        # the workers start together: TRL's free-port probe would hand two engines the same port
+        import socket
+
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            os.environ["MASTER_PORT"] = str(sock.getsockname()[1])
     from oar_rl.importance.first_error import recording
 
     with tempfile.TemporaryDirectory() as work, recording() as search:
