@@ -47,7 +47,13 @@ METHOD_CONFIG: dict[str, dict[str, Any]] = {  # bench-only variants of a credit 
     "first-error-generate": {"credit": "first-error", "first_error_decode": "generate"},
 }
 # generation by a colocated vLLM engine (vLLM's CPU build on a CPU; oar_rl.vllm_sync) instead of `generate`
-VLLM = {"use_vllm": True, "vllm_mode": "colocate", "vllm_dtype": "float32"}
+# (on a CPU the memory share is of the machine's memory, for the KV cache: 0.15 fits four workers in 24 GB)
+VLLM = {
+    "use_vllm": True,
+    "vllm_mode": "colocate",
+    "vllm_dtype": "float32",
+    "vllm_gpu_memory_utilization": 0.15,
+}
 METHOD_CONFIG.update({"grpo-vllm": {"credit": "none", **VLLM}, "oar-g-vllm": {"credit": "oar-g", **VLLM}})
 SEARCH_KEYS = (  # first-error's search, per step
     "rounds", "continuations", "reused", "generated_tokens", "forwards", "pass_seconds", "decode_seconds",
