@@ -349,6 +349,12 @@ def merged_problem(path: Path, adapter: Path) -> str | None:
         return "it was merged from another adapter"
     if file_digests(path) != record.get("files"):
         return "its files do not match the sha256 recorded at the merge"
+    try:
+        padding = json.loads((path / "tokenizer_config.json").read_text()).get("padding_side")
+    except (OSError, ValueError) as e:
+        return f"tokenizer_config.json is missing or unreadable ({e.__class__.__name__})"
+    if padding != "left":  # right padding would silently spoil batched generation
+        return f"its tokenizer pads on the {padding or 'default (right)'} side, not the left"
     return None
 
 
@@ -369,8 +375,7 @@ def merge(adapter: Path, base_dir: Path, out: Path, *, progress: bool = True) ->
     _log(progress, f"[oar-rl] merging the LoRA warm start {adapter.name} into its base -> {out}")
     peft = _peft()
     model = peft.PeftModel.from_pretrained(_load_base(base_dir), adapter).merge_and_unload()
-    tok = AutoTokenizer.from_pretrained(base_dir)
-    tok.padding_side = "left"  # generation in batches (sampling.sample_ids pads as the tokenizer says)
+    tok = AutoTokenizer.from_pretrained(base_dir, padding_side="left")  # saved so: batched generation
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
     try:

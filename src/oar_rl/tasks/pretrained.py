@@ -20,7 +20,7 @@ The warm start (`WARM_START_SPECS["default"]`, `oar_rl.lora_sft`): LoRA rank 16 
 alpha 32, AdamW 5e-4 (constant, no weight decay, gradients clipped at 1.0), batch 8, 200 steps over the
 first 1,600 train problems' reference solutions, seed 0; cached, merged for training, and built on first
 use or ahead of time by `oar-rl warm-start --task wordproblems-smollm2`. `test` is the same recipe at 2
-steps of 4 on 8 problems, for the tests. The RL prompts (`prompts("train", n)`) are the same train
+steps of 2 on 4 problems, for the tests. The RL prompts (`prompts("train", n)`) are the same train
 stream, so the first 1,600 RL prompts were seen in SFT (as the embedded warm starts' SFT saw theirs).
 
 Departures from the paper (Qwen2.5-7B / Math-7B / Math-1.5B, RL from the released checkpoints): a
@@ -61,9 +61,9 @@ WARM_START_SPECS: dict[str, LoraSFTSpec] = {
     "test": LoraSFTSpec(
         base=BASE_MODEL,
         data_task=DATA_TASK,
-        num_examples=8,
+        num_examples=4,
         system_prompt=SYSTEM_PROMPT,
-        batch_size=4,
+        batch_size=2,
         steps=2,
     ),
 }
