@@ -239,5 +239,9 @@ def test_the_warm_start_command_verifies_a_shipped_one_and_refuses_an_unknown_va
         out.startswith("warm start wordproblems/default: recipe ")
         and str(shipped_path("wordproblems")) in out
     )
-    assert cli.main(["warm-start", "--task", "wordproblems", "--warm-start", "test"]) == 2
-    assert "valid: default" in capsys.readouterr().err
+    assert cli.main(["warm-start", "--task", "wordproblems", "--warm-start", "test"]) == 1
+    err = capsys.readouterr().err.strip()
+    assert (
+        err.startswith("oar-rl warm-start: error: --warm-start 'test' is not valid")
+        and "valid: default" in err
+    )

@@ -68,7 +68,7 @@ def test_grpo_on_the_regime_starts_from_its_warm_start(model_dir, tmp_path, monk
     threads = torch.get_num_threads()
     try:
         rc = cli.main([
-            "study", "--tiny", "--task", "wordproblems-smollm2", "--methods", "grpo", "--seeds", "1",
+            "study", "--tiny", "--task", "wordproblems-smollm2", "--credits", "grpo", "--seeds", "1",
             "--steps", "1", "--recall", "0", "--threads", "2", "--cache-dir", str(cache), "--out", str(out),
         ])  # fmt: skip
     finally:

@@ -54,18 +54,12 @@ def main(argv: list[str] | None = None) -> int:
     apply_threads(a.threads)
     task = get_task(a.task)
     if a.warm_start not in task.warm_starts:
-        print(
-            f"oar-rl warm-start: warm start {a.warm_start!r} is not valid for task {task.name!r}; valid: "
-            f"{', '.join(task.warm_starts)}",
-            file=sys.stderr,
+        raise ValueError(
+            f"--warm-start {a.warm_start!r} is not valid for task {task.name!r}; valid: "
+            + ", ".join(task.warm_starts)
         )
-        return 2
     t0 = time.perf_counter()
-    try:
-        ws = task.load_warm_start(a.warm_start, a.cache_dir)
-    except (ValueError, OSError) as exc:  # a refused or unbuildable warm start: one line, no traceback
-        print(f"oar-rl warm-start: {exc}", file=sys.stderr)
-        return 1
+    ws = task.load_warm_start(a.warm_start, a.cache_dir)  # a refused one raises: one line (oar_rl.cli)
     seconds = time.perf_counter() - t0
     print(f"warm start {task.name}/{a.warm_start}: recipe {ws.recipe_hash}, {ws.path} ({seconds:.0f} s)")
     return 0
