@@ -309,6 +309,9 @@ def build_adapter(spec: LoraSFTSpec, base_dir: Path, out: Path, *, progress: boo
         for f in tmp.iterdir():  # only the adapter (PEFT also writes a model card)
             if f.name not in ADAPTER_FILES:
                 shutil.rmtree(f) if f.is_dir() else f.unlink()
+        config = json.loads((tmp / "adapter_config.json").read_text())  # PEFT writes a set's order:
+        config["target_modules"] = sorted(config["target_modules"])  # sorted, the same bytes every build
+        (tmp / "adapter_config.json").write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
         (tmp / RECIPE_FILE).write_text(json.dumps(rec, indent=2, sort_keys=True) + "\n")
         build = {
             "seconds": round(time.perf_counter() - t0, 1),

@@ -1,6 +1,6 @@
 """`oar-rl warm-start`: build (or check) a task's warm start ahead of the commands that train from it.
 
-    oar-rl warm-start --task wordproblems-smollm2 --threads 2   # the LoRA SFT of issue 58, ~25 min
+    oar-rl warm-start --task wordproblems-smollm2 --threads 2   # the pretrained regime's LoRA SFT, ~25 min
     oar-rl warm-start --task wordproblems                       # the shipped one: verified, path printed
 
 Loads the task's warm start exactly as `oar-rl study --task T` does (`Task.load_warm_start`): a cached

@@ -119,7 +119,7 @@ def _load_warm_start(variant: str, cache_dir: str | None) -> WarmStart:
 WORDPROBLEMS_SMOLLM2 = Task(
     name=NAME,
     description="the short word problems asked of SmolLM2-135M-Instruct in its chat template, from a LoRA "
-    "SFT warm start on the task's reference solutions (issue 58; oar_rl.tasks.pretrained)",
+    "SFT warm start on the task's reference solutions (oar_rl.tasks.pretrained)",
     prompts=_prompts,
     reward=exact_reward,
     check=exact_check,
@@ -130,8 +130,8 @@ WORDPROBLEMS_SMOLLM2 = Task(
     max_completion_length=128,
     probe="as-mean",
     learning_rate=1e-6,
-    learning_rate_note="TRL's GRPOConfig default, a placeholder: issue 58's grid on the validation split "
-    "(at least 3 rates x 2 seeds) chooses the regime's rate",
+    learning_rate_note="TRL's GRPOConfig default, a placeholder until a grid on the validation split "
+    "(at least 3 rates x 2 seeds, --tune-lr) chooses the regime's rate",
     load_split=_split,
     split_names=("train", "validation", "eval"),
 )
