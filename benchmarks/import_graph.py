@@ -70,10 +70,13 @@ TIERS: dict[str, int] = {
     "oar_rl.fetch": 4,
     "oar_rl.model_identity": 4,  # a Hub id's commit, a local model's fingerprint (eval and train)
     "oar_rl.shipped": 4,
+    "oar_rl.lora_sft": 4,  # a pretrained model's LoRA SFT warm start: recipe, build, verify, merge (issue 58)
     "oar_rl.tasks": 4,
     "oar_rl.options": 4,  # the shared command-line flags (names the tasks and warm starts)
     # 5 applications: training, evaluation, the cost benchmark, the study and the analyses
     "oar_rl.train": 5,
+    "oar_rl.fetch_cli": 5,  # oar-rl fetch-model
+    "oar_rl.warm_start": 5,  # oar-rl warm-start: build or verify a task's warm start
     "oar_rl.checkpoints": 5,  # oar-rl train's output directory and resume checks
     "oar_rl.train_data": 5,  # oar-rl train's dataset: columns and template checked before the model loads
     "oar_rl.eval": 5,

@@ -15,7 +15,7 @@ import pytest
 from oar_rl import cli
 
 ROOT = Path(__file__).resolve().parents[1]
-ARGPARSE_COMMANDS = ("eval", "attribute", "oracle", "bench", "study", "demo", "fetch-model")
+ARGPARSE_COMMANDS = ("eval", "attribute", "oracle", "bench", "study", "demo", "fetch-model", "warm-start")
 
 
 def parser_of(command: str):

@@ -14,8 +14,13 @@ import pytest
 from oar_rl import cli, train
 
 ROOT = Path(__file__).resolve().parents[1]
-ARGPARSE = ("demo", "eval", "attribute", "oracle", "fetch-model", "blame", "task-figures", "bench", "study")
-REQUIRED = {"eval": ["--model", "m", "--out", "o"], "fetch-model": ["x.gguf"]}
+ARGPARSE = ("demo", "eval", "attribute", "oracle", "fetch-model", "blame", "task-figures", "bench", "study",
+            "warm-start")  # fmt: skip
+REQUIRED = {
+    "eval": ["--model", "m", "--out", "o"],
+    "fetch-model": ["x.gguf"],
+    "warm-start": ["--task", "wordproblems"],
+}
 
 
 def parser_of(command: str):

@@ -19,7 +19,14 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "eval": ("oar_rl.eval.evaluation", "sample n completions per problem and report unbiased pass@k"),
     "attribute": ("oar_rl.analysis.attribute", "token-importance heatmaps (HTML), one row per scorer"),
     "oracle": ("oar_rl.analysis.recall", "counterfactual oracle and causal-token recall@K% of each scorer"),
-    "fetch-model": ("oar_rl.fetch", "SmolLM2-135M-Instruct (or a .gguf file) as a plain model dir, offline"),
+    "fetch-model": (
+        "oar_rl.fetch_cli",
+        "SmolLM2-135M-Instruct (or a .gguf file) as a plain model dir, offline",
+    ),
+    "warm-start": (
+        "oar_rl.warm_start",
+        "build (or verify) a task's warm start in the cache; print where it is",
+    ),
     "blame": (
         "oar_rl.analysis.blame",
         "credit on wrong rollouts: the first error's weight vs the last result's",

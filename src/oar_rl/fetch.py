@@ -290,38 +290,3 @@ def gguf_model_dir(gguf_path: str | os.PathLike, cache_dir: str | os.PathLike | 
     root = Path(cache_dir).expanduser() if cache_dir is not None else default_cache_dir()
     digest = sha256_file(path)
     return convert_gguf(path, root / f"gguf-{path.stem}-{digest[:12]}")
-
-
-def build_parser():
-    """The `oar-rl fetch-model` parser."""
-    from oar_rl.argparsing import new_parser
-    from oar_rl.options import shared_parser
-
-    p = new_parser(
-        "oar-rl fetch-model",
-        "write a known model (or a .gguf file) as a plain HF directory in the model cache; print its path",
-        parents=[shared_parser("cache-dir", "threads")],
-    )
-    p.add_argument("name", help=f"one of {', '.join(KNOWN_MODELS)}, or a path to a .gguf file")
-    return p
-
-
-def main(argv: list[str] | None = None) -> int:
-    from oar_rl.options import apply_threads
-
-    a = build_parser().parse_args(list(sys.argv[1:] if argv is None else argv))
-    apply_threads(a.threads)  # the de-quantisation runs in torch
-    try:
-        if a.name.endswith(".gguf"):
-            path = gguf_model_dir(a.name, a.cache_dir)
-        else:
-            path = fetch_model(a.name, a.cache_dir)
-    except (ValueError, OSError) as exc:
-        print(f"oar-rl fetch-model: {exc}", file=sys.stderr)
-        return 2
-    print(path)
-    return 0
-
-
-if __name__ == "__main__":  # pragma: no cover
-    raise SystemExit(main())

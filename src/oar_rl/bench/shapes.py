@@ -34,6 +34,8 @@ import zlib
 from dataclasses import dataclass, field
 from typing import Any
 
+from oar_rl.tasks.pretrained import SYSTEM_PROMPT  # the pretrained regime's system line (issue 58)
+
 SHAPES: dict[str, dict[str, Any]] = {
     "qwen2-30m": dict(
         hidden_size=384,
@@ -100,7 +102,6 @@ _WARM_START_NAMES = {
 PRETRAINED: dict[str, str] = {"smollm2-135m": "wordproblems"}
 """Pretrained models by name (`oar-rl fetch-model`): shape -> the task whose train prompts it answers,
 in the model's own chat template with a system line asking for the task's answer tag."""
-SYSTEM_PROMPT = "Solve the problem step by step, then give the final number as <answer>N</answer>."
 SHAPE_NAMES: tuple[str, ...] = (*WARM_STARTS, *PRETRAINED, *SHAPES)
 SPECIALS = ("<pad>", "<unk>", "<s>", "</s>")
 

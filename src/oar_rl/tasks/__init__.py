@@ -1,4 +1,4 @@
-"""The embedded tasks, in one registry: a task name -> its `Task` (data and splits, reward and check,
+"""The built-in tasks, in one registry: a task name -> its `Task` (data and splits, reward and check,
 role labeller, warm start, defaults; `oar_rl.tasks.base`).
 
 Every command that works on a task reads it from here: `oar-rl study` and `demo`, `oar-rl oracle` and
@@ -61,8 +61,10 @@ def _register_builtin_tasks() -> None:
         return
     _BUILTINS_DONE = True
     from oar_rl.tasks.arithmetic import ARITHMETIC
+    from oar_rl.tasks.pretrained import WORDPROBLEMS_SMOLLM2
     from oar_rl.tasks.wordproblems import WORDPROBLEMS, WORDPROBLEMS_LONG
 
     register(ARITHMETIC)
     register(WORDPROBLEMS)
     register(WORDPROBLEMS_LONG)
+    register(WORDPROBLEMS_SMOLLM2)
