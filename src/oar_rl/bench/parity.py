@@ -42,7 +42,7 @@ def parity_lines(parity: dict[str, Any]) -> list[str]:
     if parity["ok"]:
         return [
             f"Generation parity: OK -- every mode's median generation time per token is within {tol} "
-            f"of GRPO's ({ratios})."
+            f"of its engine's GRPO's (none; grpo-vllm for the vLLM modes); × GRPO: {ratios}."
         ]
     return [
         f"**Generation parity: FAILED** -- median generation time per token differs from GRPO's by more "
