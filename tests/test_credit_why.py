@@ -293,12 +293,13 @@ def test_the_seconds_ratio_over_runs_that_shared_the_cpu_with_nothing_else(tmp_p
     from datetime import UTC, datetime
 
     from experiments.credit_why import answers, shared_cpu
+    from oar_rl.study.runner import RunStore
 
     runs_dir = tmp_path / "runs"
     runs_dir.mkdir()
     for key, end in (("grpo.seed400", "2026-11-28T11:14"), ("grpo.seed401", "2026-11-28T11:20")):
-        f = runs_dir / f"{key}.json"
-        f.write_text(json.dumps({"wall_seconds": 600.0}))
+        f = runs_dir / RunStore.filename(key.split(".seed")[0], int(key.split(".seed")[1]))
+        f.write_text(json.dumps({"wall_seconds": 600.0, "key": key.replace(".seed", "/seed")}))
         t = datetime.fromisoformat(end).replace(tzinfo=UTC).timestamp()
         os.utime(f, (t, t))
     rec = shared_cpu.update(tmp_path)
@@ -379,3 +380,19 @@ def test_the_committed_answers_figure_is_readable_at_the_pages_width():
     import matplotlib.pyplot as plt
 
     plt.close(fig)
+
+
+def test_shared_cpu_keys_a_run_by_its_arms_name_not_its_file_name(tmp_path):
+    """An arm named with brackets ("grpo[lr=1e-4]") is written as grpo_lr_1e-4_.seedN.json; the record is
+    keyed "grpo[lr=1e-4].seedN", the name `answers` looks it up by."""
+    import json
+
+    from experiments.credit_why import shared_cpu
+    from oar_rl.study.runner import RunStore
+
+    (tmp_path / "runs").mkdir()
+    f = tmp_path / "runs" / RunStore.filename("grpo[lr=1e-4]", 402)
+    f.write_text(json.dumps({"wall_seconds": 600.0, "key": "grpo[lr=1e-4]/seed402"}))
+    assert f.name == "grpo_lr_1e-4_.seed402.json"
+    assert set(shared_cpu.update(tmp_path)["runs"]) == {"grpo[lr=1e-4].seed402"}
+

@@ -37,6 +37,9 @@ WINDOWS = (  # (start, end, what ran beside the two confirmation processes), UTC
     ("2026-11-28T13:42:20", "2026-11-28T13:42:49", "tests/test_credit_why.py (a reviewer)"),
     ("2026-11-28T13:44", "2026-11-28T13:46", "tests/test_credit_why.py"),
     ("2026-11-28T14:48:24", "2026-11-28T15:02:42", "tests/test_layout.py and tests/test_docs.py (niced)"),
+    # Amendment 3's runs (one process from 23:20): the other work beside them, to the window's end
+    ("2026-11-28T23:20", "2026-11-28T23:40", "the SmolLM2 regime's LoRA warm-start build (1 thread)"),
+    ("2026-11-28T23:40", "2026-11-29T00:34", "oar-rl study on the SmolLM2 regime (2 threads), tests"),
 )
 """A time given to the minute covers that whole minute at the end of a window."""
 
@@ -83,12 +86,14 @@ def update(confirm_dir: Path) -> dict[str, Any]:
     path = confirm_dir / FILE
     rec = json.loads(path.read_text()) if path.exists() else {"runs": {}}
     for f in sorted((confirm_dir / "runs").glob("*.json")):
-        if f.stem in rec["runs"]:
+        run = json.loads(f.read_text())
+        key = run["key"].replace("/", ".")  # "arm.seedN" by the arm's name ("grpo[lr=1e-4]"), not the file's
+        if key in rec["runs"]:
             continue
         end = datetime.fromtimestamp(f.stat().st_mtime, UTC)
-        wall = float(json.loads(f.read_text())["wall_seconds"])
+        wall = float(run["wall_seconds"])
         start = datetime.fromtimestamp(end.timestamp() - wall, UTC)
-        rec["runs"][f.stem] = {
+        rec["runs"][key] = {
             "start": start.isoformat(timespec="seconds"),
             "end": end.isoformat(timespec="seconds"),
         }
