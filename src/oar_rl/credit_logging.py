@@ -84,10 +84,12 @@ class CreditLogging:
     def _warn_zero_weights(self, scores: torch.Tensor, scored: torch.Tensor) -> None:
         """Once per run: a ``reshape="weights"`` rule scored whole rows 0 on every scored token, which
         takes their gradient away there (`oar_rl.rule_calls.zero_weight_rows`); named with the rule."""
+        if self._oar_zero_weights_warned:  # warned once: nothing to compute in later steps
+            return
         from oar_rl.rule_calls import zero_weight_rows, zero_weights_message
 
         silent = zero_weight_rows(scores, scored)
-        if not silent or self._oar_zero_weights_warned:
+        if not silent:
             return
         self._oar_zero_weights_warned = True
         import warnings

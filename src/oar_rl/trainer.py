@@ -160,10 +160,12 @@ class OARTrainer(CreditLogging, GRPOTrainer):
                 args = (args[0], _safe_rewards(args[1]), *args[2:])
             elif kwargs.get("reward_funcs") is not None:
                 kwargs["reward_funcs"] = _safe_rewards(kwargs["reward_funcs"])
-        engine_options = {}  # vLLM engine options TRL does not pass (colocate mode; oar_rl.vllm_sync)
-        if isinstance(config, OARConfig) and config.use_vllm and config.vllm_mode == "colocate":
-            engine_options = llm_options(config.vllm_enforce_eager, config.vllm_dtype)
-        with extra_llm_kwargs(engine_options), kept_torch_threads():
+        colocated = isinstance(config, OARConfig) and config.use_vllm and config.vllm_mode == "colocate"
+        with contextlib.ExitStack() as engine:  # a colocated vLLM engine: its options and our threads
+            if colocated:
+                options = llm_options(config.vllm_enforce_eager, config.vllm_dtype)
+                engine.enter_context(extra_llm_kwargs(options))
+                engine.enter_context(kept_torch_threads())
             super().__init__(*args, **kwargs)
         if not isinstance(self.args, OARConfig):
             raise ValueError(f"OARTrainer needs an OARConfig as `args`, got {type(self.args).__name__}")
