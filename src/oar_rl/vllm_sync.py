@@ -18,8 +18,8 @@ take ``load_weights`` (every GPU backend) keeps TRL's sync unchanged. Sleep mode
 CPU backend has no sleep mode).
 
 :func:`llm_options` adds two engine options TRL does not pass to ``vllm.LLM``: ``enforce_eager`` (on a CPU,
-vLLM compiles the model with torch.compile when the engine starts, 60-90 s for SmolLM2-135M; eager starts
-in seconds and generates at about the same speed for small models) and ``dtype`` (vLLM otherwise takes the
+vLLM compiles the model with torch.compile when the engine starts, 56-77 s for SmolLM2-135M, measured
+beside other work; eager starts in seconds) and ``dtype`` (vLLM otherwise takes the
 checkpoint's dtype, e.g. bfloat16 for SmolLM2 while the policy trains in float32, which widens the gap
 between vLLM's sampling log-probabilities and the policy's). They are applied by wrapping the ``LLM``
 class that TRL's `trl.generation.vllm_generation` calls, for the duration of the trainer's construction.
