@@ -153,8 +153,13 @@ def main(out_dir: str, credits: list[str]) -> None:
 if __name__ == "__main__":
     torch.set_num_threads(1)
     main(sys.argv[1], sys.argv[2:])
-    # tear the process group down before exit: left to interpreter shutdown, gloo's threads can abort a
-    # rank ("terminate called without an active exception") on a loaded machine
+    # tear the process group down, then leave without the interpreter's shutdown: its C++ static
+    # destructors can still abort a rank ("terminate called without an active exception": a joinable
+    # std::thread destroyed) on a loaded machine, even after destroy_process_group. Every result file
+    # is written (write, then rename) before this point.
     if torch.distributed.is_available() and torch.distributed.is_initialized():
         torch.distributed.barrier()
         torch.distributed.destroy_process_group()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
