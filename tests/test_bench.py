@@ -313,6 +313,10 @@ def test_the_word_problem_shapes_are_the_shipped_warm_starts_on_their_tasks(name
         (["--oar-gp-fraction", "0"], "--oar-gp-fraction"),
         (["--shape", "qwen2-30m", "--model", "x"], "--model goes with --shape embedded"),
         (["--no-scorers", "--scorers-only"], "not allowed with"),
+        (
+            ["--problems", "2", "--samples", "4", "--micro-batch", "3"],
+            "--micro-batch 3 must be >= 1 and divide",
+        ),
     ],
 )
 def test_bench_argument_errors(argv, needle, capsys):
@@ -331,3 +335,51 @@ def test_generation_parity_matches_vllm_modes_with_vllms_grpo():
     assert parity["flagged"] == ["oar-g-vllm"]
     alone = _records({"none": [1, 1, 1], "oar-g-vllm": [0.45] * 3})
     assert bench.generation_parity(bench.summarize(alone, ["none", "oar-g-vllm"], 0))["ok"]
+
+
+def test_micro_batch_accumulates_one_optimizer_step_per_generation_batch(tmp_path):
+    """--micro-batch: passes of that many rows, gradients accumulated over the step (as in the study)."""
+    from oar_rl.bench.steps import _make_trainer
+
+    args = bench._parse(["--shape", "qwen2-tiny", "--problems", "2", "--samples", "4", "--micro-batch", "2"])
+    shape = build_shape("qwen2-tiny", prompt_len=3, completion_len=4, rows=4, seed=0, model_dir=None)
+    cfg = _make_trainer("none", shape, args, str(tmp_path)).args
+    assert (cfg.per_device_train_batch_size, cfg.gradient_accumulation_steps, cfg.steps_per_generation) == (
+        2,
+        4,
+        4,
+    )
+    assert cfg.generation_batch_size == 8  # the step's 2 x 4 rows generated at once
+    whole = _make_trainer(
+        "none", shape, bench._parse(["--shape", "qwen2-tiny", "--problems", "2"]), str(tmp_path)
+    )
+    assert (whole.args.per_device_train_batch_size, whole.args.gradient_accumulation_steps) == (8, 1)
+
+
+def test_the_pretrained_regime_shape_is_its_tasks_warm_start(monkeypatch, tmp_path):
+    """--shape wordproblems-smollm2 trains the regime's warm start (read through its task, as the study
+    loads it) on the task's chat-template prompts, at the task's completion budget."""
+    import dataclasses
+
+    import transformers
+
+    import oar_rl.tasks
+    from oar_rl.tasks import WarmStart, get_task
+
+    task = get_task("wordproblems-smollm2")
+    seen = []
+
+    def fake_load(variant, cache_dir):
+        seen.append((variant, cache_dir))
+        return WarmStart(None, None, tmp_path / "merged", "h", {})
+
+    faked = dataclasses.replace(task, load_warm_start=fake_load)
+    monkeypatch.setattr(oar_rl.tasks, "get_task", lambda name: faked if name == task.name else get_task(name))
+    monkeypatch.setattr(transformers.AutoTokenizer, "from_pretrained", lambda p: ("tok", p))
+    monkeypatch.setattr(transformers.AutoModelForCausalLM, "from_pretrained", lambda p: torch.nn.Linear(2, 3))
+    kw = dict(prompt_len=0, completion_len=0, rows=2, seed=0, model_dir=None, cache_dir="c")
+    shape = build_shape("wordproblems-smollm2", **kw)
+    assert seen == [("default", "c")] and shape.make_model() == str(tmp_path / "merged")
+    assert shape.dataset[0]["prompt"] == task.dataset("train", limit=1)[0]["prompt"]
+    assert shape.dataset[0]["prompt"].startswith("<|im_start|>system") and shape.num_parameters == 9
+    assert bench._parse(["--shape", "wordproblems-smollm2", "--no-scorers"]).completion_len == 128

@@ -236,3 +236,24 @@ def test_own_reshaping_follows_the_registered_reshape_and_config(registered):
     context = {"tokenizer": None, "gold": ["1", "1"], "check": None, "max_new_tokens": 5}
     signal_scores("t-blame-tau", None, batch, None, None, seed=0, defaults=own, context=context)
     assert seen == [0.7]
+
+
+def test_the_pretrained_regime_is_blamed_on_its_generators_problems_in_its_chat_template(monkeypatch):
+    """`--task wordproblems-smollm2`: the problems come from the `wordproblems` generator (first errors
+    located against their steps) and the model is asked them rendered in its chat template."""
+    from oar_rl.analysis import attribute, blame
+    from oar_rl.data.wordproblems import split_problems
+    from oar_rl.tasks import get_task
+
+    task = get_task("wordproblems-smollm2")
+    assert "wordproblems-smollm2" in blame.blame_tasks() and task.data_task == "wordproblems"
+    seen = {}
+    monkeypatch.setattr(
+        attribute, "sample_trajectories", lambda m, t, prompts, answers, **k: seen.update(p=prompts)
+    )
+    problems = split_problems("train", 2, task.data_task)
+    blame.sample_rollouts(None, None, problems, 2, seed=0, max_new_tokens=8, render=task.render)
+    assert seen["p"] == [task.render(p.prompt) for p in problems for _ in range(2)]
+    assert seen["p"][0].startswith("<|im_start|>system\n") and problems[0].prompt in seen["p"][0]
+    # the task's own prompts are the same rendering of the same generator's stream
+    assert task.prompts("train", 1)[0]["prompt"] == seen["p"][0]

@@ -86,6 +86,7 @@ def fake_study(monkeypatch, tmp_path):
         *,
         learning_rate,
         curve=True,
+        greedy=None,
     ):
         if state["interrupt_at"] is not None and len(calls) == state["interrupt_at"]:
             raise KeyboardInterrupt
@@ -101,7 +102,10 @@ def fake_study(monkeypatch, tmp_path):
             "variant": variant.name, "method": variant.method, "credit": variant.credit,
             "overrides": dict(variant.overrides), "seed": seed, "learning_rate": learning_rate,
             "curve": {str(s): final * s / settings.steps for s in steps},
-            "final": {"sampled": final, "greedy": final, "step": settings.steps},
+            "final": {"sampled": final, "step": settings.steps,
+                      # greedy: measured with the curve or when asked; it falls at high rates
+                      "greedy": (0.5 - (0.1 if learning_rate >= 1e-3 else 0.0))
+                      if (curve if greedy is None else greedy) else None},
             "train_seconds": 1.0, "eval_seconds": 0.1, "wall_seconds": 1.1, "history": history,
         }  # fmt: skip
 
@@ -255,6 +259,42 @@ def test_tune_lr_chooses_on_validation_then_freezes(tmp_path, fake_study, capsys
     # a method the sweep did not cover is refused, not silently trained at GRPO's rate
     assert study_cli.main([*_args(out), "--tune-seeds", "2", "--credits", "grpo,oar-g,oar-p"]) == 2
     assert "no learning rate was chosen for oar-p" in capsys.readouterr().err
+
+
+def test_tune_lr_with_a_greedy_tolerance_skips_rates_that_break_greedy(tmp_path, fake_study, capsys):
+    """--greedy-tolerance: the sweep measures greedy (the warm start's on the same validation problems
+    once), and a rate whose mean greedy falls beyond the tolerance is not chosen even when it samples best."""
+    _, state = fake_study
+    state["best_lr"] = {"grpo": 1e-3, "oar-g": 1e-3}  # the sampled rule alone would take 1e-3
+    out = tmp_path / "out"
+    sweep = [*_args(out), "--tune-lr", "--lr-grid", "1e-5,1e-4,1e-3", "--tune-seeds", "1"]
+    assert study_cli.main([*sweep, "--greedy-tolerance", "2"]) == 0
+    tuning = json.loads((out / "lr_tuning.json").read_text())
+    assert tuning["chosen_per_method"] == {"grpo": 1e-4, "oar-g": 1e-4}
+    assert tuning["protocol"]["greedy_tolerance"] == 2.0 and tuning["warm_start_greedy"] == 0.5
+    assert tuning["results"]["grpo"]["0.001"]["greedy_mean"] == pytest.approx(0.4)
+    assert "at most 2 points below the warm start's (50.0%)" in tuning["rule"]
+    assert json.loads((out / "lr_warm_start.json").read_text())["greedy"] == 0.5
+    # the same sweep without the tolerance has another protocol: refused in this directory, and in a fresh
+    # one it chooses the rate that breaks greedy (studies before the tolerance keep their rule)
+    out2 = tmp_path / "out2"
+    sweep2 = [*_args(out2), "--tune-lr", "--lr-grid", "1e-5,1e-4,1e-3", "--tune-seeds", "1"]
+    assert study_cli.main(sweep2) == 0
+    tuning2 = json.loads((out2 / "lr_tuning.json").read_text())
+    assert tuning2["chosen_per_method"] == {"grpo": 1e-3, "oar-g": 1e-3}
+    assert (
+        "greedy_tolerance" not in tuning2["protocol"]
+        and "greedy_mean" not in tuning2["results"]["grpo"]["0.001"]
+    )
+    # a tolerance no rate meets stops the study with every rate's figures
+    state["best_lr"] = {}
+    out3 = tmp_path / "out3"
+    assert study_cli.main([*_args(out3), "--tune-lr", "--lr-grid", "1e-3,3e-3", "--tune-seeds", "1",
+                           "--greedy-tolerance", "1"]) == 2  # fmt: skip
+    assert (
+        "no learning rate of the grid keeps greedy validation accuracy within 1 points"
+        in capsys.readouterr().err
+    )
 
 
 def test_per_method_learning_rates_and_grpo_lr_group(tmp_path, fake_study):

@@ -21,10 +21,11 @@ each with a 95% percentile bootstrap over rollouts, and each signal's paired dif
 controls, `random` and `position` (later reasoning tokens first); and the first errors of every wrong
 rollout by kind (slip, operand, operator, ...). Written to OUT/blame.json, blame.md and blame.png.
 
-`--task` picks the regime (`oar_rl.data.wordproblems.TASK_NAMES`): `wordproblems` (the default) or
-`wordproblems-long` (6-8 events, trap events, the running total restated after each change). The task
-gives the warm start, the problems' splits, the completion budget (`Task.max_completion_length`) and the
-answer check; in the long regime a restated total is part of its step and a wrong one is a `restate`
+`--task` picks the regime: `wordproblems` (the default), `wordproblems-long` (6-8 events, trap events,
+the running total restated after each change), or the pretrained regime `wordproblems-smollm2`
+(SmolLM2-135M-Instruct's warm start asked `wordproblems`' problems in its chat template, `Task.render`).
+The task gives the warm start, the problems' splits, the completion budget (`Task.max_completion_length`)
+and the answer check; in the long regime a restated total is part of its step and a wrong one is a `restate`
 error (`first_error(..., restate=True)`). The last result stays the last *equation's* result in both.
 
 Signals (`--credits`): the controls, `entropy`, `grail`, and `<mode>/<probe>` for every credit mode of
@@ -227,11 +228,12 @@ def own_weights(
     return None
 
 
-def sample_rollouts(model, tok, problems, samples: int, *, seed: int, max_new_tokens: int):
-    """`samples` completions of each problem at T = 1 (problem-major, so rows i·samples… are one group)."""
+def sample_rollouts(model, tok, problems, samples: int, *, seed: int, max_new_tokens: int, render=None):
+    """`samples` completions of each problem at T = 1 (problem-major, so rows i·samples… are one group);
+    `render` turns a problem's text into the model's prompt (`Task.render`; None: the text itself)."""
     from oar_rl.analysis.attribute import sample_trajectories
 
-    prompts = [p.prompt for p in problems for _ in range(samples)]
+    prompts = [render(p.prompt) if render else p.prompt for p in problems for _ in range(samples)]
     answers = [str(p.answer) for p in problems for _ in range(samples)]
     return sample_trajectories(
         model, tok, prompts, answers, max_new_tokens=max_new_tokens, seed=seed, temperature=1.0
@@ -333,11 +335,19 @@ def measure(model, tok, trajs, rows, signals, *, seed: int, task) -> dict[str, A
     }
 
 
+def blame_tasks() -> tuple[str, ...]:
+    """The registered tasks whose problems come from the word-problem generator (their first errors can
+    be located): `wordproblems`, `wordproblems-long` and the pretrained regime `wordproblems-smollm2`."""
+    from oar_rl.data.wordproblems import SPLITS_BY_TASK
+    from oar_rl.tasks import get_task, task_names
+
+    return tuple(n for n in task_names() if (get_task(n).data_task or n) in SPLITS_BY_TASK)
+
+
 def build_parser():
     """The `oar-rl blame` parser (the shared vocabulary of `oar_rl.options`)."""
     from oar_rl.argparsing import add, add_renaming, new_parser
     from oar_rl.credit_modules import add_flag
-    from oar_rl.data.wordproblems import TASK_NAMES
     from oar_rl.options import shared_parser
 
     out = {"default": "blame_out", "help": "directory for blame.json, blame.md, blame.png"}
@@ -345,7 +355,7 @@ def build_parser():
     p = new_parser("oar-rl blame", __doc__.split("\n\n")[0], parents=parents)
     add_flag(p)
     what = "the word-problem regime: its warm start, splits, completion budget and answer check"
-    add(p, "--task", default="wordproblems", choices=TASK_NAMES, help=what)
+    add(p, "--task", default="wordproblems", choices=blame_tasks(), help=what)
     add_renaming(p, "--problems", "--prompts", dest="prompts", type=int, default=64,
                  help="word problems sampled (the first of the split)")  # fmt: skip
     add(p, "--samples", type=int, default=8, help="completions per problem, at T = 1")
@@ -388,10 +398,11 @@ def main(argv: list[str] | None = None) -> int:
     apply_threads(a.threads)
     task = get_task(a.task)
     ws = task.load_warm_start("default", a.cache_dir)
-    problems = split_problems(a.split, a.prompts, a.task)
+    data = task.data_task or task.name  # the generator whose problems the task asks
+    problems = split_problems(a.split, a.prompts, data)
     trajs = sample_rollouts(ws.model, ws.tokenizer, problems, a.samples, seed=a.seed,
-                            max_new_tokens=task.max_completion_length)  # fmt: skip
-    restate = SPLITS_BY_TASK[a.task][a.split][0].restate
+                            max_new_tokens=task.max_completion_length, render=task.render)  # fmt: skip
+    restate = SPLITS_BY_TASK[data][a.split][0].restate
     rows, counts, kinds = locate(trajs, problems, a.samples, ws.tokenizer, task.check, restate=restate)
     print(f"[blame] {len(trajs)} rollouts: " + "; ".join(f"{k} {v}" for k, v in counts.items()))
     if not rows:

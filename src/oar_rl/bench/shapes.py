@@ -9,6 +9,10 @@ weights) plus a tokenizer, a prompt set and a reward:
   reasoning of 55-100 tokens and wrong rollouts, so first-error's search has rows to search).
 - ``wordproblems-long``: the long-chain regime's shipped warm start on its task (issue 33; ~180 reasoning
   tokens, completions of up to 320, most rollouts wrong).
+- ``wordproblems-smollm2``: the pretrained regime (issue 58): SmolLM2-135M-Instruct's LoRA SFT warm start,
+  merged, on its task's chat-template prompts (real completions of up to 128 tokens; ~82 on average).
+  Built or read from the cache by `oar-rl warm-start --task wordproblems-smollm2`. A step of 8 x 8 rows
+  needs ``--micro-batch 8`` on a 24 GB machine, as the study's update runs.
 - ``qwen2-30m``: Qwen2's architecture (GQA, RMSNorm, RoPE, SwiGLU, tied embeddings) at 29.1M
   parameters: hidden 384, 6 layers, 6 heads / 2 KV heads, MLP 2048, vocabulary 32,768 (the one
   departure from Qwen2's 151,936, so the LM head does not dwarf a body this small: embeddings are
@@ -92,12 +96,15 @@ WARM_STARTS: dict[str, str] = {
     "embedded": "arithmetic",
     "wordproblems": "wordproblems",
     "wordproblems-long": "wordproblems-long",
+    "wordproblems-smollm2": "wordproblems-smollm2",
 }
-"""Shapes that train a warm start on its own task: shape -> task (and `--model` name)."""
+"""Shapes that train a warm start on its own task: shape -> task (and `--model` name). The pretrained
+regime's warm start is built or read from the cache by its task (`oar-rl warm-start`)."""
 _WARM_START_NAMES = {
     "embedded": "embedded default model",
     "wordproblems": "shipped word-problem warm start",
     "wordproblems-long": "shipped long-chain word-problem warm start",
+    "wordproblems-smollm2": "pretrained regime's warm start (SmolLM2-135M-Instruct, LoRA SFT merged)",
 }
 PRETRAINED: dict[str, str] = {"smollm2-135m": "wordproblems"}
 """Pretrained models by name (`oar-rl fetch-model`): shape -> the task whose train prompts it answers,
@@ -178,7 +185,10 @@ def build_shape(
 
         task_name = WARM_STARTS[name]
         task = get_task(task_name)  # the warm start's own task (its train split has a gold "answer")
-        path = resolve_model(model_dir or task_name, cache_dir)  # the warm start by default
+        if model_dir is None and task.data_task is not None:  # a pretrained regime: its task's warm start
+            path = str(task.load_warm_start("default", cache_dir).path)
+        else:
+            path = resolve_model(model_dir or task_name, cache_dir)  # the warm start by default
         tok = AutoTokenizer.from_pretrained(path)
         n = sum(p.numel() for p in AutoModelForCausalLM.from_pretrained(path).parameters())
         what = _WARM_START_NAMES[name]

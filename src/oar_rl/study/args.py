@@ -14,7 +14,7 @@ from typing import Any
 from oar_rl.credit_names import spelled, study_name
 from oar_rl.study.config import ABLATIONS, PRESETS, SCORED_TOKENS, StudySettings, all_methods
 
-FULL, QUICK = PRESETS["full"], PRESETS["quick"]
+FULL, QUICK, PRETRAINED = PRESETS["full"], PRESETS["quick"], PRESETS["pretrained"]
 
 
 def _grid(s: StudySettings) -> str:
@@ -62,6 +62,16 @@ def build_parser() -> argparse.ArgumentParser:
         help=f"the small version `make demo` runs: {','.join(QUICK.methods)} x {QUICK.seeds} seeds, "
         f"{QUICK.steps} steps of {QUICK.prompts_per_step}x{QUICK.num_generations} completions, "
         f"{QUICK.test_problems} test problems, the task's default learning rate (no sweep); starts at once",
+    )
+    add(
+        scope,
+        "--pretrained",
+        action="store_true",
+        help=f"the pretrained regime's protocol (task {PRETRAINED.task}): {','.join(PRETRAINED.methods)} x "
+        f"{PRETRAINED.seeds} seeds, {PRETRAINED.steps} steps of {PRETRAINED.prompts_per_step}x"
+        f"{PRETRAINED.num_generations} completions, {PRETRAINED.test_problems}x{PRETRAINED.eval_samples} "
+        f"test samples; with --tune-lr the grid {_grid(PRETRAINED)} x {PRETRAINED.tune_seeds} seeds, "
+        f"greedy kept within {PRETRAINED.greedy_tolerance:g} points; hours: starts with --yes",
     )
     add(
         scope,
@@ -119,6 +129,15 @@ def build_parser() -> argparse.ArgumentParser:
         help=f"seeds per grid point of the sweep (protocol; default {FULL.tune_seeds}, --quick "
         f"{QUICK.tune_seeds})",
     )
+    add(
+        p,
+        "--greedy-tolerance",
+        type=float,
+        metavar="POINTS",
+        help="with --tune-lr, measure greedy validation accuracy too and choose only among the rates whose "
+        "mean greedy accuracy is at most POINTS below the warm start's (sweep protocol; default: greedy "
+        "not part of the choice)",
+    )
     add(p, "--lr", type=float, help="use this learning rate without a sweep (recorded as untuned)")
     add(
         p,
@@ -149,7 +168,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def preset_name(a: argparse.Namespace) -> str:
-    return "tiny" if a.tiny else "quick" if a.quick else "full"
+    return "tiny" if a.tiny else "quick" if a.quick else "pretrained" if a.pretrained else "full"
 
 
 def _csv(value: str | None) -> tuple[str, ...] | None:
@@ -179,8 +198,8 @@ def _parse_seeds(value: str) -> tuple[int, tuple[tuple[str, int], ...]]:
 
 
 def settings_from_args(a: argparse.Namespace) -> StudySettings:
-    if a.tiny and (a.quick or a.full):
-        raise ValueError("--tiny goes alone (not with --quick or --full)")
+    if a.tiny and (a.quick or a.full or a.pretrained):
+        raise ValueError("--tiny goes alone (not with --quick, --pretrained or --full)")
     if a.tune_lr and a.lr is not None:
         raise ValueError("--tune-lr and --lr are exclusive: the learning rate is either swept or given")
     s = PRESETS[preset_name(a)]
@@ -204,7 +223,8 @@ def settings_from_args(a: argparse.Namespace) -> StudySettings:
             raise ValueError(f"--credits {a.methods!r} names no rule; valid: {','.join(all_methods())}")
     if a.seeds is not None:
         changes["seeds"], changes["method_seeds"] = _parse_seeds(a.seeds)
-    for flag, field in (("steps", "steps"), ("recall", "recall_trajectories"), ("tune_seeds", "tune_seeds")):
+    for flag, field in (("steps", "steps"), ("recall", "recall_trajectories"), ("tune_seeds", "tune_seeds"),
+                        ("greedy_tolerance", "greedy_tolerance")):  # fmt: skip
         if getattr(a, flag) is not None:
             changes[field] = getattr(a, flag)
     if a.lr_grid is not None:

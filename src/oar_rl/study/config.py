@@ -108,6 +108,10 @@ class StudySettings:
     """Size of the RL prompt pool; None: 2 × steps × prompts_per_step."""
     recall_trajectories: int = 40
     """Correct warm-start trajectories for recall@K% (0: skip the recall analysis)."""
+    micro_batch: int | None = None
+    """Rows per forward/backward pass of the update (`train_policy`'s gradient accumulation); None: the
+    task's (`Task.micro_batch`), and where it has none, one pass per optimizer step (every study before
+    issue 58). Protocol when set: the update is the same up to float rounding, not bit for bit."""
     cpu_numerics: str | None = None
     """CPU numerics profile the runs train under (`oar_rl.numerics`: portable-x86, avx2); part of the
     protocol when set; None (native, the kernels the CPU picks) leaves it as before issue 49."""
@@ -131,6 +135,10 @@ class StudySettings:
     lr_grid: tuple[float, ...] = (1e-5, 2e-5, 5e-5, 1e-4, 2e-4)
     tune_seeds: int = 2
     validation_problems: int = 200
+    greedy_tolerance: float | None = None
+    """Points the chosen rate's mean greedy validation accuracy may fall below the warm start's (the sweep
+    then measures greedy too, and a rate beyond the tolerance cannot be chosen: `oar_rl.study.lr_choice`);
+    None: greedy is not part of the choice (every study before issue 58)."""
 
     def __post_init__(self) -> None:
         for entry in self.credit_modules:
@@ -162,6 +170,8 @@ class StudySettings:
         for name in ("tune_seeds", "validation_problems"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name}={getattr(self, name)} must be >= 1")
+        if self.greedy_tolerance is not None and not self.greedy_tolerance >= 0:
+            raise ValueError(f"greedy_tolerance={self.greedy_tolerance} must be >= 0 points (or None)")
         from oar_rl.numerics import profile_env
 
         profile_env(self.cpu_numerics)  # ValueError names the valid profiles
@@ -197,6 +207,8 @@ class StudySettings:
             )
         if self.probe is not None and self.probe not in probes():
             raise ValueError(f"probe={self.probe!r}; valid probes: {', '.join(probes())}")
+        if self.micro_batch is not None and self.micro_batch < 1:
+            raise ValueError(f"micro_batch={self.micro_batch} must be >= 1 (or None)")
         if self.train_prompts is not None and self.train_prompts < self.prompts_per_step:
             raise ValueError(f"train_prompts={self.train_prompts} must be >= prompts_per_step")
 
@@ -245,15 +257,20 @@ class StudySettings:
             self,
             probe=self.probe or task.probe,
             max_completion_length=self.max_completion_length or task.max_completion_length,
+            micro_batch=self.micro_batch or task.micro_batch,
         )
 
     def protocol(self) -> dict[str, Any]:
         """Everything that determines a run's result, except its method, overrides and seed."""
         d = asdict(self)
         for key in ("methods", "seeds", "method_seeds", "method_lrs", "ablations", "lr_grid", "tune_seeds",
-                    "validation_problems"):  # fmt: skip
+                    "validation_problems", "greedy_tolerance"):  # fmt: skip
             del d[key]
-        for key in ("curve_problems", "curve_samples"):  # absent when unset: earlier studies' protocols hold
+        for key in (
+            "curve_problems",
+            "curve_samples",
+            "micro_batch",
+        ):  # absent when unset: earlier studies hold
             if d[key] is None:
                 del d[key]
         if d["cpu_numerics"] is None:  # native: absent, so every protocol made before issue 49 holds
@@ -274,6 +291,8 @@ class StudySettings:
         for key in ("learning_rate", "lr_source", "recall_trajectories", "curve_problems", "curve_samples"):
             d.pop(key, None)
         d.update(tune_seeds=self.tune_seeds, validation_problems=self.validation_problems)
+        if self.greedy_tolerance is not None:  # absent when unset: earlier sweeps' protocols hold
+            d["greedy_tolerance"] = self.greedy_tolerance
         return d
 
     # --- the run plan --------------------------------------------------------------------------------
@@ -381,6 +400,30 @@ PRESETS: dict[str, StudySettings] = {
         lr_grid=(1e-4, 3e-4, 1e-3),
         tune_seeds=1,
         validation_problems=100,
+    ),
+    # The pretrained regime (issue 58; experiments/pretrained_regime/README.md): SmolLM2-135M-Instruct from
+    # its LoRA SFT warm start on the short word problems. Sized so that one run fits about an hour of a
+    # 2-core CPU with its evaluations: 20 steps of 8 prompts x 8 completions (micro-batches of 8 rows,
+    # the task's), the curve at step 10 on 50 test problems, the final accuracy on the 150 x 2 test
+    # samples the warm start was measured on. The sweep chooses among rates that keep greedy validation
+    # accuracy within 2 points of the warm start's.
+    "pretrained": StudySettings(
+        task="wordproblems-smollm2",
+        methods=("grpo", "oar-g", "entropy", "lowest-prob"),
+        seeds=10,
+        steps=20,
+        prompts_per_step=8,
+        num_generations=8,
+        eval_every=10,
+        test_problems=150,
+        eval_samples=2,
+        curve_problems=50,
+        curve_samples=2,
+        recall_trajectories=0,
+        lr_grid=(1e-6, 3e-6, 1e-5),
+        tune_seeds=2,
+        validation_problems=100,
+        greedy_tolerance=2.0,
     ),
     # Hidden, for the tests: the seconds-to-build warm start, a few seconds per run.
     "tiny": StudySettings(

@@ -101,7 +101,7 @@ def plan_lines(
     from oar_rl.study.config import PRESETS
 
     kind = "the full protocol" if s == PRESETS["full"] else f"{preset} preset"
-    kind += "" if preset != "full" or s == PRESETS["full"] else ", customised"
+    kind += ", customised" if preset in ("full", "pretrained") and s != PRESETS[preset] else ""
     lines = [
         f"oar-rl study: plan ({kind}, task {s.task}, output {out})",
         f"  methods        {', '.join(s.method_list)}"
@@ -137,7 +137,7 @@ def refusal(
     for the full protocol."""
     from oar_rl.study.config import PRESETS
 
-    if preset != "full" or full or yes:
+    if preset in ("quick", "tiny") or full or yes:
         return None
     total = estimate_seconds(s, tune_lr=tune_lr)["total"]
     if total < START_AT_ONCE_SECONDS:

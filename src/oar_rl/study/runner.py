@@ -33,6 +33,7 @@ from oar_rl.io import write_text_atomic
 from oar_rl.machine import machine_info
 from oar_rl.study.claims import run_claimed
 from oar_rl.study.config import StudySettings, Variant, protocol_diff, protocol_hash
+from oar_rl.study.lr_choice import NoRateQualifies, choose_rate, greedy_clause
 from oar_rl.study.provenance import code_version, effective_protocol, study_protocol
 from oar_rl.tasks import Task, WarmStart
 
@@ -277,6 +278,7 @@ def train_variant(
         callbacks=callbacks,
         trainer_kwargs=trainer_kwargs or None,
         show_progress=False,
+        micro_batch=settings.micro_batch,
         **kw,
     )
     return model, history, seconds, learning_rate
@@ -295,8 +297,10 @@ def train_and_evaluate(
     *,
     learning_rate: float,
     curve: bool = True,
+    greedy: bool | None = None,
 ) -> dict[str, Any]:
-    """Train one run and measure held-out accuracy (a curve every `eval_every` steps, or only at the end)."""
+    """Train one run and measure held-out accuracy (a curve every `eval_every` steps, or only at the end;
+    greedy too when `greedy`, by default with the curve)."""
     import shutil
 
     from oar_rl.study.training import HeldOutEval, StepProgress
@@ -323,7 +327,7 @@ def train_and_evaluate(
     per_problem: dict[str, list[int]] = {"greedy": [], "sampled": []}  # correct counts, problem order
     greedy = (
         _accuracy(task, model, ws.tokenizer, eval_rows, settings, greedy=True, per_row=per_problem["greedy"])
-        if curve
+        if (curve if greedy is None else greedy)
         else None
     )
     final_step = max(heldout.curve) if heldout.curve else None
@@ -374,6 +378,16 @@ def tune_learning_rate(
     rows_train = task.prompts("train", settings.n_train_prompts)
     rows_val = task.prompts("validation", settings.validation_problems)
     seeds = [TUNE_SEED_BASE + i for i in range(settings.tune_seeds)]
+    tolerance = settings.greedy_tolerance  # greedy joins the choice (oar_rl.study.lr_choice)
+    warm_greedy = None
+    if tolerance is not None:  # the warm start's greedy accuracy on the same validation problems
+        warm = _read_json(out / "lr_warm_start.json")
+        if warm is None or warm.get("protocol") != protocol:
+            phase(f"the warm start's greedy accuracy on {len(rows_val)} validation problems")
+            acc = _accuracy(task, ws.model, ws.tokenizer, rows_val, settings, greedy=True)
+            warm = {"protocol": protocol, "recipe_hash": ws.recipe_hash, "greedy": acc}
+            _write_json(out / "lr_warm_start.json", warm)
+        warm_greedy = warm["greedy"]
     plan = [(m, lr, seed) for m in settings.method_list for lr in settings.lr_grid for seed in seeds]
 
     def train(item: tuple[str, float, int]) -> dict[str, Any]:
@@ -382,7 +396,7 @@ def tune_learning_rate(
         progress.describe(f"lr sweep {method} {lr:g} seed {seed}")
         rec = train_and_evaluate(
             task, ws, settings, Variant(name, method), seed, rows_train, rows_val, work / name / str(seed),
-            progress, learning_rate=lr, curve=False,
+            progress, learning_rate=lr, curve=False, greedy=tolerance is not None,
         )  # fmt: skip
         progress.write(
             f"lr sweep {method} {lr:g} seed {seed}: validation accuracy {rec['final']['sampled']:.3f}"
@@ -396,11 +410,17 @@ def tune_learning_rate(
     for method in settings.method_list:
         results = {}
         for lr in settings.lr_grid:
-            accs = [done[f"{method}-lr{lr:g}/seed{seed}"]["final"]["sampled"] for seed in seeds]
+            finals = [done[f"{method}-lr{lr:g}/seed{seed}"]["final"] for seed in seeds]
+            accs = [f["sampled"] for f in finals]
             results[f"{lr:g}"] = {"learning_rate": lr, "seeds": seeds, "accuracy": accs,
                                   "mean": statistics.fmean(accs)}  # fmt: skip
-        best = max(results.values(), key=lambda r: (r["mean"], -r["learning_rate"]))
-        chosen[method] = best["learning_rate"]
+            if tolerance is not None:
+                greedy = [f["greedy"] for f in finals]
+                results[f"{lr:g}"].update(greedy=greedy, greedy_mean=statistics.fmean(greedy))
+        try:  # every sweep run is stored: nothing is lost when no rate qualifies
+            chosen[method] = choose_rate(results, warm_greedy=warm_greedy, greedy_tolerance=tolerance)
+        except NoRateQualifies as e:
+            raise StudyError(f"{method}: {e}") from None
         per_method[method] = results
     grid = sorted(settings.lr_grid)
     at_edge = sorted(m for m, lr in chosen.items() if len(grid) > 1 and lr in (grid[0], grid[-1]))
@@ -420,9 +440,12 @@ def tune_learning_rate(
             f"grid, seeds {seeds} (disjoint from the study's), Adam, constant schedule; chosen per method: "
             f"the highest mean accuracy on {settings.validation_problems} validation problems "
             f"({settings.eval_samples} sample(s) each at T={settings.temperature:g}; the validation split is "
-            "disjoint from the test split), ties to the smaller rate. Then frozen: the main table trains "
-            "each method at its own choice, and a second group trains every method at GRPO's."
+            "disjoint from the test split), ties to the smaller rate"
+            + greedy_clause(warm_greedy, tolerance)
+            + ". Then frozen: the main table trains each method at its own choice, and a second group "
+            "trains every method at GRPO's."
         ),
+        **({"warm_start_greedy": warm_greedy} if tolerance is not None else {}),
         "grid": list(settings.lr_grid),
         "results": per_method,
     }

@@ -131,6 +131,7 @@ def train_policy(
     log_dir: str | Path | None = None,
     verbose: bool = False,
     steps_per_generation: int = 1,
+    micro_batch: int | None = None,
     **config_overrides: Any,
 ) -> tuple[Any, list[dict[str, Any]], float]:
     """Train one run from the warm start in `model_path`; returns (trained model in eval mode, cleaned
@@ -144,6 +145,11 @@ def train_policy(
     `num_generations` completions is split into that many optimizer steps (TRL's `steps_per_generation`),
     so from the second step on the policy differs from the one that sampled and the clipped ratio acts;
     `steps` still counts generation batches (the run makes `steps × steps_per_generation` optimizer steps).
+
+    `micro_batch`: rows per forward/backward pass of the update (None: each optimizer step's rows in one
+    pass). Gradients are accumulated over the passes of one optimizer step (TRL's gradient accumulation,
+    whose loss normalisation spans the step), so the update is the one-pass update up to float rounding
+    in less memory: one pass over 64 of SmolLM2's 200-token rows holds about 20 GB of activations.
     """
     import torch
     from transformers import AutoModelForCausalLM, PreTrainedTokenizerFast
@@ -158,12 +164,19 @@ def train_policy(
             f"steps_per_generation={steps_per_generation} must be >= 1 and divide the generation batch "
             f"{prompts_per_step} x {num_generations} = {batch}"
         )
+    rows = batch // steps_per_generation  # one optimizer step's rows
+    if micro_batch is not None and (micro_batch < 1 or rows % micro_batch):
+        raise ValueError(
+            f"micro_batch={micro_batch} must be >= 1 and divide the {rows} rows of an optimizer step "
+            f"({prompts_per_step} x {num_generations} / steps_per_generation {steps_per_generation})"
+        )
+    accumulate = rows // micro_batch if micro_batch else 1  # passes per optimizer step
     config = OARConfig(
         output_dir=str(workdir),
         credit=credit,
-        per_device_train_batch_size=batch // steps_per_generation,
-        steps_per_generation=steps_per_generation,
-        gradient_accumulation_steps=1,
+        per_device_train_batch_size=rows // accumulate,
+        steps_per_generation=steps_per_generation * accumulate,
+        gradient_accumulation_steps=accumulate,
         num_generations=num_generations,
         max_completion_length=max_completion_length,
         temperature=temperature,

@@ -78,6 +78,15 @@ class Task:
     split_names: tuple[str, ...] = ()
     default_split: str = "eval"
     """The held-out split of :meth:`dataset`: what `oar-rl oracle`, `attribute` and `eval` use by default."""
+    micro_batch: int | None = None
+    """Rows per forward/backward pass of the study's update (`StudySettings.micro_batch`); None: one pass
+    per optimizer step. The pretrained regime needs it: one pass over a step's 64 rows does not fit 24 GB."""
+    data_task: str | None = None
+    """The word-problem generator (`oar_rl.data.wordproblems.SPLITS_BY_TASK`) whose problems this task asks,
+    when not its own name (the pretrained regime asks `wordproblems`'); None: its name, or none at all."""
+    render: Callable[[str], str] | None = None
+    """Optional raw problem text -> the prompt the model sees (the pretrained regime's chat template); None:
+    the problem text is the prompt. For commands that start from the generator's problems (`oar-rl blame`)."""
 
     def dataset(self, split: str | None = None, *, limit: int | None = None) -> Any:
         """The generator's named split `split` (None: `default_split`) as a `datasets.Dataset`, its first

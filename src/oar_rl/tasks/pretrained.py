@@ -134,5 +134,8 @@ WORDPROBLEMS_SMOLLM2 = Task(
     "(at least 3 rates x 2 seeds, --tune-lr) chooses the regime's rate",
     load_split=_split,
     split_names=("train", "validation", "eval"),
+    micro_batch=8,
+    data_task=DATA_TASK,
+    render=render,
 )
 """`max_completion_length` 128: the longest reference solution is 125 tokens with its end-of-turn token."""
