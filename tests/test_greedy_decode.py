@@ -190,7 +190,7 @@ def test_long_regime_first_errors_are_the_generate_searchs(long_rollouts):
     task, ws, trajs, batch, rows = long_rollouts
     assert len(rows) >= 6
     found, stats = {}, {}
-    for decode in ("generate", "cached"):
+    for decode in fe.DECODES:
         stats[decode] = fe.SearchStats()
         with torch.no_grad():
             found[decode] = fe.first_error_positions(
@@ -198,7 +198,7 @@ def test_long_regime_first_errors_are_the_generate_searchs(long_rollouts):
                 check=task.check, rows=rows, max_new_tokens=task.max_completion_length,
                 stats=stats[decode], decode=decode,
             )  # fmt: skip
-    assert found["cached"] == found["generate"]
+    assert found["cached"] == found["generate"] == found["generate-static"] == found["generate-lookup"]
     assert sum(t is not None for t in found["cached"].values()) >= 3  # real searches, not dropped rows
     g, c = stats["generate"], stats["cached"]
     assert (c.rounds, c.continuations, c.reused) == (g.rounds, g.continuations, g.reused)  # same questions
@@ -206,5 +206,26 @@ def test_long_regime_first_errors_are_the_generate_searchs(long_rollouts):
 
 
 def test_decode_is_checked():
-    with pytest.raises(ValueError, match="decode must be one of cached, generate, got 'fast'"):
+    with pytest.raises(
+        ValueError,
+        match="decode must be one of cached, generate, generate-lookup, generate-static, got 'fast'",
+    ):
         fe.check_decode("fast")
+    with pytest.raises(ValueError, match="mode must be one of generate, generate-static, generate-lookup"):
+        gd.generate_continuations(None, None, [], [], eos=[2], batch_size=1, mode="cached")
+
+
+@pytest.mark.parametrize("mode", ["generate-static", "generate-lookup"])
+def test_generate_modes_continue_as_generate_alone(mode):
+    """Static cache and prompt lookup change how `generate` computes, not what greedy writes."""
+    model = tiny_model("qwen2", seed=0).eval()
+    prompts, comps = _rollouts(3)
+    prefixes = [torch.tensor(p + c[:k]) for p, c in zip(prompts, comps, strict=True) for k in (0, 2)]
+    budgets = [5, 9, 0, 7, 12, 3, 6, 1, 8, 4, 10, 2]
+    tok = type("Tok", (), {"pad_token_id": 0, "eos_token_id": EOS})()
+    with torch.no_grad():
+        got = gd.generate_continuations(model, tok, prefixes, budgets, eos=[EOS], batch_size=4, mode=mode)
+    want = [
+        _generate(model, x.tolist(), b, [EOS]) if b else [] for x, b in zip(prefixes, budgets, strict=True)
+    ]
+    assert got == want

@@ -447,3 +447,23 @@ def test_a_small_custom_study_starts_at_once_and_a_large_plan_asks_first(tmp_pat
     err = capsys.readouterr().err
     assert "plan (the full protocol," in err and "this is the full protocol" in err and "--full" in err
     assert "about 4.2 h of one CPU core" in err  # oar_rl.study.plan's figures for the full protocol
+
+
+def test_a_task_with_its_own_measured_cost_is_estimated_with_it(tmp_path):
+    """The pretrained regime's plan is estimated from its own bench figures (GRPO's seconds per trained
+    completion, other methods by the testbed's ratios to GRPO; its evaluation seconds per sample), at the
+    threads they were measured at; the testbed keeps its figures."""
+    from oar_rl.study import plan
+    from oar_rl.study.config import PRESETS
+
+    s = PRESETS["pretrained"]
+    train = 20 * 8 * 8 * 1.7
+    assert plan.run_seconds(s, "grpo") == pytest.approx(train + (150 * 3 + 2 * 50 * 2) * 0.6 + 5)
+    ratio = plan.TRAIN_SECONDS_PER_COMPLETION["oar-g"] / plan.TRAIN_SECONDS_PER_COMPLETION["grpo"]
+    assert plan.run_seconds(s, "oar-g") - plan.run_seconds(s, "grpo") == pytest.approx(train * (ratio - 1))
+    lines = "\n".join(plan.plan_lines(s, preset="pretrained", out=tmp_path))
+    assert "at 2 torch threads" in lines and "wordproblems-smollm2's measured figures" in lines
+    full = "\n".join(plan.plan_lines(PRESETS["full"], preset="full", out=tmp_path))
+    assert "at one torch thread" in full and "figures of a 2-core CPU" in full
+    # hours of CPU: the preset asks before it starts
+    assert "--yes" in plan.refusal(s, preset="pretrained", tune_lr=True, full=False, yes=False, command="")

@@ -218,8 +218,10 @@ class OARConfig(GRPOConfig):
             "teacher-forced pass, no prefill) in a lean greedy loop that drops finished rows and, on "
             "Llama-shaped models, verifies drafts looked up in the batch's own texts several tokens per "
             "forward (oar_rl.importance.greedy_decode). 'generate': model.generate on every prefix (the "
-            "search before the cached decode). Both take the argmax of the same model's logits; the located "
-            "tokens were identical on the long regime's rollouts (tests/test_greedy_decode.py)."
+            "search before the cached decode); 'generate-static' the same over a static cache; "
+            "'generate-lookup' one prefix at a time with generate's prompt-lookup decoding. All take the "
+            "argmax of the same model's logits; the located tokens were identical on the long regime's "
+            "rollouts (tests/test_greedy_decode.py)."
         },
     )
     first_error_reuse_greedy: bool = field(

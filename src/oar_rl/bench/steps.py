@@ -45,6 +45,9 @@ METHOD_CONFIG: dict[str, dict[str, Any]] = {  # bench-only variants of a credit 
     "first-error-plain": {"credit": "first-error", "first_error_reuse_greedy": False},
     # first-error's continuations by model.generate on every prefix (the search before issue 46)
     "first-error-generate": {"credit": "first-error", "first_error_decode": "generate"},
+    # ... over a static cache, and one prefix at a time with generate's prompt-lookup decoding (issue 58)
+    "first-error-static": {"credit": "first-error", "first_error_decode": "generate-static"},
+    "first-error-lookup": {"credit": "first-error", "first_error_decode": "generate-lookup"},
 }
 # generation by a colocated vLLM engine (vLLM's CPU build on a CPU; oar_rl.vllm_sync) instead of `generate`
 # (on a CPU the memory share is of the machine's memory, for the KV cache: 0.15 fits four workers in 24 GB)

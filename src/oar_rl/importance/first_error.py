@@ -113,9 +113,9 @@ from oar_rl.probes import ScoringBatch
 
 DEFAULT_BRANCHING = 2
 """The binary search: the fastest k measured on a CPU and on an H100 (module docstring)."""
-DECODES = ("cached", "generate")
-"""How continuations are computed: from the rollouts' own key-value cache with a lean greedy loop
-(:mod:`oar_rl.importance.greedy_decode`), or by ``model.generate`` (the search before issue 46)."""
+DECODES = ("cached", "generate", "generate-lookup", "generate-static")
+"""Continuations from the rollouts' own key-value cache in a lean loop (:mod:`~.greedy_decode`), or by
+``generate`` (before issue 46): batched, per prefix with prompt lookup, or over a static cache (issue 58)."""
 DEFAULT_DECODE = "cached"
 """The decode a search uses when its caller names none (`oar-rl bench` sets it per worker process)."""
 
@@ -197,6 +197,7 @@ def _continue_greedy(
     stats: SearchStats | None = None,
     cache: RolloutCache | None = None,
     items: Sequence[tuple[int, int]] = (),
+    mode: str = "generate",
 ) -> list[list[int]]:
     """Greedy continuations (token ids) of each 1-D `prefixes[i]` (prompt + completion prefix), at most
     `budgets[i]` new tokens each (0: none), each stopped at and cut after its first token in `eos`.
@@ -208,7 +209,7 @@ def _continue_greedy(
         conts = continue_from_cache(model, cache, items, budgets, eos=eos, batch_size=batch_size, cost=cost)
     else:
         conts = generate_continuations(model, tokenizer, prefixes, budgets, eos=eos, batch_size=batch_size,
-                                       cost=cost)  # fmt: skip
+                                       cost=cost, mode=mode)  # fmt: skip
     if stats is not None:
         stats.generated_tokens += cost.tokens
         stats.forwards += cost.forwards
@@ -261,15 +262,13 @@ def first_error_positions(
     docstring); all searching rows share each round's batched greedy continuations. `reuse_greedy`: answer
     every cut from its run of greedy tokens (:mod:`oar_rl.importance.greedy_runs`; same questions, same
     answers, fewer continuations); if a continuation contradicts the runs, warns and searches again
-    without them. `decode`: "cached" (continue each prefix from the rollouts' own key-value cache,
-    :mod:`oar_rl.importance.greedy_decode`) or "generate" (``model.generate``, the search before issue 46);
-    None: :data:`DEFAULT_DECODE`. `stats` (and any :func:`recording` block) gets the rounds,
-    continuations, reused answers, generated tokens and the seconds of the pass, decode and checks.
+    without them. `decode`: one of :data:`DECODES` (None: :data:`DEFAULT_DECODE`). `stats` (and any
+    :func:`recording` block) gets the rounds, continuations, reused answers, generated tokens and seconds.
     """
     levels = check_branching(branching).bit_length() - 1
-    cached = check_decode(DEFAULT_DECODE if decode is None else decode) == "cached"
+    decode = check_decode(DEFAULT_DECODE if decode is None else decode)
     cost = SearchStats()
-    args = (model, batch, tokenizer, gold, check, rows, max_new_tokens, batch_size, levels, cost, cached)
+    args = (model, batch, tokenizer, gold, check, rows, max_new_tokens, batch_size, levels, cost, decode)
     try:
         out = _search(*args, reuse=reuse_greedy)
     except _RunsDisagree as err:
@@ -288,7 +287,7 @@ def first_error_positions(
 
 
 def _search(
-    model, batch, tokenizer, gold, check, rows, max_new_tokens, batch_size, levels, cost, cached: bool, *,
+    model, batch, tokenizer, gold, check, rows, max_new_tokens, batch_size, levels, cost, decode: str, *,
     reuse: bool,
 ) -> dict[int, int | None]:  # fmt: skip
     """The search of :func:`first_error_positions`, adding its cost to `cost`."""
@@ -312,6 +311,7 @@ def _search(
         )
         reuse = False
     t0 = time.perf_counter()
+    cached = decode == "cached"
     source, hidden = _rollout_cache(model, batch, live, batch_size) if cached and live else (None, None)
     slot = {b: i for i, b in enumerate(live)}  # row of the cache
     runs = _runs(model, batch, live, eos, batch_size, hidden) if reuse else {}
@@ -335,7 +335,7 @@ def _search(
         ]
         conts = _continue_greedy(
             model, tokenizer, prefixes, budgets, batch_size=batch_size, eos=eos, stats=cost, cache=source,
-            items=[(slot[b], n) for b, n in queries] if source is not None else (),
+            items=[(slot[b], n) for b, n in queries] if source is not None else (), mode=decode,
         )  # fmt: skip
         t0 = time.perf_counter()
         texts = tokenizer.batch_decode(
@@ -463,7 +463,7 @@ def first_error_scores(
         probe: ignored (no outcome probe); accepted so the trainer calls every bi-level scorer alike.
         reuse_greedy: answer cuts from their runs of greedy tokens (:func:`first_error_positions`); the
             located tokens do not depend on it, the continuations generated do.
-        decode: "cached" or "generate" (:func:`first_error_positions`; None: :data:`DEFAULT_DECODE`).
+        decode: one of :data:`DECODES` (:func:`first_error_positions`; None: :data:`DEFAULT_DECODE`).
     """
     del probe
     check_branching(branching)

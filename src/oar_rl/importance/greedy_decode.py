@@ -57,6 +57,10 @@ LEAN = True
 compare with the model's own forward)."""
 DRAFTS = True
 """With the lean step, verify prompt-lookup drafts in blocks (:func:`_drafted`)."""
+GENERATE_MODES = ("generate", "generate-static", "generate-lookup")
+"""`generate_continuations`' ways of calling ``generate`` (first-error's non-cached decodes)."""
+LOOKUP_TOKENS = 10
+"""Draft tokens per step of "generate-lookup" (transformers' documented example value)."""
 SDPA_PASS = True
 """Run the teacher-forced pass with SDPA attention where the model has eager attention (:func:`_sdpa`)."""
 
@@ -218,11 +222,23 @@ def generate_continuations(
     eos: Sequence[int],
     batch_size: int,
     cost: DecodeCost | None = None,
+    mode: str = "generate",
 ) -> list[list[int]]:
     """``model.generate``'s greedy continuations of the 1-D `prefixes` (prompt + completion prefix), at
     most `budgets[i]` new tokens each (0: none), cut after their first token in `eos`: left-padded
     batches of `batch_size`, each decoded until its last row stops (the search before issue 46;
-    `cost.tokens` counts rows x new positions, padding included)."""
+    `cost.tokens` counts rows x new positions, padding included).
+
+    `mode` "generate-static": the same batches over a static cache (`cache_implementation="static"`);
+    "generate-lookup": one prefix at a time with prompt-lookup decoding (`prompt_lookup_num_tokens`
+    :data:`LOOKUP_TOKENS`, drafts looked up in the prefix itself): transformers runs assisted decoding only
+    at batch size 1 and refuses it over a static cache. Greedy either way: the same tokens up to rounding."""
+    if mode not in GENERATE_MODES:
+        raise ValueError(f"mode must be one of {', '.join(GENERATE_MODES)}, got {mode!r}")
+    if mode == "generate-lookup":
+        batch_size = 1
+    extra = {"generate": {}, "generate-static": {"cache_implementation": "static"},
+             "generate-lookup": {"prompt_lookup_num_tokens": LOOKUP_TOKENS}}[mode]  # fmt: skip
     pad = tokenizer.pad_token_id
     if pad is None:
         pad = eos[0] if eos else tokenizer.eos_token_id
@@ -247,6 +263,7 @@ def generate_continuations(
             do_sample=False,
             pad_token_id=pad,
             eos_token_id=list(eos) or None,
+            **extra,
         )
         if cost is not None:
             cost.tokens += len(chunk) * (gen.shape[1] - width)

@@ -46,16 +46,29 @@ def train_seconds(method: str) -> float:
     return TRAIN_SECONDS_PER_COMPLETION.get(method, max(TRAIN_SECONDS_PER_COMPLETION.values()))
 
 
+def task_cost(task: str) -> tuple[float, float, int] | None:
+    """The task's own measured cost (`Task.cost_per_completion`), or None: the testbed's figures here."""
+    from oar_rl.tasks import get_task
+
+    try:
+        return get_task(task).cost_per_completion
+    except ValueError:  # an unknown task is refused elsewhere, with the valid names
+        return None
+
+
 def run_seconds(s: StudySettings, method: str, *, sweep: bool = False) -> float:
-    """Estimated seconds of one run of `method` (`sweep`: a learning-rate sweep run, no curve)."""
-    train = s.steps * s.prompts_per_step * s.num_generations * train_seconds(method)
+    """Estimated seconds of one run of `method` (`sweep`: a learning-rate sweep run, no curve). A task with
+    its own measured cost scales it: its GRPO figure times the method's ratio to GRPO here."""
+    own = task_cost(s.task)
+    per_train = train_seconds(method) * (own[0] / train_seconds("grpo") if own else 1.0)
+    train = s.steps * s.prompts_per_step * s.num_generations * per_train
     if sweep:
         samples = s.validation_problems * (s.eval_samples + 1)  # sampled + greedy
     else:
         problems, per = s.n_curve
         curve = problems * per * (s.steps // s.eval_every)
         samples = s.test_problems * (s.eval_samples + 1) + curve
-    return train + samples * EVAL_SECONDS_PER_SAMPLE + RUN_OVERHEAD_SECONDS
+    return train + samples * (own[1] if own else EVAL_SECONDS_PER_SAMPLE) + RUN_OVERHEAD_SECONDS
 
 
 def estimate_seconds(s: StudySettings, *, tune_lr: bool = False) -> dict[str, float]:
@@ -63,7 +76,10 @@ def estimate_seconds(s: StudySettings, *, tune_lr: bool = False) -> dict[str, fl
     runs = sum(run_seconds(s, v.method) for v, _ in s.runs())
     sweep = sum(run_seconds(s, m, sweep=True) for m in s.method_list) * len(s.lr_grid) * s.tune_seeds
     problems, per = s.n_curve
-    warm = (s.test_problems * (s.eval_samples + 1) + problems * per) * EVAL_SECONDS_PER_SAMPLE
+    own = task_cost(s.task)
+    warm = (s.test_problems * (s.eval_samples + 1) + problems * per) * (
+        own[1] if own else EVAL_SECONDS_PER_SAMPLE
+    )
     parts = {
         "runs": runs,
         "sweep": sweep if tune_lr else 0.0,
@@ -98,6 +114,9 @@ def plan_lines(
     else:
         lr_line = "an earlier --tune-lr sweep in --out if there is one, else the task's default"
     each = ", ".join(f"{m} {n} x ~{duration(run_seconds(s, m))}" for m, n in per_method.items())
+    own = task_cost(s.task)
+    threads = f"{own[2]} torch threads" if own else "one torch thread"
+    source = f"{s.task}'s measured figures" if own else "figures of a 2-core CPU"
     from oar_rl.study.config import PRESETS
 
     kind = "the full protocol" if s == PRESETS["full"] else f"{preset} preset"
@@ -112,9 +131,9 @@ def plan_lines(
         f"completions; final accuracy on {s.test_problems} test problems x {s.eval_samples} samples",
         f"  probe          {s.probe or 'the task default (as-mean)'}; scored tokens: {s.scored_tokens}",
         f"  learning rate  {lr_line}",
-        f"  estimated time about {duration(est['total'])} at one torch thread"
+        f"  estimated time about {duration(est['total'])} at {threads}"
         + (f" (the sweep {duration(est['sweep'])})" if tune_lr else "")
-        + " (oar_rl.study.plan: figures of a 2-core CPU)",
+        + f" (oar_rl.study.plan: {source})",
     ]
     unmeasured = [m for m in per_method if m not in TRAIN_SECONDS_PER_COMPLETION]
     if unmeasured:

@@ -78,6 +78,9 @@ class Task:
     split_names: tuple[str, ...] = ()
     default_split: str = "eval"
     """The held-out split of :meth:`dataset`: what `oar-rl oracle`, `attribute` and `eval` use by default."""
+    cost_per_completion: tuple[float, float, int] | None = None
+    """(seconds per trained GRPO completion, per sampled evaluation completion, torch threads) measured for
+    this task, for the study's time estimate (`oar_rl.study.plan`); None: the testbed's figures there."""
     micro_batch: int | None = None
     """Rows per forward/backward pass of the study's update (`StudySettings.micro_batch`); None: one pass
     per optimizer step. The pretrained regime needs it: one pass over a step's 64 rows does not fit 24 GB."""
