@@ -40,6 +40,20 @@ WINDOWS = (  # (start, end, what ran beside the two confirmation processes), UTC
     # Amendment 3's runs (one process from 23:20): the other work beside them, to the window's end
     ("2026-11-28T23:20", "2026-11-28T23:40", "the SmolLM2 regime's LoRA warm-start build (1 thread)"),
     ("2026-11-28T23:40", "2026-11-29T00:34", "oar-rl study on the SmolLM2 regime (2 threads), tests"),
+    # from 00:29:41 two processes again (Amendment 3, the remaining 36 runs)
+    (
+        "2026-11-29T00:31",
+        "2026-11-29T00:53",
+        "2-step GRPO pilots on the SmolLM2 regime (1 thread; the first "
+        "OOM-killed at 20 GB with the machine swapping), tests",
+    ),
+    (
+        "2026-11-29T00:53",
+        "2026-11-29T01:06",
+        "both processes stopped (SIGSTOP) while oar-rl bench timed the "
+        "SmolLM2 regime: the runs in flight count the pause in their seconds",
+    ),
+    ("2026-11-29T01:06", "2026-11-29T01:12", "tests and docs builds"),
 )
 """A time given to the minute covers that whole minute at the end of a window."""
 
