@@ -313,10 +313,7 @@ def test_the_word_problem_shapes_are_the_shipped_warm_starts_on_their_tasks(name
         (["--oar-gp-fraction", "0"], "--oar-gp-fraction"),
         (["--shape", "qwen2-30m", "--model", "x"], "--model goes with --shape embedded"),
         (["--no-scorers", "--scorers-only"], "not allowed with"),
-        (
-            ["--problems", "2", "--samples", "4", "--micro-batch", "3"],
-            "--micro-batch 3 must be >= 1 and divide",
-        ),
+        (["--micro-batch", "0"], "--micro-batch must be >= 1, got 0"),
     ],
 )
 def test_bench_argument_errors(argv, needle, capsys):
@@ -338,18 +335,17 @@ def test_generation_parity_matches_vllm_modes_with_vllms_grpo():
 
 
 def test_micro_batch_accumulates_one_optimizer_step_per_generation_batch(tmp_path):
-    """--micro-batch: passes of that many rows, gradients accumulated over the step (as in the study)."""
+    """--micro-batch: passes of at most that many rows, gradients accumulated over the step (as the study)."""
     from oar_rl.bench.steps import _make_trainer
 
     args = bench._parse(["--shape", "qwen2-tiny", "--problems", "2", "--samples", "4", "--micro-batch", "2"])
     shape = build_shape("qwen2-tiny", prompt_len=3, completion_len=4, rows=4, seed=0, model_dir=None)
     cfg = _make_trainer("none", shape, args, str(tmp_path)).args
-    assert (cfg.per_device_train_batch_size, cfg.gradient_accumulation_steps, cfg.steps_per_generation) == (
-        2,
-        4,
-        4,
-    )
-    assert cfg.generation_batch_size == 8  # the step's 2 x 4 rows generated at once
+    passes = (cfg.per_device_train_batch_size, cfg.gradient_accumulation_steps, cfg.steps_per_generation)
+    assert passes == (2, 4, 4) and cfg.generation_batch_size == 8  # the step's 2 x 4 rows generated at once
+    three = bench._parse(["--shape", "qwen2-tiny", "--problems", "2", "--samples", "4", "--micro-batch", "3"])
+    cfg = _make_trainer("none", shape, three, str(tmp_path)).args  # at most 3 rows a pass: 4 passes of 2
+    assert (cfg.per_device_train_batch_size, cfg.gradient_accumulation_steps) == (2, 4)
     whole = _make_trainer(
         "none", shape, bench._parse(["--shape", "qwen2-tiny", "--problems", "2"]), str(tmp_path)
     )

@@ -215,17 +215,26 @@ def test_decode_is_checked():
         gd.generate_continuations(None, None, [], [], eos=[2], batch_size=1, mode="cached")
 
 
-@pytest.mark.parametrize("mode", ["generate-static", "generate-lookup"])
+@pytest.mark.parametrize("mode", ["generate", "generate-static", "generate-lookup"])
 def test_generate_modes_continue_as_generate_alone(mode):
-    """Static cache and prompt lookup change how `generate` computes, not what greedy writes."""
+    """Static cache and prompt lookup change how `generate` computes, not what greedy writes; the forwards
+    are counted as the model runs them (one per new token without drafts, at most that with them)."""
     model = tiny_model("qwen2", seed=0).eval()
     prompts, comps = _rollouts(3)
     prefixes = [torch.tensor(p + c[:k]) for p, c in zip(prompts, comps, strict=True) for k in (0, 2)]
     budgets = [5, 9, 0, 7, 12, 3, 6, 1, 8, 4, 10, 2]
     tok = type("Tok", (), {"pad_token_id": 0, "eos_token_id": EOS})()
+    cost = gd.DecodeCost()
     with torch.no_grad():
-        got = gd.generate_continuations(model, tok, prefixes, budgets, eos=[EOS], batch_size=4, mode=mode)
+        got = gd.generate_continuations(
+            model, tok, prefixes, budgets, eos=[EOS], batch_size=4, mode=mode, cost=cost
+        )
     want = [
         _generate(model, x.tolist(), b, [EOS]) if b else [] for x, b in zip(prefixes, budgets, strict=True)
     ]
     assert got == want
+    if mode == "generate-lookup":  # one row a call: a forward per token written, or fewer with drafts
+        assert 0 < cost.forwards <= sum(len(c) for c in got)
+    else:  # batches of 4, 4 and 3 rows (11 with a budget) each decoded to its longest row: a forward per
+        # new position of a batch, `tokens` counting rows x positions
+        assert 3 * cost.forwards <= cost.tokens <= 4 * cost.forwards and cost.forwards > 0

@@ -55,18 +55,36 @@ def test_micro_batches_make_the_one_pass_update(warm, tmp_path, credit):
     assert step > 1e3 * max(moved, 1e-9)  # the update itself is far above the rounding the runs differ by
 
 
-def test_micro_batch_must_divide_the_step_and_is_protocol_only_when_set(warm, tmp_path):
-    from oar_rl.data.arithmetic import load
-    from oar_rl.study.training import train_policy
-    from oar_rl.tasks import exact_reward, get_task
+def test_passes_are_the_fewest_equal_ones_within_the_bound_and_protocol_only_when_set():
+    from oar_rl.study.training import passes_per_step
+    from oar_rl.tasks import get_task
 
-    with pytest.raises(ValueError, match=r"micro_batch=3 must be >= 1 and divide the 8 rows"):
-        train_policy(warm, load("train", 8), exact_reward, credit="none", seed=0, steps=1, prompts_per_step=2,
-                     num_generations=4, learning_rate=1e-3, max_completion_length=8, temperature=1.0,
-                     workdir=tmp_path, micro_batch=3, show_progress=False)  # fmt: skip
+    assert [passes_per_step(r, m) for r, m in ((64, 8), (4, 8), (168, 8), (7, 4))] == [8, 1, 21, 7]
+    assert passes_per_step(120, 16) == 8 and passes_per_step(64, None) == 1 and passes_per_step(64, 64) == 1
+    with pytest.raises(ValueError, match="micro_batch=0 must be >= 1"):
+        passes_per_step(8, 0)
     with pytest.raises(ValueError, match="micro_batch=0 must be >= 1"):
         StudySettings(micro_batch=0)
     quick = PRESETS["quick"]
     assert "micro_batch" not in quick.resolved(get_task("wordproblems")).protocol()  # earlier studies hold
     regime = quick.with_scope(task="wordproblems-smollm2").resolved(get_task("wordproblems-smollm2"))
     assert regime.protocol()["micro_batch"] == 8
+
+
+@pytest.mark.parametrize(
+    ("credit", "extra", "needle"),
+    [("entropy-80-20", {}, "top_entropy_quantile < 1"), ("none", {"loss_type": "bnpo"}, "loss_type 'bnpo'")],
+)
+def test_what_trl_computes_per_pass_is_refused_not_changed(warm, tmp_path, credit, extra, needle):
+    """A top-entropy cut-off or the 'bnpo' token mean would be taken over each pass, not the step: another
+    update, so micro-batching refuses it (and leaves it alone when the step is one pass)."""
+    from oar_rl.data.arithmetic import load
+    from oar_rl.study.training import train_policy
+
+    common = dict(credit=credit, seed=0, steps=1, prompts_per_step=2, num_generations=2, learning_rate=1e-3,
+                  max_completion_length=8, temperature=1.0, show_progress=False, **extra)  # fmt: skip
+    with pytest.raises(
+        ValueError, match=rf"micro_batch=2 splits each optimizer step into 2 passes.*{needle}"
+    ):
+        train_policy(warm, load("train", 4), varied_reward, workdir=tmp_path / "a", micro_batch=2, **common)
+    train_policy(warm, load("train", 4), varied_reward, workdir=tmp_path / "b", micro_batch=4, **common)

@@ -275,6 +275,12 @@ def test_tune_lr_with_a_greedy_tolerance_skips_rates_that_break_greedy(tmp_path,
     assert tuning["results"]["grpo"]["0.001"]["greedy_mean"] == pytest.approx(0.4)
     assert "at most 2 points below the warm start's (50.0%)" in tuning["rule"]
     assert json.loads((out / "lr_warm_start.json").read_text())["greedy"] == 0.5
+    # a warm start measured under another recipe is measured again, never read back
+    stale = json.loads((out / "lr_warm_start.json").read_text())
+    (out / "lr_warm_start.json").write_text(json.dumps({**stale, "greedy": 0.9, "recipe_hash": "other"}))
+    assert study_cli.main([*sweep, "--greedy-tolerance", "2"]) == 0
+    assert json.loads((out / "lr_warm_start.json").read_text())["greedy"] == 0.5
+    assert study_cli.main(sweep) == 2  # the sweep without the tolerance: another protocol, refused here
     # the same sweep without the tolerance has another protocol: refused in this directory, and in a fresh
     # one it chooses the rate that breaks greedy (studies before the tolerance keep their rule)
     out2 = tmp_path / "out2"

@@ -152,7 +152,9 @@ def _make_trainer(method: str, shape, args: argparse.Namespace, workdir: str):
 
     cfg = {"credit": method, **METHOD_CONFIG.get(method, {})}
     rows = args.prompts * args.num_generations
-    micro = getattr(args, "micro_batch", None) or rows  # rows per forward/backward pass of the update
+    from oar_rl.study.training import passes_per_step
+
+    passes = passes_per_step(rows, getattr(args, "micro_batch", None))  # of the update, as the study's
     cuda = torch.cuda.is_available()
     generation_kwargs = dict(shape.generation_kwargs)
     if cfg.get("use_vllm") and "min_new_tokens" in generation_kwargs:  # vLLM's name for the same floor
@@ -162,9 +164,9 @@ def _make_trainer(method: str, shape, args: argparse.Namespace, workdir: str):
         probe=args.probe,
         perturbation_batch_size=cfg.pop("perturbation_batch_size", args.copies),
         oar_gp_fraction=args.oar_gp_fraction,
-        per_device_train_batch_size=micro,
-        gradient_accumulation_steps=rows // micro,  # one optimizer step per generation batch, as the study
-        steps_per_generation=rows // micro,
+        per_device_train_batch_size=rows // passes,
+        gradient_accumulation_steps=passes,  # one optimizer step per generation batch, as the study
+        steps_per_generation=passes,
         num_generations=args.num_generations,
         max_completion_length=args.completion_len,
         generation_kwargs=generation_kwargs or None,

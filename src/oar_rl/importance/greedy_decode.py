@@ -246,6 +246,21 @@ def generate_continuations(
     out: list[list[int]] = [[] for _ in prefixes]
     order = [i for i in range(len(prefixes)) if budgets[i] > 0]
     t0 = time.perf_counter()
+    calls = [0]  # forwards (prefills and decode steps), counted: prompt lookup verifies several tokens in one
+    hook = model.register_forward_hook(lambda *_: calls.__setitem__(0, calls[0] + 1)) if order else None
+    try:
+        _generate_chunks(model, prefixes, budgets, order, out, pad, stop, eos, batch_size, extra, cost)
+    finally:
+        if hook is not None:
+            hook.remove()
+    if cost is not None:
+        cost.forwards += calls[0]
+        cost.seconds += time.perf_counter() - t0
+    return out
+
+
+def _generate_chunks(model, prefixes, budgets, order, out, pad, stop, eos, batch_size, extra, cost) -> None:
+    """`generate_continuations`' batches: each chunk of `order` left-padded and generated, into `out`."""
     for a in range(0, len(order), batch_size):
         chunk = order[a : a + batch_size]
         width = max(prefixes[i].numel() for i in chunk)
@@ -267,14 +282,10 @@ def generate_continuations(
         )
         if cost is not None:
             cost.tokens += len(chunk) * (gen.shape[1] - width)
-            cost.forwards += gen.shape[1] - width  # the prefill's forward and the decode's
         for r, i in enumerate(chunk):
             cont = gen[r, width : width + budgets[i]].tolist()
             cut = next((j + 1 for j, t in enumerate(cont) if t in stop), len(cont))
             out[i] = cont[:cut]
-    if cost is not None:
-        cost.seconds += time.perf_counter() - t0
-    return out
 
 
 def continue_from_cache(

@@ -109,7 +109,8 @@ class StudySettings:
     recall_trajectories: int = 40
     """Correct warm-start trajectories for recall@K% (0: skip the recall analysis)."""
     micro_batch: int | None = None
-    """Rows per forward/backward pass of the update (`train_policy`'s gradient accumulation); None: the
+    """At most this many rows per forward/backward pass of the update (`train_policy`'s gradient
+    accumulation, `passes_per_step`); None: the
     task's (`Task.micro_batch`), and where it has none, one pass per optimizer step (every study before
     issue 58). Protocol when set: the update is the same up to float rounding, not bit for bit."""
     cpu_numerics: str | None = None

@@ -162,7 +162,9 @@ def refusal(
     if total < START_AT_ONCE_SECONDS:
         return None
     given = command + " " if command else ""
-    about = f"about {duration(total)} of one CPU core (oar_rl.study.plan's estimate)"
+    own = task_cost(s.task)
+    threads = f"{own[2]} torch threads" if own else "one CPU core"
+    about = f"about {duration(total)} of {threads} (oar_rl.study.plan's estimate)"
     if s == PRESETS["full"]:
         return (
             f"not started: this is the full protocol (the plan above), {about}. Add --full to start it: "

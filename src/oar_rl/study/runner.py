@@ -382,7 +382,7 @@ def tune_learning_rate(
     warm_greedy = None
     if tolerance is not None:  # the warm start's greedy accuracy on the same validation problems
         warm = _read_json(out / "lr_warm_start.json")
-        if warm is None or warm.get("protocol") != protocol:
+        if warm is None or (warm.get("protocol"), warm.get("recipe_hash")) != (protocol, ws.recipe_hash):
             phase(f"the warm start's greedy accuracy on {len(rows_val)} validation problems")
             acc = _accuracy(task, ws.model, ws.tokenizer, rows_val, settings, greedy=True)
             warm = {"protocol": protocol, "recipe_hash": ws.recipe_hash, "greedy": acc}

@@ -108,6 +108,16 @@ class StepProgress(TrainerCallback):
         return control
 
 
+def passes_per_step(rows: int, micro_batch: int | None) -> int:
+    """The fewest equal forward/backward passes over an optimizer step's `rows` with at most `micro_batch`
+    rows each (1 for None): the smallest divisor of `rows` that is at least rows / micro_batch."""
+    if micro_batch is None:
+        return 1
+    if micro_batch < 1:
+        raise ValueError(f"micro_batch={micro_batch} must be >= 1 (or None)")
+    return next(a for a in range(-(-rows // micro_batch), rows + 1) if rows % a == 0)
+
+
 def train_policy(
     model_path: str | Path,
     dataset,
@@ -146,10 +156,15 @@ def train_policy(
     so from the second step on the policy differs from the one that sampled and the clipped ratio acts;
     `steps` still counts generation batches (the run makes `steps × steps_per_generation` optimizer steps).
 
-    `micro_batch`: rows per forward/backward pass of the update (None: each optimizer step's rows in one
-    pass). Gradients are accumulated over the passes of one optimizer step (TRL's gradient accumulation,
-    whose loss normalisation spans the step), so the update is the one-pass update up to float rounding
-    in less memory: one pass over 64 of SmolLM2's 200-token rows holds about 20 GB of activations.
+    `micro_batch`: at most this many rows per forward/backward pass of the update (None: each optimizer
+    step's rows in one pass): the step's rows split into the fewest equal passes that fit it
+    (`passes_per_step`; 64 rows at 8: 8 passes, 4 rows at 8: one). Gradients are accumulated over the
+    passes of one optimizer step (TRL's gradient accumulation, whose loss normalisation spans the step),
+    so the update is the one-pass update up to float rounding in less memory: one pass over 64 of
+    SmolLM2's 200-token rows holds about 20 GB of activations. Not so where TRL computes something over the
+    pass (a `top_entropy_quantile` cut-off, the 'bnpo' token mean): refused. The logged `entropy` and
+    clip ratios become means of the passes' means, and the scorers' chunks the pass's size (the same
+    scores up to rounding).
     """
     import torch
     from transformers import AutoModelForCausalLM, PreTrainedTokenizerFast
@@ -165,12 +180,7 @@ def train_policy(
             f"{prompts_per_step} x {num_generations} = {batch}"
         )
     rows = batch // steps_per_generation  # one optimizer step's rows
-    if micro_batch is not None and (micro_batch < 1 or rows % micro_batch):
-        raise ValueError(
-            f"micro_batch={micro_batch} must be >= 1 and divide the {rows} rows of an optimizer step "
-            f"({prompts_per_step} x {num_generations} / steps_per_generation {steps_per_generation})"
-        )
-    accumulate = rows // micro_batch if micro_batch else 1  # passes per optimizer step
+    accumulate = passes_per_step(rows, micro_batch)
     config = OARConfig(
         output_dir=str(workdir),
         credit=credit,
@@ -196,6 +206,16 @@ def train_policy(
         disable_tqdm=False,
         **config_overrides,
     )
+    per_pass = []  # what TRL computes over each pass, not the step: another update, not the same one
+    if config.top_entropy_quantile < 1:
+        per_pass.append("top_entropy_quantile < 1 (the entropy cut-off)")
+    if config.loss_type == "bnpo":
+        per_pass.append("loss_type 'bnpo' (the token mean)")
+    if accumulate > 1 and per_pass:
+        raise ValueError(
+            f"micro_batch={micro_batch} splits each optimizer step into {accumulate} passes, and TRL "
+            f"computes {' and '.join(per_pass)} over each pass, not the step; run this rule without one"
+        )
     with no_load_bars():  # the warm start's load already showed one
         model = AutoModelForCausalLM.from_pretrained(model_path, attn_implementation="eager")
     tokenizer = PreTrainedTokenizerFast.from_pretrained(model_path)

@@ -82,7 +82,8 @@ class Task:
     """(seconds per trained GRPO completion, per sampled evaluation completion, torch threads) measured for
     this task, for the study's time estimate (`oar_rl.study.plan`); None: the testbed's figures there."""
     micro_batch: int | None = None
-    """Rows per forward/backward pass of the study's update (`StudySettings.micro_batch`); None: one pass
+    """At most this many rows per forward/backward pass of the study's update (`StudySettings.micro_batch`);
+    None: one pass
     per optimizer step. The pretrained regime needs it: one pass over a step's 64 rows does not fit 24 GB."""
     data_task: str | None = None
     """The word-problem generator (`oar_rl.data.wordproblems.SPLITS_BY_TASK`) whose problems this task asks,
