@@ -53,7 +53,8 @@ WINDOWS = (  # (start, end, what ran beside the two confirmation processes), UTC
         "both processes stopped (SIGSTOP) while oar-rl bench timed the "
         "SmolLM2 regime: the runs in flight count the pause in their seconds",
     ),
-    ("2026-11-29T01:06", "2026-11-29T01:12", "tests and docs builds"),
+    ("2026-11-29T01:06", "2026-11-29T01:20", "tests and docs builds"),
+    ("2026-11-29T01:20", "2026-11-29T01:33", "oar-rl blame on the SmolLM2 regime (1 thread, nice 5)"),
 )
 """A time given to the minute covers that whole minute at the end of a window."""
 
