@@ -202,14 +202,14 @@ def _continue_greedy(
     """Greedy continuations (token ids) of each 1-D `prefixes[i]` (prompt + completion prefix), at most
     `budgets[i]` new tokens each (0: none), each stopped at and cut after its first token in `eos`.
     With `cache`, prefix i is row `items[i][0]` of the cache cut after `items[i][1]` completion tokens,
-    continued by :func:`~oar_rl.importance.greedy_decode.continue_from_cache`; else by ``generate``."""
+    continued by `continue_from_cache`; else by ``generate`` as `mode` says ("cached": plain ``generate``)."""
     t0 = time.perf_counter()
     cost = DecodeCost()
     if cache is not None:
         conts = continue_from_cache(model, cache, items, budgets, eos=eos, batch_size=batch_size, cost=cost)
     else:
         conts = generate_continuations(model, tokenizer, prefixes, budgets, eos=eos, batch_size=batch_size,
-                                       cost=cost, mode=mode)  # fmt: skip
+                                       cost=cost, mode="generate" if mode == "cached" else mode)  # fmt: skip
     if stats is not None:
         stats.generated_tokens += cost.tokens
         stats.forwards += cost.forwards
