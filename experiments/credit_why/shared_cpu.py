@@ -54,7 +54,13 @@ WINDOWS = (  # (start, end, what ran beside the two confirmation processes), UTC
         "SmolLM2 regime: the runs in flight count the pause in their seconds",
     ),
     ("2026-11-29T01:06", "2026-11-29T01:20", "tests and docs builds"),
-    ("2026-11-29T01:20", "2026-11-29T01:33", "oar-rl blame on the SmolLM2 regime (1 thread, nice 5)"),
+    (
+        "2026-11-29T01:20",
+        "2026-11-29T02:02",
+        "oar-rl blame on the SmolLM2 regime (1 thread, nice 5); from "
+        "01:34 to 01:53 also a fresh clone's .ci/run; tests",
+    ),
+    ("2026-11-29T02:02", "2026-11-29T02:12", "tests and docs builds"),
 )
 """A time given to the minute covers that whole minute at the end of a window."""
 

@@ -124,11 +124,12 @@ def markdown(result: Mapping[str, Any]) -> str:
     s, c = result["settings"], result["counts"]
     task = s.get("task", "wordproblems")
     model = "word-problem" if task == "wordproblems" else f"`{task}`"
+    shipped = "shipped " if task in ("wordproblems", "wordproblems-long") else ""  # the regime's is built
     lines = [  # no title: the docs page includes this file under its own heading
         f"Command: `{result['command']}`  ",
         f"Machine: {result['machine']}; {s['threads']} torch thread(s); "
         f"wall {result['wall_seconds']:.0f} s.  ",
-        f"Model: the shipped {model} warm start (recipe {result['recipe']}); {s['prompts']} "
+        f"Model: the {shipped}{model} warm start (recipe {result['recipe']}); {s['prompts']} "
         f"{s['split']} problems × {s['samples']} samples at T = 1, seed {s['seed']}; τ = {s['tau']}, "
         f"β = {s['oar_beta']}, threshold {s['threshold']}, floor {s['floor']}.",
         "",
