@@ -61,6 +61,7 @@ WINDOWS = (  # (start, end, what ran beside the two confirmation processes), UTC
         "01:34 to 01:53 also a fresh clone's .ci/run; tests",
     ),
     ("2026-11-29T02:02", "2026-11-29T02:12", "tests and docs builds"),
+    ("2026-11-29T02:14", "2026-11-29T02:33", "a fresh clone's .ci/run"),
 )
 """A time given to the minute covers that whole minute at the end of a window."""
 
@@ -69,6 +70,9 @@ LOST = (  # runs cut by the end of a session (no file): they shared the CPU with
     ("grpo-compute.seed404", "2026-11-28T13:19:59", "2026-11-28T13:24:05"),
     ("grpo.seed409", "2026-11-28T16:22:13", "2026-11-28T16:30:00"),  # the session's end: 16:28–16:31
     ("grpo-compute.seed409", "2026-11-28T16:23:24", "2026-11-28T16:30:00"),
+    # Amendment 3: both processes stopped at the end of the 2026-11-29 working window, 19 of 40 runs in
+    ("grpo-samples.seed404", "2026-11-29T02:51:38", "2026-11-29T03:00:29"),
+    ("first-error[lr=2e-4].seed405", "2026-11-29T02:58:14", "2026-11-29T03:00:29"),
 )
 
 ALONE = 60.0
