@@ -225,14 +225,23 @@ def test_generate_modes_continue_as_generate_alone(mode):
     budgets = [5, 9, 0, 7, 12, 3, 6, 1, 8, 4, 10, 2]
     tok = type("Tok", (), {"pad_token_id": 0, "eos_token_id": EOS})()
     cost = gd.DecodeCost()
+    calls = []  # the options and batch size each generate call got: the mode must reach generate
+    real = model.generate
+    model.generate = lambda **k: calls.append(k) or real(**k)
     with torch.no_grad():
         got = gd.generate_continuations(
             model, tok, prefixes, budgets, eos=[EOS], batch_size=4, mode=mode, cost=cost
         )
+    model.generate = real
     want = [
         _generate(model, x.tolist(), b, [EOS]) if b else [] for x, b in zip(prefixes, budgets, strict=True)
     ]
     assert got == want
+    sizes = [c["input_ids"].shape[0] for c in calls]
+    assert sizes == ([1] * 11 if mode == "generate-lookup" else [4, 4, 3])
+    assert all(c.get("prompt_lookup_num_tokens") == (gd.LOOKUP_TOKENS if mode == "generate-lookup" else None)
+               and c.get("cache_implementation") == ("static" if mode == "generate-static" else None)
+               for c in calls)  # fmt: skip
     if mode == "generate-lookup":  # one row a call: a forward per token written, or fewer with drafts
         assert 0 < cost.forwards <= sum(len(c) for c in got)
     else:  # batches of 4, 4 and 3 rows (11 with a budget) each decoded to its longest row: a forward per

@@ -23,7 +23,7 @@ def varied_reward(completions, **kwargs):
 
 
 @pytest.mark.parametrize("credit", ["none", "oar-g"])
-def test_micro_batches_make_the_one_pass_update(warm, tmp_path, credit):
+def test_micro_batches_make_the_one_pass_update(warm, tmp_path, credit, monkeypatch):
     from oar_rl.data.arithmetic import load
     from oar_rl.study.training import train_policy
 
@@ -32,12 +32,25 @@ def test_micro_batches_make_the_one_pass_update(warm, tmp_path, credit):
     common = dict(credit=credit, seed=3, steps=1, prompts_per_step=2, num_generations=4, learning_rate=0.5,
                   max_completion_length=12, temperature=1.0, show_progress=False, optim="sgd")  # fmt: skip
     data = load("train", 8)
-    runs = {}
+    from oar_rl.trainer import OARTrainer
+
+    passes: list[int] = []  # rows of each forward/backward pass, as the trainer receives them
+    real_step = OARTrainer.compute_loss
+
+    def counting_step(self, model, inputs, *a, **k):
+        passes.append(int(inputs["completion_ids"].shape[0]))  # the rows this loss pass sees
+        return real_step(self, model, inputs, *a, **k)
+
+    monkeypatch.setattr(OARTrainer, "compute_loss", counting_step)
+    runs, seen = {}, {}
     for mb in (None, 2):
+        passes.clear()
         model, hist, _ = train_policy(
             warm, data, varied_reward, workdir=tmp_path / str(mb), micro_batch=mb, **common
         )
         runs[mb] = (model, [h for h in hist if "loss" in h])
+        seen[mb] = list(passes)
+    assert seen == {None: [8], 2: [2, 2, 2, 2]}  # the micro-batched step really ran 4 passes of 2 rows
     (m1, h1), (m2, h2) = runs[None], runs[2]
     assert len(h1) == len(h2) == 1  # one optimizer step each (the micro-batched run: 4 passes)
     assert h1[0]["reward"] == h2[0]["reward"] and h1[0]["reward_std"] > 0  # the same completions
