@@ -1,0 +1,175 @@
+"""The pretrained regime's answers (`results/pretrained-regime/PREREGISTRATION.md`), from the run files.
+
+P1 `oar-g − grpo` and P2 `oar-g − grpo-steps26` (GRPO given OAR-G's compute: 26 steps, its own study
+directory), final sampled accuracy, paired by seed, two-sided 95% Student-t interval over the seeds
+(`oar_rl.study.stats.paired_difference`); each decided as supported / contradicted / not distinguishable.
+Reported beside them, with no claim beyond the interval: the same contrasts on greedy accuracy, P1 on
+seeds 1-9 only, `entropy − grpo` and `lowest-prob − grpo` (stage 2), each arm's gain over the warm start
+on the same test sample, and training seconds as a ratio to GRPO's (paired medians).
+
+    python -m experiments.pretrained_regime.answers --out results/pretrained-regime
+
+Reads `<out>/rates/runs/*.json` (grpo, oar-g, entropy, lowest-prob), `<out>/grpo-steps26/runs/*.json` and
+`<out>/rates/warm_start.json`; writes `<out>/answers.json` and `<out>/answers.md` (write, then rename).
+A run file whose protocol differs from its arm's other files stops it: results of two protocols never mix.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+from pathlib import Path
+from typing import Any
+
+from oar_rl.io import write_text_atomic
+from oar_rl.study.stats import paired_difference
+
+STAGE1 = ("grpo", "oar-g", "grpo-steps26")
+STAGE2 = ("entropy", "lowest-prob")
+CONTRASTS = (
+    ("P1", "oar-g", "grpo", "the paper's claim"),
+    ("P2", "oar-g", "grpo-steps26", "at equal compute"),
+    ("S", "entropy", "grpo", "stage 2"),
+    ("S", "lowest-prob", "grpo", "stage 2"),
+)
+SEEDS = tuple(range(10))
+
+
+def load_arms(out: Path) -> dict[str, dict[int, dict[str, Any]]]:
+    """{arm: {seed: run record}} from both directories; `grpo-steps26` is the second directory's grpo."""
+    arms: dict[str, dict[int, dict[str, Any]]] = {}
+    for folder, rename in (("rates", {}), ("grpo-steps26", {"grpo": "grpo-steps26"})):
+        for path in sorted((out / folder / "runs").glob("*.seed*.json")):
+            rec = json.loads(path.read_text())
+            arm = rename.get(rec["variant"], rec["variant"] if folder == "rates" else None)
+            if arm is None:
+                raise ValueError(f"{path}: variant {rec['variant']!r} has no arm in this plan (only grpo)")
+            arms.setdefault(arm, {})[int(rec["seed"])] = rec
+    for arm, runs in arms.items():
+        hashes = {r["protocol_hash"] for r in runs.values()}
+        if len(hashes) > 1:
+            raise ValueError(
+                f"arm {arm!r}: run files of {len(hashes)} protocols ({sorted(hashes)}); they never mix"
+            )
+    return arms
+
+
+def decide(d: dict[str, Any]) -> str:
+    """The pre-registered reading of a paired difference's 95% interval."""
+    if d["low"] is None:
+        return "no interval (fewer than 2 seeds)"
+    if d["low"] > 0:
+        return "supported"
+    if d["high"] < 0:
+        return "contradicted"
+    return "not distinguishable"
+
+
+def _metric(runs: dict[int, dict[str, Any]], key: str, seeds: tuple[int, ...]) -> dict[int, float]:
+    return {s: float(r["final"][key]) for s, r in runs.items() if s in seeds}
+
+
+def answers(out: Path) -> dict[str, Any]:
+    arms = load_arms(out)
+    warm = json.loads((out / "rates" / "warm_start.json").read_text())["accuracy"]
+    result: dict[str, Any] = {"warm_start": warm, "arms": {}, "contrasts": []}
+    for arm, runs in sorted(arms.items()):
+        seeds = sorted(runs)
+        sampled = [runs[s]["final"]["sampled"] for s in seeds]
+        greedy = [runs[s]["final"]["greedy"] for s in seeds]
+        result["arms"][arm] = {
+            "seeds": seeds,
+            "sampled": statistics.fmean(sampled),
+            "greedy": statistics.fmean(greedy),
+            "gain_sampled": statistics.fmean(sampled) - warm["sampled"],
+            "gain_greedy": statistics.fmean(greedy) - warm["greedy"],
+            "train_seconds": statistics.median(runs[s]["train_seconds"] for s in seeds),
+        }
+    for label, a, b, what in CONTRASTS:
+        if a not in arms or b not in arms:
+            continue
+        for key in ("sampled", "greedy"):
+            subsets = [(SEEDS, "")] + ([(SEEDS[1:], "seeds 1-9")] if label == "P1" else [])
+            for seeds, note in subsets:
+                d = paired_difference(
+                    _metric(arms[a], key, seeds), _metric(arms[b], key, seeds), bounds=(-1, 1)
+                )
+                shared = d["seeds"]
+                ratio = (
+                    statistics.median(
+                        arms[a][s]["train_seconds"] / arms[b][s]["train_seconds"] for s in shared
+                    )
+                    if shared
+                    else None
+                )
+                decision = (
+                    decide(d) if label in ("P1", "P2") and key == "sampled" and not note else "reported"
+                )
+                result["contrasts"].append({
+                    "label": label, "treatment": a, "reference": b, "what": what, "metric": key,
+                    "subset": note, "n": len(shared), "mean": d["mean"], "low": d["low"], "high": d["high"],
+                    "sd": d["sd"], "mde80": d["mde80"], "wins": d["wins"], "p": d["p"],
+                    "seconds_ratio": ratio, "decision": decision,
+                })  # fmt: skip
+    return result
+
+
+def _pts(x: float | None, signed: bool = True) -> str:
+    return "–" if x is None else (f"{100 * x:+.1f}" if signed else f"{100 * x:.1f}")
+
+
+def markdown(res: dict[str, Any]) -> str:
+    w = res["warm_start"]
+    lines = [
+        "# The pretrained regime: OAR-G against GRPO (answers)",
+        "",
+        "`python -m experiments.pretrained_regime.answers --out results/pretrained-regime`, from the run "
+        "files; the plan: `PREREGISTRATION.md`. SmolLM2-135M-Instruct, LoRA SFT warm start, short word "
+        "problems, 20 steps of 8 x 8 (grpo-steps26: 26), final accuracy on 150 test problems x 2 samples "
+        "at T = 1 and greedy; points.",
+        "",
+        f"Warm start: {_pts(w['sampled'], False)} sampled, {_pts(w['greedy'], False)} greedy.",
+        "",
+        "| arm | seeds | sampled | greedy | gain sampled | gain greedy | median train s |",
+        "|---|---:|---:|---:|---:|---:|---:|",
+    ]
+    for arm, a in res["arms"].items():
+        lines.append(
+            f"| {arm} | {len(a['seeds'])} | {_pts(a['sampled'], False)} | {_pts(a['greedy'], False)} | "
+            f"{_pts(a['gain_sampled'])} | {_pts(a['gain_greedy'])} | {a['train_seconds']:.0f} |"
+        )
+    lines += [
+        "",
+        "| | contrast | metric | seeds | difference (95% CI) | detectable (80%) | ahead | seconds ratio | "
+        "reading |",
+        "|---|---|---|---:|---|---:|---:|---:|---|",
+    ]
+    for c in res["contrasts"]:
+        ci = f"{_pts(c['mean'])} ({_pts(c['low'])}, {_pts(c['high'])})"
+        sub = f" ({c['subset']})" if c["subset"] else ""
+        ratio = "–" if c["seconds_ratio"] is None else f"{c['seconds_ratio']:.2f}x"
+        lines.append(
+            f"| {c['label']} | {c['treatment']} − {c['reference']}{sub} | {c['metric']} | {c['n']} | {ci} | "
+            f"{_pts(c['mde80'], False)} | {c['wins']}/{c['n']} | {ratio} | {c['decision']} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m experiments.pretrained_regime.answers", allow_abbrev=False)
+    p.add_argument("--out", default="results/pretrained-regime", help="the regime's results folder")
+    a = p.parse_args(argv)
+    out = Path(a.out)
+    if not (out / "rates" / "warm_start.json").is_file():
+        p.error(f"--out {a.out!r}: no rates/warm_start.json there (run PLAN.md's grid command first)")
+    res = answers(out)
+    write_text_atomic(out / "answers.json", json.dumps(res, indent=2) + "\n")
+    write_text_atomic(out / "answers.md", markdown(res))
+    print(markdown(res))
+    return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,80 @@
+"""The pretrained regime's pre-registered answers (experiments/pretrained_regime/answers.py), on run files
+made here: the paired differences against a hand computation, the decisions, the arms' directories."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+from experiments.pretrained_regime import answers as A
+
+
+def _run(folder, variant, seed, sampled, greedy, seconds=100.0, protocol="p"):
+    path = folder / "runs" / f"{variant}.seed{seed}.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    rec = {"variant": variant, "seed": seed, "protocol_hash": protocol, "train_seconds": seconds,
+           "final": {"sampled": sampled, "greedy": greedy, "samples": 300, "step": 20}}  # fmt: skip
+    path.write_text(json.dumps(rec))
+
+
+def _store(tmp_path, oar_shift=0.03, steps26_shift=0.05):
+    rates, s26 = tmp_path / "rates", tmp_path / "grpo-steps26"
+    rates.mkdir()
+    (rates / "warm_start.json").write_text(json.dumps({"accuracy": {"sampled": 0.4, "greedy": 0.667}}))
+    noise = [0.01, -0.02, 0.0, 0.015, -0.005, 0.02, -0.01, 0.005, 0.0, -0.015]
+    for s in range(10):
+        base = 0.5 + 0.01 * s
+        _run(rates, "grpo", s, base, 0.7, seconds=100.0)
+        _run(rates, "oar-g", s, base + oar_shift + noise[s], 0.7 + noise[s], seconds=130.0)
+        _run(s26, "grpo", s, base + steps26_shift, 0.69, seconds=126.0)
+    return noise
+
+
+def test_p1_p2_match_a_hand_computation(tmp_path):
+    noise = _store(tmp_path)
+    res = A.answers(tmp_path)
+    p1 = next(
+        c for c in res["contrasts"] if c["label"] == "P1" and c["metric"] == "sampled" and not c["subset"]
+    )
+    diffs = [0.03 + e for e in noise]
+    mean = sum(diffs) / 10
+    sd = math.sqrt(sum((d - mean) ** 2 for d in diffs) / 9)
+    half = 2.2621571627409915 * sd / math.sqrt(10)  # t_{0.975, 9}
+    assert p1["mean"] == pytest.approx(mean, abs=1e-12)
+    assert (p1["low"], p1["high"]) == pytest.approx((mean - half, mean + half), abs=1e-9)
+    assert p1["decision"] == "supported" and p1["n"] == 10 and p1["seconds_ratio"] == pytest.approx(1.3)
+    p2 = next(c for c in res["contrasts"] if c["label"] == "P2" and c["metric"] == "sampled")
+    assert p2["treatment"] == "oar-g" and p2["reference"] == "grpo-steps26"
+    assert p2["mean"] == pytest.approx(mean - 0.05, abs=1e-12) and p2["decision"] == "contradicted"
+    sub = next(c for c in res["contrasts"] if c["subset"] == "seeds 1-9" and c["metric"] == "sampled")
+    assert sub["n"] == 9 and sub["decision"] == "reported"
+    assert res["arms"]["grpo"]["gain_sampled"] == pytest.approx(0.545 - 0.4)
+    assert "| P1 | oar-g − grpo | sampled | 10 |" in A.markdown(res)
+
+
+def test_not_distinguishable_when_the_interval_spans_zero(tmp_path):
+    _store(tmp_path, oar_shift=0.0)
+    res = A.answers(tmp_path)
+    p1 = next(
+        c for c in res["contrasts"] if c["label"] == "P1" and c["metric"] == "sampled" and not c["subset"]
+    )
+    assert p1["low"] < 0 < p1["high"] and p1["decision"] == "not distinguishable"
+
+
+def test_mixed_protocols_and_foreign_variants_stop_it(tmp_path):
+    _store(tmp_path)
+    _run(tmp_path / "rates", "grpo", 3, 0.5, 0.7, protocol="other")
+    with pytest.raises(ValueError, match="protocols"):
+        A.answers(tmp_path)
+    _run(tmp_path / "rates", "grpo", 3, 0.5, 0.7)
+    _run(tmp_path / "grpo-steps26", "oar-g", 0, 0.5, 0.7)
+    with pytest.raises(ValueError, match="no arm"):
+        A.answers(tmp_path)
+
+
+def test_main_refuses_a_folder_without_the_grid(tmp_path, capsys):
+    with pytest.raises(SystemExit):
+        A.main(["--out", str(tmp_path)])
+    assert "rates/warm_start.json" in capsys.readouterr().err
