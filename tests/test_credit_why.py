@@ -395,4 +395,3 @@ def test_shared_cpu_keys_a_run_by_its_arms_name_not_its_file_name(tmp_path):
     f.write_text(json.dumps({"wall_seconds": 600.0, "key": "grpo[lr=1e-4]/seed402"}))
     assert f.name == "grpo_lr_1e-4_.seed402.json"
     assert set(shared_cpu.update(tmp_path)["runs"]) == {"grpo[lr=1e-4].seed402"}
-

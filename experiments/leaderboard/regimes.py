@@ -69,6 +69,9 @@ class Regime:
 CREDIT_WHY_ARMS = tuple(name for name, _, _ in CONFIRM_ARMS)
 """Issue 48's confirmation arms, fixed by its pre-registration (Amendment 3's arms, which land in the same
 folder, are not rules of the leaderboard: a rule at another rate, GRPO on other batch shapes)."""
+PRETRAINED_ARMS = ("grpo", "oar-g", "entropy", "lowest-prob")
+"""The pretrained regime's confirmation arms in the grid's folder (its pre-registration; GRPO given
+OAR-G's compute trains in a folder of its own, `grpo-steps26`, and is not a rule of the leaderboard)."""
 LONG_4E4 = "wordproblems-long at 4e-4"
 """The long regime's first column group: its screen and confirmation ran every arm at learning rate 4e-4."""
 LONG_RUNS = "results/credit-long/confirm/runs"
@@ -164,6 +167,23 @@ REGIMES: tuple[Regime, ...] = (
                 overrides=frozenset({"learning_rate", "prompts_per_step"}),
             ),
         ),
+    ),
+    Regime(
+        "wordproblems-smollm2",
+        "the pretrained regime: SmolLM2-135M-Instruct from its LoRA SFT warm start on the short word "
+        "problems, 20 steps of 8 prompts × 8, every arm at GRPO's rate chosen on validation "
+        "(results/pretrained-regime/PREREGISTRATION.md)",
+        confirmed=(
+            Source(
+                "results/pretrained-regime/rates/runs",
+                "confirmation, test split",
+                "pretrained-regime.md",
+                blinded=True,
+                arms=PRETRAINED_ARMS,
+            ),
+        ),
+        blame="results/blame-smollm2/blame.json",
+        bench="results/pretrained-regime/bench/bench.json",
     ),
 )
 
