@@ -20,7 +20,7 @@ def _run(folder, variant, seed, sampled, greedy, seconds=100.0, protocol="p"):
 
 
 def _store(tmp_path, oar_shift=0.03, steps26_shift=0.05):
-    rates, s26 = tmp_path / "rates", tmp_path / "grpo-steps26"
+    rates, s26 = tmp_path / "confirm", tmp_path / "grpo-steps26"
     rates.mkdir()
     (rates / "warm_start.json").write_text(json.dumps({"accuracy": {"sampled": 0.4, "greedy": 0.667}}))
     noise = [0.01, -0.02, 0.0, 0.015, -0.005, 0.02, -0.01, 0.005, 0.0, -0.015]
@@ -65,10 +65,10 @@ def test_not_distinguishable_when_the_interval_spans_zero(tmp_path):
 
 def test_mixed_protocols_and_foreign_variants_stop_it(tmp_path):
     _store(tmp_path)
-    _run(tmp_path / "rates", "grpo", 3, 0.5, 0.7, protocol="other")
+    _run(tmp_path / "confirm", "grpo", 3, 0.5, 0.7, protocol="other")
     with pytest.raises(ValueError, match="protocols"):
         A.answers(tmp_path)
-    _run(tmp_path / "rates", "grpo", 3, 0.5, 0.7)
+    _run(tmp_path / "confirm", "grpo", 3, 0.5, 0.7)
     _run(tmp_path / "grpo-steps26", "oar-g", 0, 0.5, 0.7)
     with pytest.raises(ValueError, match="no arm"):
         A.answers(tmp_path)
@@ -77,4 +77,13 @@ def test_mixed_protocols_and_foreign_variants_stop_it(tmp_path):
 def test_main_refuses_a_folder_without_the_grid(tmp_path, capsys):
     with pytest.raises(SystemExit):
         A.main(["--out", str(tmp_path)])
-    assert "rates/warm_start.json" in capsys.readouterr().err
+    assert "confirm/warm_start.json" in capsys.readouterr().err
+
+
+def test_grpo_seed0_is_shown_beside_the_grids_test_run(tmp_path):
+    _store(tmp_path)
+    assert "grpo_seed0" not in A.answers(tmp_path)  # no grid run: nothing to show
+    _run(tmp_path / "rates", "grpo", 0, 0.61, 0.66)
+    res = A.answers(tmp_path)
+    assert res["grpo_seed0"]["grid"]["sampled"] == 0.61 and res["grpo_seed0"]["confirm"]["sampled"] == 0.5
+    assert "61.0 and 50.0 sampled" in A.markdown(res)

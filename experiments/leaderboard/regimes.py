@@ -70,7 +70,7 @@ CREDIT_WHY_ARMS = tuple(name for name, _, _ in CONFIRM_ARMS)
 """Issue 48's confirmation arms, fixed by its pre-registration (Amendment 3's arms, which land in the same
 folder, are not rules of the leaderboard: a rule at another rate, GRPO on other batch shapes)."""
 PRETRAINED_ARMS = ("grpo", "oar-g", "entropy", "lowest-prob")
-"""The pretrained regime's confirmation arms in the grid's folder (its pre-registration; GRPO given
+"""The pretrained regime's confirmation arms in its folder (its pre-registration; GRPO given
 OAR-G's compute trains in a folder of its own, `grpo-steps26`, and is not a rule of the leaderboard)."""
 LONG_4E4 = "wordproblems-long at 4e-4"
 """The long regime's first column group: its screen and confirmation ran every arm at learning rate 4e-4."""
@@ -175,7 +175,7 @@ REGIMES: tuple[Regime, ...] = (
         "(results/pretrained-regime/PREREGISTRATION.md)",
         confirmed=(
             Source(
-                "results/pretrained-regime/rates/runs",
+                "results/pretrained-regime/confirm/runs",
                 "confirmation, test split",
                 "pretrained-regime.md",
                 blinded=True,

@@ -9,8 +9,8 @@ on the same test sample, and training seconds as a ratio to GRPO's (paired media
 
     python -m experiments.pretrained_regime.answers --out results/pretrained-regime
 
-Reads `<out>/rates/runs/*.json` (grpo, oar-g, entropy, lowest-prob), `<out>/grpo-steps26/runs/*.json` and
-`<out>/rates/warm_start.json`; writes `<out>/answers.json` and `<out>/answers.md` (write, then rename).
+Reads `<out>/confirm/runs/*.json` (grpo, oar-g, entropy, lowest-prob), `<out>/grpo-steps26/runs/*.json` and
+`<out>/confirm/warm_start.json`; writes `<out>/answers.json` and `<out>/answers.md` (write, then rename).
 A run file whose protocol differs from its arm's other files stops it: results of two protocols never mix.
 """
 
@@ -40,10 +40,10 @@ SEEDS = tuple(range(10))
 def load_arms(out: Path) -> dict[str, dict[int, dict[str, Any]]]:
     """{arm: {seed: run record}} from both directories; `grpo-steps26` is the second directory's grpo."""
     arms: dict[str, dict[int, dict[str, Any]]] = {}
-    for folder, rename in (("rates", {}), ("grpo-steps26", {"grpo": "grpo-steps26"})):
+    for folder, rename in (("confirm", {}), ("grpo-steps26", {"grpo": "grpo-steps26"})):
         for path in sorted((out / folder / "runs").glob("*.seed*.json")):
             rec = json.loads(path.read_text())
-            arm = rename.get(rec["variant"], rec["variant"] if folder == "rates" else None)
+            arm = rename.get(rec["variant"], rec["variant"] if folder == "confirm" else None)
             if arm is None:
                 raise ValueError(f"{path}: variant {rec['variant']!r} has no arm in this plan (only grpo)")
             arms.setdefault(arm, {})[int(rec["seed"])] = rec
@@ -73,7 +73,7 @@ def _metric(runs: dict[int, dict[str, Any]], key: str, seeds: tuple[int, ...]) -
 
 def answers(out: Path) -> dict[str, Any]:
     arms = load_arms(out)
-    warm = json.loads((out / "rates" / "warm_start.json").read_text())["accuracy"]
+    warm = json.loads((out / "confirm" / "warm_start.json").read_text())["accuracy"]
     result: dict[str, Any] = {"warm_start": warm, "arms": {}, "contrasts": []}
     for arm, runs in sorted(arms.items()):
         seeds = sorted(runs)
@@ -86,6 +86,12 @@ def answers(out: Path) -> dict[str, Any]:
             "gain_sampled": statistics.fmean(sampled) - warm["sampled"],
             "gain_greedy": statistics.fmean(greedy) - warm["greedy"],
             "train_seconds": statistics.median(runs[s]["train_seconds"] for s in seeds),
+        }
+    grid = out / "rates" / "runs" / "grpo.seed0.json"  # GRPO's first test run (PLAN.md): the same seed
+    if grid.is_file() and 0 in arms.get("grpo", {}):
+        result["grpo_seed0"] = {
+            "grid": json.loads(grid.read_text())["final"],
+            "confirm": arms["grpo"][0]["final"],
         }
     for label, a, b, what in CONTRASTS:
         if a not in arms or b not in arms:
@@ -132,6 +138,16 @@ def markdown(res: dict[str, Any]) -> str:
         "",
         f"Warm start: {_pts(w['sampled'], False)} sampled, {_pts(w['greedy'], False)} greedy.",
         "",
+    ]
+    if "grpo_seed0" in res:
+        g, c = res["grpo_seed0"]["grid"], res["grpo_seed0"]["confirm"]
+        lines += [
+            f"GRPO's seed 0, the grid's test run against this folder's: {_pts(g['sampled'], False)} and "
+            f"{_pts(c['sampled'], False)} sampled, {_pts(g['greedy'], False)} and {_pts(c['greedy'], False)} "
+            "greedy.",
+            "",
+        ]
+    lines += [
         "| arm | seeds | sampled | greedy | gain sampled | gain greedy | median train s |",
         "|---|---:|---:|---:|---:|---:|---:|",
     ]
@@ -162,8 +178,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", default="results/pretrained-regime", help="the regime's results folder")
     a = p.parse_args(argv)
     out = Path(a.out)
-    if not (out / "rates" / "warm_start.json").is_file():
-        p.error(f"--out {a.out!r}: no rates/warm_start.json there (run PLAN.md's grid command first)")
+    if not (out / "confirm" / "warm_start.json").is_file():
+        p.error(
+            f"--out {a.out!r}: no confirm/warm_start.json there (PREREGISTRATION.md's first command makes it)"
+        )
     res = answers(out)
     write_text_atomic(out / "answers.json", json.dumps(res, indent=2) + "\n")
     write_text_atomic(out / "answers.md", markdown(res))
