@@ -11,10 +11,11 @@ import pytest
 from experiments.pretrained_regime import answers as A
 
 
-def _run(folder, variant, seed, sampled, greedy, seconds=100.0, protocol="p"):
+def _run(folder, variant, seed, sampled, greedy, seconds=100.0, protocol="p", lr=1e-5, steps=20):
     path = folder / "runs" / f"{variant}.seed{seed}.json"
     path.parent.mkdir(parents=True, exist_ok=True)
     rec = {"variant": variant, "seed": seed, "protocol_hash": protocol, "train_seconds": seconds,
+           "protocol": {"learning_rate": lr, "steps": steps, "task": "wordproblems-smollm2"},
            "final": {"sampled": sampled, "greedy": greedy, "samples": 300, "step": 20}}  # fmt: skip
     path.write_text(json.dumps(rec))
 
@@ -28,7 +29,7 @@ def _store(tmp_path, oar_shift=0.03, steps26_shift=0.05):
         base = 0.5 + 0.01 * s
         _run(rates, "grpo", s, base, 0.7, seconds=100.0)
         _run(rates, "oar-g", s, base + oar_shift + noise[s], 0.7 + noise[s], seconds=130.0)
-        _run(s26, "grpo", s, base + steps26_shift, 0.69, seconds=126.0)
+        _run(s26, "grpo", s, base + steps26_shift, 0.69, seconds=126.0, protocol="q", steps=26)
     return noise
 
 
@@ -69,7 +70,11 @@ def test_mixed_protocols_and_foreign_variants_stop_it(tmp_path):
     with pytest.raises(ValueError, match="protocols"):
         A.answers(tmp_path)
     _run(tmp_path / "confirm", "grpo", 3, 0.5, 0.7)
-    _run(tmp_path / "grpo-steps26", "oar-g", 0, 0.5, 0.7)
+    _run(tmp_path / "grpo-steps26", "grpo", 3, 0.5, 0.7, protocol="q", lr=3e-5, steps=26)  # another rate
+    with pytest.raises(ValueError, match="learning_rate"):
+        A.answers(tmp_path)
+    _run(tmp_path / "grpo-steps26", "grpo", 3, 0.5, 0.7, protocol="q", steps=26)
+    _run(tmp_path / "grpo-steps26", "oar-g", 0, 0.5, 0.7, protocol="q", steps=26)
     with pytest.raises(ValueError, match="no arm"):
         A.answers(tmp_path)
 
@@ -87,3 +92,18 @@ def test_grpo_seed0_is_shown_beside_the_grids_test_run(tmp_path):
     res = A.answers(tmp_path)
     assert res["grpo_seed0"]["grid"]["sampled"] == 0.61 and res["grpo_seed0"]["confirm"]["sampled"] == 0.5
     assert "61.0 and 50.0 sampled" in A.markdown(res)
+
+
+def test_an_incomplete_or_missing_arm_decides_nothing(tmp_path):
+    _store(tmp_path)
+    (tmp_path / "confirm" / "runs" / "oar-g.seed7.json").unlink()  # a lost run
+    res = A.answers(tmp_path)
+    p1 = next(
+        c for c in res["contrasts"] if c["label"] == "P1" and c["metric"] == "sampled" and not c["subset"]
+    )
+    assert p1["n"] == 9 and p1["decision"] == "incomplete (9 of 10)"
+    for f in (tmp_path / "grpo-steps26" / "runs").iterdir():
+        f.unlink()
+    p2 = next(c for c in A.answers(tmp_path)["contrasts"] if c["label"] == "P2")
+    assert p2["n"] == 0 and p2["decision"] == "no run files of grpo-steps26"
+    assert "no run files of grpo-steps26" in A.markdown(A.answers(tmp_path))

@@ -69,9 +69,11 @@ class Regime:
 CREDIT_WHY_ARMS = tuple(name for name, _, _ in CONFIRM_ARMS)
 """Issue 48's confirmation arms, fixed by its pre-registration (Amendment 3's arms, which land in the same
 folder, are not rules of the leaderboard: a rule at another rate, GRPO on other batch shapes)."""
-PRETRAINED_ARMS = ("grpo", "oar-g", "entropy", "lowest-prob")
-"""The pretrained regime's confirmation arms in its folder (its pre-registration; GRPO given
-OAR-G's compute trains in a folder of its own, `grpo-steps26`, and is not a rule of the leaderboard)."""
+PRETRAINED_ARMS = ("grpo", "oar-g")
+"""The pretrained regime's stage-1 arms in its confirmation's folder, blinded until both have every seed
+(its pre-registration: stage 2, entropy and lowest-prob, runs as the budget allows and must not keep
+OAR-G's figure hidden; GRPO given OAR-G's compute trains in a folder of its own, `grpo-steps26`, and is
+not a rule of the leaderboard)."""
 LONG_4E4 = "wordproblems-long at 4e-4"
 """The long regime's first column group: its screen and confirmation ran every arm at learning rate 4e-4."""
 LONG_RUNS = "results/credit-long/confirm/runs"

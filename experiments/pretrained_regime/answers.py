@@ -47,13 +47,37 @@ def load_arms(out: Path) -> dict[str, dict[int, dict[str, Any]]]:
             if arm is None:
                 raise ValueError(f"{path}: variant {rec['variant']!r} has no arm in this plan (only grpo)")
             arms.setdefault(arm, {})[int(rec["seed"])] = rec
-    for arm, runs in arms.items():
-        hashes = {r["protocol_hash"] for r in runs.values()}
+    check_protocols(arms)
+    return arms
+
+
+def check_protocols(arms: dict[str, dict[int, dict[str, Any]]]) -> None:
+    """The plan's arms differ only where it says: one protocol in the confirmation's folder, the same
+    protocol but for `steps` in `grpo-steps26`'s, one learning rate, no per-arm overrides. ValueError
+    names the first run that breaks it (results of two protocols never mix)."""
+    folder = {a: ("grpo-steps26" if a == "grpo-steps26" else "confirm") for a in arms}
+    for name in ("confirm", "grpo-steps26"):
+        hashes = {r["protocol_hash"] for a, runs in arms.items() if folder[a] == name for r in runs.values()}
         if len(hashes) > 1:
             raise ValueError(
-                f"arm {arm!r}: run files of {len(hashes)} protocols ({sorted(hashes)}); they never mix"
+                f"{name}/runs: run files of {len(hashes)} protocols ({sorted(hashes)}); they never mix"
             )
-    return arms
+    ref = None
+    for arm, runs in sorted(arms.items()):
+        for seed, rec in sorted(runs.items()):
+            if rec.get("overrides"):
+                raise ValueError(
+                    f"{arm} seed {seed}: overrides {rec['overrides']}; the plan's arms have none"
+                )
+            proto = {k: v for k, v in rec.get("protocol", {}).items() if k != "steps"}
+            if ref is None:
+                ref = (arm, seed, proto)
+            elif proto != ref[2]:
+                diff = sorted(k for k in {*proto, *ref[2]} if proto.get(k) != ref[2].get(k))
+                raise ValueError(
+                    f"{arm} seed {seed} differs from {ref[0]} seed {ref[1]} in {', '.join(diff)}: the plan's "
+                    "arms share every setting but grpo-steps26's steps"
+                )
 
 
 def decide(d: dict[str, Any]) -> str:
@@ -95,7 +119,14 @@ def answers(out: Path) -> dict[str, Any]:
         }
     for label, a, b, what in CONTRASTS:
         if a not in arms or b not in arms:
+            missing = " and ".join(x for x in (a, b) if x not in arms)
+            result["contrasts"].append({
+                "label": label, "treatment": a, "reference": b, "what": what, "metric": "sampled",
+                "subset": "", "n": 0, "mean": None, "low": None, "high": None, "sd": None, "mde80": None,
+                "wins": 0, "p": None, "seconds_ratio": None, "decision": f"no run files of {missing}",
+            })  # fmt: skip
             continue
+        complete = set(SEEDS) <= set(arms[a]) and set(SEEDS) <= set(arms[b])
         for key in ("sampled", "greedy"):
             subsets = [(SEEDS, "")] + ([(SEEDS[1:], "seeds 1-9")] if label == "P1" else [])
             for seeds, note in subsets:
@@ -110,9 +141,9 @@ def answers(out: Path) -> dict[str, Any]:
                     if shared
                     else None
                 )
-                decision = (
-                    decide(d) if label in ("P1", "P2") and key == "sampled" and not note else "reported"
-                )
+                decision = "reported"
+                if label in ("P1", "P2") and key == "sampled" and not note:
+                    decision = decide(d) if complete else f"incomplete ({len(shared)} of {len(SEEDS)})"
                 result["contrasts"].append({
                     "label": label, "treatment": a, "reference": b, "what": what, "metric": key,
                     "subset": note, "n": len(shared), "mean": d["mean"], "low": d["low"], "high": d["high"],
@@ -148,6 +179,8 @@ def markdown(res: dict[str, Any]) -> str:
             "",
         ]
     lines += [
+        "Each arm over its own seeds (the contrasts below pair them by seed).",
+        "",
         "| arm | seeds | sampled | greedy | gain sampled | gain greedy | median train s |",
         "|---|---:|---:|---:|---:|---:|---:|",
     ]
