@@ -157,6 +157,31 @@ def test_the_amendments_answers_wait_for_its_runs_then_read_its_four_contrasts()
     r = c["first-error − grpo-seconds"]  # the Bonferroni 98.75% interval is the wider one
     assert r["sampled_adjusted"]["low"] < r["sampled"]["low"] and abs(amend3.ADJUSTED - 0.9875) < 1e-12
     assert "above 0" in "\n".join(amend3.markdown(rec))
+    # the descriptive contrasts the amendment names, and the runs more than 2 greedy points down
+    d = rec["descriptive"]
+    assert list(d) == ["grpo-seconds − grpo", "grpo-samples − grpo"]
+    assert d["grpo-samples − grpo"]["sampled"]["mean"] == pytest.approx(4.0, abs=0.1)
+    assert (
+        rec["arms"]["grpo[lr=1e-4]"]["greedy_down"] == 0 and rec["arms"]["grpo-samples"]["greedy_down"] == 0
+    )
+    low = _fake(names, {"grpo[lr=1e-4]": -0.05})  # greedy 65%: 5.8 points below the warm start's 70.8%
+    assert (
+        amend3.answers({**base, **low}, warm, SEEDS, (2e-4, 1e-4))["arms"]["grpo[lr=1e-4]"]["greedy_down"]
+        == 10
+    )
+    text = "\n".join(amend3.markdown(rec))
+    assert "| grpo-samples − grpo (descriptive) |" in text and "| 0/10 |" in text
+
+
+def test_a_claim_at_95_but_not_at_the_bonferroni_level_says_so():
+    at95 = {"low": 0.2, "high": 3.0}
+    assert amend3._verdict(at95) == "above 0"
+    assert amend3._verdict(at95, {"low": -0.1, "high": 3.3}) == "above 0 (not at 98.75%)"
+    assert amend3._verdict(at95, {"low": 0.05, "high": 3.2}) == "above 0"
+    assert (
+        amend3._verdict({"low": -1.0, "high": 1.0}, {"low": -1.5, "high": 1.5})
+        == "not distinguishable from 0"
+    )
 
 
 def test_the_dry_run_lists_every_run_and_trains_nothing(tmp_path, capsys):
