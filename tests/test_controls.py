@@ -111,6 +111,9 @@ def test_study_recall_scores_any_standalone_rule_beside_the_controls(tmp_path, c
     err = capsys.readouterr().err
     assert e.value.code == 2 and "'nope' is not a registered credit rule" in err and "valid: oar-p," in err
     assert main(["--trajectories", "2", "--credits", "oar-p-span", "--out", str(tmp_path)]) == 0
+    err = capsys.readouterr().err  # the standalone command says its phases (minutes on a real model)
+    assert "[recall] sampling 20 warm-start completions" in err and "[recall] the oracle on 2 correct" in err
+    assert "[recall] scoring the signals" in err
     truth = json.loads((tmp_path / "recall.json").read_text())["ground_truth"]
     names = set(truth["recall"])
     assert {"position", "random"} <= names and any(n.startswith("oar-p-span") for n in names)

@@ -64,7 +64,8 @@ WINDOWS = (  # (start, end, what ran beside the two confirmation processes), UTC
     ("2026-11-29T02:14", "2026-11-29T02:33", "a fresh clone's .ci/run"),
     ("2026-11-29T03:30", "2026-11-29T03:37", "two study plans (--dry-run) and 4 tests, at nice 19"),
     ("2026-11-29T03:38", "2026-11-29T03:47", "a fresh clone's .ci/run"),
-    ("2026-11-29T03:50", "2026-11-29T04:17", "the leaderboard, the docs build and tests"),
+    ("2026-11-29T03:50", "2026-11-29T04:21", "the leaderboard, the docs build and tests"),
+    ("2026-11-29T04:20", "2026-11-29T04:40", "a recall command on SmolLM2 at nice 19 (stopped), a test"),
 )
 """A time given to the minute covers that whole minute at the end of a window."""
 

@@ -91,16 +91,20 @@ def recall_analysis(
     prompts_pool: int | None = None,
     scored_tokens: str = "reasoning",
     methods: tuple[str, ...] | None = None,
+    progress: bool = False,
 ) -> dict[str, Any]:
     """Recall curves of every signal (`methods`, default the built-in scorers) on `n` correct warm-start
     trajectories of the test prompts (at most `prompts_pool` prompts are sampled, one completion each;
-    default 10·n, within [20, 1000])."""
+    default 10·n, within [20, 1000]). `progress`: a line per phase and the oracle's progress bar on
+    stderr (the standalone command; a study draws its own bar)."""
     from oar_rl.analysis.attribute import METHODS, sample_trajectories
     from oar_rl.analysis.recall import label_matrix, oracle_labels, scores_per_probe
     from oar_rl.probes import PROBES
 
     pool = prompts_pool if prompts_pool is not None else min(max(10 * n, 20), 1000)
     rows = task.prompts("test", pool)
+    if progress:
+        print(f"[recall] sampling {len(rows)} warm-start completions", file=sys.stderr, flush=True)
     trajs = sample_trajectories(
         model,
         tokenizer,
@@ -114,7 +118,13 @@ def recall_analysis(
     if not correct:
         result["skipped"] = f"none of {len(trajs)} sampled warm-start completions is correct"
         return result
-    oracle_rows = oracle_labels(model, tokenizer, correct, task.check, max_new_tokens=max_new_tokens)
+    if progress:
+        print(f"[recall] the oracle on {len(correct)} correct of {len(trajs)}", file=sys.stderr, flush=True)
+    oracle_rows = oracle_labels(
+        model, tokenizer, correct, task.check, max_new_tokens=max_new_tokens, progress=progress
+    )
+    if progress:
+        print("[recall] scoring the signals", file=sys.stderr, flush=True)
     skipped: dict[str, str] = {}  # rules that read the outcome without standalone=False: left out, said
     scores, mask = scores_per_probe(
         model,
@@ -242,7 +252,7 @@ def main(argv: list[str] | None = None) -> int:
     ws = task.load_warm_start("default", None)
     result = recall_analysis(
         task, ws.model, ws.tokenizer, n=a.n, max_new_tokens=task.max_completion_length, seed=a.seed,
-        probe=a.probe or task.probe, methods=methods,
+        probe=a.probe or task.probe, methods=methods, progress=True,
     )  # fmt: skip
     result["seconds"] = round(time.perf_counter() - t0, 1)
     result["command"] = "python -m oar_rl.study.recall " + " ".join(sys.argv[1:] if argv is None else argv)
