@@ -66,6 +66,7 @@ WINDOWS = (  # (start, end, what ran beside the two confirmation processes), UTC
     ("2026-11-29T03:38", "2026-11-29T03:47", "a fresh clone's .ci/run"),
     ("2026-11-29T03:50", "2026-11-29T04:21", "the leaderboard, the docs build and tests"),
     ("2026-11-29T04:20", "2026-11-29T04:40", "a recall command on SmolLM2 at nice 19 (stopped), a test"),
+    ("2026-11-29T05:06", "2026-11-29T05:30", "the run files' pages regenerated, a fresh clone's .ci/run"),
 )
 """A time given to the minute covers that whole minute at the end of a window."""
 
