@@ -160,6 +160,8 @@ def test_the_amendments_answers_wait_for_its_runs_then_read_its_four_contrasts()
     # the descriptive contrasts the amendment names, and the runs more than 2 greedy points down
     d = rec["descriptive"]
     assert list(d) == ["grpo-seconds − grpo", "grpo-samples − grpo"]
+    ph = rec["post_hoc"]["first-error[lr=2e-4] − grpo-seconds"]["sampled"]  # labelled post hoc, no decision
+    assert ph["mean"] == pytest.approx(3.0, abs=0.1)
     assert d["grpo-samples − grpo"]["sampled"]["mean"] == pytest.approx(4.0, abs=0.1)
     assert (
         rec["arms"]["grpo[lr=1e-4]"]["greedy_down"] == 0 and rec["arms"]["grpo-samples"]["greedy_down"] == 0
@@ -171,6 +173,7 @@ def test_the_amendments_answers_wait_for_its_runs_then_read_its_four_contrasts()
     )
     text = "\n".join(amend3.markdown(rec))
     assert "| grpo-samples − grpo (descriptive) |" in text and "| 0/10 |" in text
+    assert "| first-error[lr=2e-4] − grpo-seconds (post hoc, added after the runs were read) |" in text
 
 
 def test_a_claim_at_95_but_not_at_the_bonferroni_level_says_so():

@@ -150,7 +150,7 @@ def test_source_never_writes_the_committed_page(tmp_path, capsys):
         (
             "duplicate",
             "the name 'mine' is taken; names in use: wordproblems, wordproblems-long at 4e-4, "
-            "wordproblems-long at chosen rates, mine",
+            "wordproblems-long at chosen rates, wordproblems-smollm2, mine",
         ),
         ("committed-name", "the name 'wordproblems' is taken"),
         ("not-a-run", "is not an `oar-rl study` run file (it lacks variant, seed"),

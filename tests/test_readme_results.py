@@ -156,11 +156,18 @@ def test_the_changed_credit_why_figures_are_recomputed_from_the_run_files():
         "Does the verdict hold on long chains whose failures are reasoning errors?"
     ]
     compute, cheap = ratio("grpo-compute", False), (ratio("lowest-prob", False), ratio("entropy", False))
+    amend3_rows = {  # E1 at both rates and E2 (first-error − GRPO on its seconds, read as GRPO ahead)
+        "E1 at 1e-4": ci(paired_difference(final("first-error"), final("grpo[lr=1e-4]"))),
+        "E1 at 2e-4": ci(paired_difference(final("first-error[lr=2e-4]"), final("grpo"))),
+        "E2": ci(paired_difference(final("first-error"), final("grpo-seconds"))).lstrip("−").split(" ", 1)[1],
+    }
     assert (compute, ratio("grpo-compute", True), *cheap) == ("1.98×", "2.08×", "1.02×", "1.01×")
     for text in (readme, index):
         assert ci(d1).split(" ", 1)[1] in text and ci(rd) in text  # (−4.4, +3.2); −3.2 (−5.4, −1.1)
         assert compute in text and ratio("grpo-compute", True) in text and all(c in text for c in cheap)
-        assert "failure to reject" in text and "necessary" in text and "not yet run" in text
+        assert "failure to reject" in text and "necessary" in text and "not yet run" not in text
+        for name in amend3_rows:  # Amendment 3's figures, recomputed from its run files
+            assert amend3_rows[name] in text, (name, amend3_rows[name])
     assert f"({ratio('lowest-prob', True)} and {ratio('entropy', True)})" in readme  # (1.11× and 1.09×)
     grid = json.loads((WHY / "rates.json").read_text())
     chosen = [next(r["sampled"] for r in grid["table"][rule] if r["rate"] == grid["chosen"][rule])

@@ -211,6 +211,13 @@ def descriptive(grpo_rate: float, first_error_rate: float) -> list[tuple[str, st
     return [(f"{seconds} − grpo", seconds, "grpo"), (f"{samples} − grpo", samples, "grpo")]
 
 
+def post_hoc(grpo_rate: float, first_error_rate: float) -> list[tuple[str, str, str]]:
+    """A contrast added after the 40 runs were read (not pre-registered, no decision): first-error at
+    GRPO's rate against GRPO on first-error's seconds (the amendment's E2 reads first-error at its own)."""
+    fe_hi, _, seconds, _ = amendment3_names(grpo_rate, first_error_rate)
+    return [(f"{fe_hi} − {seconds}", fe_hi, seconds)]
+
+
 def answers(
     runs: dict[str, dict[int, dict]],
     warm: dict[str, Any],
@@ -239,6 +246,8 @@ def answers(
         rows[name] = row
     described = {name: {m: paired_difference(final(a, m), final(b, m)) for m in ("sampled", "greedy")}
                  for name, a, b in descriptive(*rates)}  # fmt: skip
+    later = {name: {m: paired_difference(final(a, m), final(b, m)) for m in ("sampled", "greedy")}
+             for name, a, b in post_hoc(*rates)}  # fmt: skip
     at_fe, at_grpo = (dict(zip(rows[c[0]]["sampled"]["seeds"], rows[c[0]]["sampled"]["diffs"], strict=True))
                       for c in contrasts(*rates)[:2])  # fmt: skip
     inter = [at_grpo[s] - at_fe[s] for s in seeds]  # rule × rate: FE − GRPO at GRPO's rate minus at FE's
@@ -255,7 +264,7 @@ def answers(
         }
         if same_load is not None:
             arms[a]["seconds_same_load"] = _same_load_ratio(runs, a, same_load)
-    return {"complete": True, "contrasts": rows, "descriptive": described, "arms": arms,
+    return {"complete": True, "contrasts": rows, "descriptive": described, "post_hoc": later, "arms": arms,
             "interaction": mean_ci(inter)}  # fmt: skip
 
 
@@ -278,8 +287,10 @@ def markdown(rec: dict[str, Any]) -> list[str]:
                  _verdict(r["sampled"], r["sampled_adjusted"]), ci_text(r["greedy"]),
                  _verdict(r["greedy"])]  # fmt: skip
         lines.append("| " + " | ".join(cells) + " |")
-    for name, r in rec.get("descriptive", {}).items():
-        cells = [f"{name} (descriptive)", ci_text(r["sampled"]), "–", wins_text(r["sampled"]),
+    extra = [(n, r, "descriptive") for n, r in rec.get("descriptive", {}).items()]
+    extra += [(n, r, "post hoc, added after the runs were read") for n, r in rec.get("post_hoc", {}).items()]
+    for name, r, kind in extra:
+        cells = [f"{name} ({kind})", ci_text(r["sampled"]), "–", wins_text(r["sampled"]),
                  _verdict(r["sampled"]), ci_text(r["greedy"]), _verdict(r["greedy"])]  # fmt: skip
         lines.append("| " + " | ".join(cells) + " |")
     lines += ["", f"Rule × rate (first-error − GRPO at GRPO's rate minus at first-error's, sampled, "
