@@ -159,3 +159,23 @@ def test_locate_maps_a_restate_error_to_its_tokens():
     # without the long regime's parsing the same rollout cannot be aligned
     _, counts, _ = locate(trajs, [problem], 2, tok, exact_check)
     assert counts["wrong, unparseable"] == 1
+
+
+def test_the_blame_page_calls_a_warm_start_shipped_only_when_the_package_holds_it(tmp_path, monkeypatch):
+    """The regime's model line: the committed records' own markdown, and a built warm start (SmolLM2's,
+    cached by `oar-rl warm-start`) is not called shipped until its files are in the package."""
+    import json
+    from pathlib import Path
+
+    from oar_rl import shipped
+    from oar_rl.analysis import blame_report
+
+    root = Path(__file__).resolve().parents[1] / "results"
+    for folder, task in (("blame", "word-problem"), ("blame-long", "`wordproblems-long`")):
+        rec = json.loads((root / folder / "blame.json").read_text())
+        assert f"Model: the shipped {task} warm start" in blame_report.markdown(rec)
+    rec = json.loads((root / "blame-smollm2" / "blame.json").read_text())
+    assert "Model: the `wordproblems-smollm2` warm start" in blame_report.markdown(rec)
+    (tmp_path / "wordproblems-smollm2").mkdir()  # once shipped in the package, it says so
+    monkeypatch.setattr(shipped, "SHIPPED_DIR", tmp_path)
+    assert "Model: the shipped `wordproblems-smollm2` warm start" in blame_report.markdown(rec)

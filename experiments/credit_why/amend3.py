@@ -244,10 +244,11 @@ def answers(
         row["sampled_adjusted"] = paired_difference(final(a, "sampled"), final(b, "sampled"), level=ADJUSTED)
         row["arms"] = [a, b]
         rows[name] = row
-    described = {name: {m: paired_difference(final(a, m), final(b, m)) for m in ("sampled", "greedy")}
-                 for name, a, b in descriptive(*rates)}  # fmt: skip
-    later = {name: {m: paired_difference(final(a, m), final(b, m)) for m in ("sampled", "greedy")}
-             for name, a, b in post_hoc(*rates)}  # fmt: skip
+
+    def paired(names: list[tuple[str, str, str]]) -> dict[str, dict[str, Any]]:  # no decision: 95% only
+        return {n: {m: paired_difference(final(a, m), final(b, m)) for m in ("sampled", "greedy")}
+                for n, a, b in names}  # fmt: skip
+
     at_fe, at_grpo = (dict(zip(rows[c[0]]["sampled"]["seeds"], rows[c[0]]["sampled"]["diffs"], strict=True))
                       for c in contrasts(*rates)[:2])  # fmt: skip
     inter = [at_grpo[s] - at_fe[s] for s in seeds]  # rule × rate: FE − GRPO at GRPO's rate minus at FE's
@@ -264,7 +265,8 @@ def answers(
         }
         if same_load is not None:
             arms[a]["seconds_same_load"] = _same_load_ratio(runs, a, same_load)
-    return {"complete": True, "contrasts": rows, "descriptive": described, "post_hoc": later, "arms": arms,
+    return {"complete": True, "contrasts": rows, "descriptive": paired(descriptive(*rates)),
+            "post_hoc": paired(post_hoc(*rates)), "arms": arms,
             "interaction": mean_ci(inter)}  # fmt: skip
 
 

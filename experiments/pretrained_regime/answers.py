@@ -23,6 +23,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from experiments.leaderboard.regimes import load_runs
 from oar_rl.io import write_text_atomic
 from oar_rl.study.stats import paired_difference
 
@@ -38,30 +39,23 @@ SEEDS = tuple(range(10))
 
 
 def load_arms(out: Path) -> dict[str, dict[int, dict[str, Any]]]:
-    """{arm: {seed: run record}} from both directories; `grpo-steps26` is the second directory's grpo."""
-    arms: dict[str, dict[int, dict[str, Any]]] = {}
-    for folder, rename in (("confirm", {}), ("grpo-steps26", {"grpo": "grpo-steps26"})):
-        for path in sorted((out / folder / "runs").glob("*.seed*.json")):
-            rec = json.loads(path.read_text())
-            arm = rename.get(rec["variant"], rec["variant"] if folder == "confirm" else None)
-            if arm is None:
-                raise ValueError(f"{path}: variant {rec['variant']!r} has no arm in this plan (only grpo)")
-            arms.setdefault(arm, {})[int(rec["seed"])] = rec
+    """{arm: {seed: run record}} from both folders (`load_runs`: one protocol per folder, checked there);
+    `grpo-steps26` is the second folder's grpo."""
+    arms = dict(load_runs(out, "confirm/runs"))
+    other = load_runs(out, "grpo-steps26/runs")
+    if set(other) - {"grpo"}:
+        raise ValueError(
+            f"grpo-steps26/runs: variants {sorted(set(other) - {'grpo'})} have no arm in this plan"
+        )
+    if "grpo" in other:
+        arms["grpo-steps26"] = other["grpo"]
     check_protocols(arms)
     return arms
 
 
 def check_protocols(arms: dict[str, dict[int, dict[str, Any]]]) -> None:
-    """The plan's arms differ only where it says: one protocol in the confirmation's folder, the same
-    protocol but for `steps` in `grpo-steps26`'s, one learning rate, no per-arm overrides. ValueError
-    names the first run that breaks it (results of two protocols never mix)."""
-    folder = {a: ("grpo-steps26" if a == "grpo-steps26" else "confirm") for a in arms}
-    for name in ("confirm", "grpo-steps26"):
-        hashes = {r["protocol_hash"] for a, runs in arms.items() if folder[a] == name for r in runs.values()}
-        if len(hashes) > 1:
-            raise ValueError(
-                f"{name}/runs: run files of {len(hashes)} protocols ({sorted(hashes)}); they never mix"
-            )
+    """The plan's arms differ only where it says: the same protocol but for `grpo-steps26`'s `steps` (one
+    learning rate among them), no per-arm overrides. ValueError names the first run that breaks it."""
     ref = None
     for arm, runs in sorted(arms.items()):
         for seed, rec in sorted(runs.items()):

@@ -15,6 +15,7 @@ from typing import Any
 import torch
 
 from oar_rl.analysis.recall_stats import bootstrap_interval, per_row_recall
+from oar_rl.shipped import shipped_path
 
 METRICS = ("w_error", "w_last", "error_minus_last", "outweighs", "recall@10", "recall@20")
 PAIRED = ("w_error", "error_minus_last", "outweighs", "recall@10", "recall@20")
@@ -124,7 +125,7 @@ def markdown(result: Mapping[str, Any]) -> str:
     s, c = result["settings"], result["counts"]
     task = s.get("task", "wordproblems")
     model = "word-problem" if task == "wordproblems" else f"`{task}`"
-    shipped = "shipped " if task in ("wordproblems", "wordproblems-long") else ""  # the regime's is built
+    shipped = "shipped " if shipped_path(task).is_dir() else ""  # a built warm start (e.g. SmolLM2's) is not
     lines = [  # no title: the docs page includes this file under its own heading
         f"Command: `{result['command']}`  ",
         f"Machine: {result['machine']}; {s['threads']} torch thread(s); "

@@ -101,10 +101,13 @@ def recall_analysis(
     from oar_rl.analysis.recall import label_matrix, oracle_labels, scores_per_probe
     from oar_rl.probes import PROBES
 
+    def say(text: str) -> None:
+        if progress:
+            print(f"[recall] {text}", file=sys.stderr, flush=True)
+
     pool = prompts_pool if prompts_pool is not None else min(max(10 * n, 20), 1000)
     rows = task.prompts("test", pool)
-    if progress:
-        print(f"[recall] sampling {len(rows)} warm-start completions", file=sys.stderr, flush=True)
+    say(f"sampling {len(rows)} warm-start completions")
     trajs = sample_trajectories(
         model,
         tokenizer,
@@ -118,13 +121,11 @@ def recall_analysis(
     if not correct:
         result["skipped"] = f"none of {len(trajs)} sampled warm-start completions is correct"
         return result
-    if progress:
-        print(f"[recall] the oracle on {len(correct)} correct of {len(trajs)}", file=sys.stderr, flush=True)
+    say(f"the oracle on {len(correct)} correct of {len(trajs)}")
     oracle_rows = oracle_labels(
         model, tokenizer, correct, task.check, max_new_tokens=max_new_tokens, progress=progress
     )
-    if progress:
-        print("[recall] scoring the signals", file=sys.stderr, flush=True)
+    say("scoring the signals")
     skipped: dict[str, str] = {}  # rules that read the outcome without standalone=False: left out, said
     scores, mask = scores_per_probe(
         model,
