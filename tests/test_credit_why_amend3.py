@@ -160,6 +160,12 @@ def test_the_amendments_answers_wait_for_its_runs_then_read_its_four_contrasts()
     # the descriptive contrasts the amendment names, and the runs more than 2 greedy points down
     d = rec["descriptive"]
     assert list(d) == ["grpo-seconds − grpo", "grpo-samples − grpo"]
+    assert rec["seconds_match"] == pytest.approx(1.0)  # every fake run trained 100 s
+    slow = {
+        **runs,
+        "grpo-seconds": {s: {**r, "train_seconds": 100.0 + s - 400} for s, r in runs["grpo-seconds"].items()},
+    }
+    assert amend3.answers(slow, warm, SEEDS, (2e-4, 1e-4))["seconds_match"] == pytest.approx(1.045)
     ph = rec["post_hoc"]["first-error[lr=2e-4] − grpo-seconds"]["sampled"]  # labelled post hoc, no decision
     assert ph["mean"] == pytest.approx(3.0, abs=0.1)
     assert d["grpo-samples − grpo"]["sampled"]["mean"] == pytest.approx(4.0, abs=0.1)

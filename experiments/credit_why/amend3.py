@@ -218,6 +218,17 @@ def post_hoc(grpo_rate: float, first_error_rate: float) -> list[tuple[str, str, 
     return [(f"{fe_hi} − {seconds}", fe_hi, seconds)]
 
 
+def seconds_match(runs: dict[str, dict[int, dict]], grpo_rate: float, first_error_rate: float) -> float:
+    """How well `grpo-seconds` met first-error's training seconds: the median over seeds of its seconds
+    over first-error-at-GRPO's-rate's, the arm run beside it on the same machine (the amendment's sizing
+    came from the first 70 runs, on another machine)."""
+    fe_hi, _, seconds, _ = amendment3_names(grpo_rate, first_error_rate)
+    shared = sorted(set(runs[seconds]) & set(runs[fe_hi]))
+    return statistics.median(
+        runs[seconds][s]["train_seconds"] / runs[fe_hi][s]["train_seconds"] for s in shared
+    )
+
+
 def answers(
     runs: dict[str, dict[int, dict]],
     warm: dict[str, Any],
@@ -266,7 +277,7 @@ def answers(
         if same_load is not None:
             arms[a]["seconds_same_load"] = _same_load_ratio(runs, a, same_load)
     return {"complete": True, "contrasts": rows, "descriptive": paired(descriptive(*rates)),
-            "post_hoc": paired(post_hoc(*rates)), "arms": arms,
+            "post_hoc": paired(post_hoc(*rates)), "seconds_match": seconds_match(runs, *rates), "arms": arms,
             "interaction": mean_ci(inter)}  # fmt: skip
 
 
@@ -297,6 +308,8 @@ def markdown(rec: dict[str, Any]) -> list[str]:
         lines.append("| " + " | ".join(cells) + " |")
     lines += ["", f"Rule × rate (first-error − GRPO at GRPO's rate minus at first-error's, sampled, "
               f"descriptive): {ci_text(rec['interaction'])}.", "",
+              "Training seconds of grpo-seconds over first-error at GRPO's rate, the median over seeds (the "
+              f"same machine; added after the runs were read): {rec['seconds_match']:.2f}×.", "",
               "| arm | sampled | greedy vs warm start | greedy down | generated tokens per step (× grpo) | "
               "train s (mean) | × grpo, same load (runs) |",
               "|---|---:|---:|---:|---:|---:|---:|"]  # fmt: skip
