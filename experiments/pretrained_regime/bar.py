@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from experiments.leaderboard.regimes import load_runs
+from experiments.real_model.solve_rate import wilson as solve_rate_wilson
 from oar_rl.io import write_text_atomic
 
 SAMPLED_GAIN = 10  # points, at least
@@ -35,13 +36,11 @@ Z95 = 1.959963984540054
 
 
 def wilson(count: int, n: int, z: float = Z95) -> tuple[float, float]:
-    """Wilson score interval of a proportion `count / n`."""
+    """Wilson score interval of a proportion `count / n` (`solve_rate.wilson`, its input checked, clamped)."""
     if n <= 0 or not 0 <= count <= n:
         raise ValueError(f"a proportion needs 0 <= count <= n and n > 0, got count={count}, n={n}")
-    p = count / n
-    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
-    half = z / (1 + z * z / n) * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n))
-    return max(0.0, centre - half), min(1.0, centre + half)
+    lo, hi = solve_rate_wilson(count, n, z)
+    return max(0.0, lo), min(1.0, hi)
 
 
 def newcombe(c1: int, n1: int, c0: int, n0: int) -> tuple[float, float]:
