@@ -148,7 +148,7 @@ def render(rec: dict[str, Any]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.splitlines()[0])
     ap.add_argument("--out", type=Path, default=Path("results/pretrained-regime"))
     args = ap.parse_args(argv)
     try:
