@@ -10,14 +10,14 @@ import pytest
 from experiments.pretrained_regime import bar as B
 
 
-def _store(tmp_path, sampled, greedy, ws=(120, 100), seeds=(0,), earlier=None):
-    rates = tmp_path / "rates"
+def _store(tmp_path, sampled, greedy, ws=(120, 100), seeds=(0,), earlier=None, folder="rates", steps=20):
+    rates = tmp_path / folder
     (rates / "runs").mkdir(parents=True)
     acc = {"sampled": ws[0] / 300, "greedy": ws[1] / 150}
     (rates / "warm_start.json").write_text(json.dumps({"accuracy": acc}))
     for s in seeds:
         final = {"sampled": sampled / 300, "greedy": greedy / 150, "samples": 300, "step": 20}
-        protocol = {"learning_rate": 1e-5, "eval_samples": 2}
+        protocol = {"learning_rate": 1e-5, "eval_samples": 2, "steps": steps}
         rec = {"variant": "grpo", "seed": s, "protocol_hash": "p", "train_seconds": 2400.0,
                "eval_seconds": 300.0, "protocol": protocol, "final": final}  # fmt: skip
         (rates / "runs" / f"grpo.seed{s}.json").write_text(json.dumps(rec))
@@ -77,3 +77,19 @@ def test_bad_stores_are_refused(tmp_path, capsys):
     (tmp_path / "rates" / "runs" / "grpo.seed0.json").write_text(json.dumps(rec))
     with pytest.raises(ValueError, match="not a count out of 300"):
         B.bar(tmp_path)
+
+
+def test_amendment_2s_folder_is_read_and_written_on_its_own(tmp_path, capsys):
+    _store(tmp_path, 130, 100)  # the 20-step protocol: not met
+    _store(tmp_path, 160, 99, folder="steps30", steps=30)  # Amendment 2: +13.3 and -0.67, met
+    assert B.main(["--out", str(tmp_path), "--folder", "steps30"]) == 0
+    rec = json.loads((tmp_path / "steps30" / "bar.json").read_text())
+    assert rec["met"] and rec["steps"] == 30 and rec["folder"] == "steps30"
+    assert not (tmp_path / "rates" / "bar.json").exists()
+    md = (tmp_path / "steps30" / "bar.md").read_text()
+    assert "--folder steps30" in md and "30 steps" in md
+    assert B.bar(tmp_path)["met"] is False
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as e:
+        B.main(["--out", str(tmp_path), "--folder", "steps40"])
+    assert e.value.code == 2 and "'steps40'" in capsys.readouterr().err

@@ -11,10 +11,12 @@ and is somewhat too narrow; the gains' intervals ignore that both were measured 
 (a positive correlation), which makes them wider than a paired interval would be.
 
     python -m experiments.pretrained_regime.bar --out results/pretrained-regime
+    python -m experiments.pretrained_regime.bar --out results/pretrained-regime --folder steps30
 
-Reads `<out>/rates/warm_start.json` and GRPO's run file in `<out>/rates/runs/`; checks the warm start
-against `<out>/grpo-first/warm_start.json` (the record under the earlier protocol, which the plan says must
-agree) where that file exists; writes `<out>/rates/bar.json` and `<out>/rates/bar.md` (write, then rename).
+Reads `<out>/<folder>/warm_start.json` and GRPO's run file in `<out>/<folder>/runs/` (`--folder`: `rates`,
+the plan's 20-step protocol, by default; `steps30`, its Amendment 2); checks the warm start against
+`<out>/grpo-first/warm_start.json` (the record under the earlier protocol, which the plan says must agree)
+where that file exists; writes `<out>/<folder>/bar.json` and `bar.md` there (write, then rename).
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from oar_rl.io import write_text_atomic
 
 SAMPLED_GAIN = 10  # points, at least
 GREEDY_DROP = 2  # points, at most
+FOLDERS = ("rates", "steps30")  # PLAN.md's protocol, and its Amendment 2 (30 steps)
 Z95 = 1.959963984540054
 
 
@@ -60,20 +63,20 @@ def count(acc: float, n: int, what: str) -> int:
     return c
 
 
-def grpo_run(out: Path) -> dict[str, Any]:
-    """GRPO's one test run in `<out>/rates/runs/` (seed 0); ValueError if there is none or more than one."""
-    runs = load_runs(out, "rates/runs").get("grpo", {})
+def grpo_run(out: Path, folder: str = "rates") -> dict[str, Any]:
+    """GRPO's one test run in `<out>/<folder>/runs/` (seed 0); ValueError if there is none, or more."""
+    runs = load_runs(out, f"{folder}/runs").get("grpo", {})
     if sorted(runs) != [0]:
         raise ValueError(
-            f"{out / 'rates/runs'}: expected GRPO's run at seed 0 alone, found seeds {sorted(runs)}"
+            f"{out / folder / 'runs'}: expected GRPO's run at seed 0 alone, found seeds {sorted(runs)}"
         )
     return runs[0]
 
 
-def bar(out: Path) -> dict[str, Any]:
+def bar(out: Path, folder: str = "rates") -> dict[str, Any]:
     """The bar's decision and its figures (see the module docstring)."""
-    run = grpo_run(out)
-    ws = json.loads((out / "rates" / "warm_start.json").read_text())["accuracy"]
+    run = grpo_run(out, folder)
+    ws = json.loads((out / folder / "warm_start.json").read_text())["accuracy"]
     n_sampled = int(run["final"]["samples"])
     per_problem = int(run["protocol"]["eval_samples"])
     n_greedy = n_sampled // per_problem
@@ -94,6 +97,7 @@ def bar(out: Path) -> dict[str, Any]:
     met_greedy = 100 * (g1 - g0) >= -GREEDY_DROP * n_greedy
     record = {
         "met": met_sampled and met_greedy, "sampled_condition": met_sampled, "greedy_condition": met_greedy,
+        "folder": folder, "steps": run["protocol"]["steps"],
         "learning_rate": run["protocol"]["learning_rate"], "train_seconds": run.get("train_seconds"),
         "eval_seconds": run.get("eval_seconds"), "rows": rows, "earlier_warm_start": None,
     }  # fmt: skip
@@ -112,13 +116,16 @@ def _pct(x: float) -> str:
 
 def render(rec: dict[str, Any]) -> str:
     """The bar's page."""
+    folder = rec.get("folder", "rates")
+    option = "" if folder == "rates" else f" --folder {folder}"
     lines = [
         "# GRPO's test run on the pretrained regime: the bar",
         "",
-        "`python -m experiments.pretrained_regime.bar --out results/pretrained-regime` (`PLAN.md`).",
+        f"`python -m experiments.pretrained_regime.bar --out results/pretrained-regime{option}` (`PLAN.md`).",
         "",
-        f"Learning rate {rec['learning_rate']:g}, seed 0. Bar: at least +{SAMPLED_GAIN} sampled points over "
-        f"the warm start, greedy at most {GREEDY_DROP} points below it (point estimates).",
+        f"{rec['steps']} steps, learning rate {rec['learning_rate']:g}, seed 0. Bar: at least "
+        f"+{SAMPLED_GAIN} sampled points over the warm start, greedy at most {GREEDY_DROP} points below it "
+        "(point estimates).",
         "",
         "| | n | warm start | GRPO | gain, points | condition |",
         "|---|---:|---|---|---|---|",
@@ -150,14 +157,20 @@ def render(rec: dict[str, Any]) -> str:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.splitlines()[0])
     ap.add_argument("--out", type=Path, default=Path("results/pretrained-regime"))
+    ap.add_argument(
+        "--folder",
+        default="rates",
+        choices=FOLDERS,
+        help="the protocol's folder under --out: rates (the plan's 20 steps), steps30 (Amendment 2)",
+    )
     args = ap.parse_args(argv)
     try:
-        rec = bar(args.out)
+        rec = bar(args.out, args.folder)
     except (OSError, ValueError, KeyError) as e:
         print(f"pretrained-regime bar: {e}", file=sys.stderr)
         return 2
-    write_text_atomic(args.out / "rates" / "bar.json", json.dumps(rec, indent=1) + "\n")
-    write_text_atomic(args.out / "rates" / "bar.md", render(rec))
+    write_text_atomic(args.out / args.folder / "bar.json", json.dumps(rec, indent=1) + "\n")
+    write_text_atomic(args.out / args.folder / "bar.md", render(rec))
     print(render(rec), end="")
     return 0
 
