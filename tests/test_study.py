@@ -87,6 +87,7 @@ def fake_study(monkeypatch, tmp_path):
         learning_rate,
         curve=True,
         greedy=None,
+        checkpoint_dir=None,
     ):
         if state["interrupt_at"] is not None and len(calls) == state["interrupt_at"]:
             raise KeyboardInterrupt

@@ -162,6 +162,9 @@ def build_parser() -> argparse.ArgumentParser:
         "ATEN_CPU_CAPABILITY=avx2, avx2 = MKL_CBWR=AVX2 ATEN_CPU_CAPABILITY=avx2; the command re-runs "
         "itself with them (default: none, the kernels the CPU picks; results/fingerprints)",
     )
+    add(p, "--checkpoint-every", type=int, metavar="N",
+        help="save each run's full checkpoint every N steps beside --out, so that the same command resumes "
+        "a run a stopped process left unfinished (not protocol; --pretrained: 5; 0: none)")  # fmt: skip
     add(p, "--fresh", action="store_true", help="discard the results in --out first")
     add_flag(p)
     return p
@@ -234,4 +237,10 @@ def settings_from_args(a: argparse.Namespace) -> StudySettings:
             raise ValueError(f"--lr-grid {a.lr_grid!r} is not a comma-separated list of numbers") from e
     if a.lr is not None and not a.lr > 0:
         raise ValueError(f"--lr {a.lr} must be > 0")
+    if getattr(a, "checkpoint_every", None) is not None:
+        if a.checkpoint_every < 0:
+            raise ValueError(
+                f"--checkpoint-every {a.checkpoint_every} must be a number of steps >= 1, or 0 for none"
+            )
+        changes["checkpoint_every"] = a.checkpoint_every or None
     return replace(s, **changes)

@@ -204,6 +204,8 @@ def _train_runs(
     work: Path,
 ) -> dict[str, Any]:
     """Train and evaluate every (variant, seed) run not stored yet, seed-major; the new run records."""
+    from oar_rl.study.checkpoints import run_folder
+
     train_rows = task.prompts("train", settings.n_train_prompts)
     plan = settings.runs()
     step0 = ws_rec["accuracy"].get("curve", ws_rec["accuracy"]["sampled"])
@@ -215,6 +217,7 @@ def _train_runs(
             task, ws, settings, variant, seed, train_rows, test_rows,
             work / f"run{i}", progress,
             learning_rate=dict(variant.overrides).get("learning_rate", settings.learning_rate),
+            checkpoint_dir=run_folder(store, variant.name, seed),
         )  # fmt: skip
         rec["curve"] = {"0": step0, **rec["curve"]}
         progress.write(

@@ -116,6 +116,10 @@ class StudySettings:
     cpu_numerics: str | None = None
     """CPU numerics profile the runs train under (`oar_rl.numerics`: portable-x86, avx2); part of the
     protocol when set; None (native, the kernels the CPU picks) leaves it as before issue 49."""
+    checkpoint_every: int | None = None
+    """Save each run's full TRL checkpoint every this many steps (and at its last), beside the output, so
+    that the same command resumes a run its process left unfinished (`oar_rl.study.checkpoints`); None:
+    a run is all or nothing. Not protocol: it changes where a run's state is kept, not what it computes."""
     # --- scope ---
     credit_modules: tuple[tuple[str, str, tuple[str, ...]], ...] = ()
     """(module as given, sha256 of its code, the rules it registered) of each `--credit-module` loaded
@@ -210,6 +214,8 @@ class StudySettings:
             raise ValueError(f"probe={self.probe!r}; valid probes: {', '.join(probes())}")
         if self.micro_batch is not None and self.micro_batch < 1:
             raise ValueError(f"micro_batch={self.micro_batch} must be >= 1 (or None)")
+        if self.checkpoint_every is not None and self.checkpoint_every < 1:
+            raise ValueError(f"checkpoint_every={self.checkpoint_every} must be >= 1 step (or None: none)")
         if self.train_prompts is not None and self.train_prompts < self.prompts_per_step:
             raise ValueError(f"train_prompts={self.train_prompts} must be >= prompts_per_step")
 
@@ -265,7 +271,7 @@ class StudySettings:
         """Everything that determines a run's result, except its method, overrides and seed."""
         d = asdict(self)
         for key in ("methods", "seeds", "method_seeds", "method_lrs", "ablations", "lr_grid", "tune_seeds",
-                    "validation_problems", "greedy_tolerance"):  # fmt: skip
+                    "validation_problems", "greedy_tolerance", "checkpoint_every"):  # fmt: skip
             del d[key]
         for key in (
             "curve_problems",
@@ -425,6 +431,7 @@ PRESETS: dict[str, StudySettings] = {
         tune_seeds=2,
         validation_problems=100,
         greedy_tolerance=2.0,
+        checkpoint_every=5,  # a run is an hour or more: a stopped process loses at most 5 steps
     ),
     # Hidden, for the tests: the seconds-to-build warm start, a few seconds per run.
     "tiny": StudySettings(

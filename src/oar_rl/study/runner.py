@@ -243,9 +243,11 @@ def train_variant(
     callbacks: list[Any],
     *,
     learning_rate: float,
+    checkpoints: Any = None,
 ):
     """Train one run of `variant` from the warm start on the study's recipe: (model, history, seconds,
-    the learning rate used: a `learning_rate` override of the variant wins over `learning_rate`)."""
+    the learning rate used: a `learning_rate` override of the variant wins over `learning_rate`);
+    `checkpoints` as `train_policy` takes them."""
     from datasets import Dataset
 
     from oar_rl.study.training import train_policy
@@ -279,6 +281,7 @@ def train_variant(
         trainer_kwargs=trainer_kwargs or None,
         show_progress=False,
         micro_batch=settings.micro_batch,
+        checkpoints=checkpoints,
         **kw,
     )
     return model, history, seconds, learning_rate
@@ -298,11 +301,14 @@ def train_and_evaluate(
     learning_rate: float,
     curve: bool = True,
     greedy: bool | None = None,
+    checkpoint_dir: Path | None = None,
 ) -> dict[str, Any]:
     """Train one run and measure held-out accuracy (a curve every `eval_every` steps, or only at the end;
-    greedy too when `greedy`, by default with the curve)."""
+    greedy too when `greedy`, by default with the curve). With `settings.checkpoint_every`, the run is
+    checkpointed into `checkpoint_dir` and resumed from there (`oar_rl.study.checkpoints`)."""
     import shutil
 
+    from oar_rl.study.checkpoints import RunCheckpoints
     from oar_rl.study.training import HeldOutEval, StepProgress
 
     n_curve, curve_samples = settings.n_curve if curve else (len(eval_rows), settings.eval_samples)
@@ -316,14 +322,19 @@ def train_and_evaluate(
     spg = int(overrides.get("steps_per_generation", 1))  # a trust region: optimizer steps per batch
     every = (settings.eval_every if curve else settings.steps) * spg
     heldout = HeldOutEval(evaluate, every, settings.steps * spg)
-    callbacks: list[Any] = [heldout]
-    if progress is not None:
-        callbacks.append(StepProgress(progress.tick))
+    ticks = StepProgress(progress.tick if progress is not None else lambda: None)
+    callbacks: list[Any] = [heldout, ticks]
+    checkpoints = None
+    if settings.checkpoint_every is not None:
+        if checkpoint_dir is None:
+            raise ValueError("checkpoint_every is set, so the run needs a checkpoint_dir that outlives it")
+        checkpoints = RunCheckpoints(checkpoint_dir, settings.checkpoint_every, [heldout, ticks])
     code = code_version()  # read when the process's first run starts: the code it imported
     t0 = time.perf_counter()
     model, history, seconds, learning_rate = train_variant(
-        task, ws, settings, variant, seed, train_rows, workdir, callbacks, learning_rate=learning_rate
-    )
+        task, ws, settings, variant, seed, train_rows, workdir, callbacks, learning_rate=learning_rate,
+        checkpoints=checkpoints,
+    )  # fmt: skip
     per_problem: dict[str, list[int]] = {"greedy": [], "sampled": []}  # correct counts, problem order
     greedy = (
         _accuracy(task, model, ws.tokenizer, eval_rows, settings, greedy=True, per_row=per_problem["greedy"])
@@ -339,6 +350,9 @@ def train_and_evaluate(
         )
     final_seconds = time.perf_counter() - t_final
     shutil.rmtree(workdir, ignore_errors=True)
+    resumed = {"resumed_at": checkpoints.resumed_at} if checkpoints and checkpoints.resumed_at else {}
+    if checkpoint_dir is not None:  # the record is made: its checkpoints have served
+        shutil.rmtree(checkpoint_dir, ignore_errors=True)
     return {
         "variant": variant.name,
         "method": variant.method,
@@ -360,6 +374,7 @@ def train_and_evaluate(
         "wall_seconds": time.perf_counter() - t0,
         "machine": machine_info(),  # where it ran (not protocol: oar_rl.machine says why it matters)
         "code": code,  # the commit that ran (not protocol either: oar_rl.study.provenance)
+        **resumed,  # the steps it resumed at, when a process stopped mid-run (oar_rl.study.checkpoints)
         "history": history,
     }
 
@@ -370,6 +385,8 @@ def tune_learning_rate(
     """The learning-rate sweep on the validation split, for every method in scope with the same grid,
     seeds and budget (resumable; several processes may share `out`); returns the lr_tuning record."""
     import statistics
+
+    from oar_rl.study.checkpoints import run_folder
 
     protocol = settings.tuning_protocol()
     modules = settings.module_records()
@@ -397,6 +414,7 @@ def tune_learning_rate(
         rec = train_and_evaluate(
             task, ws, settings, Variant(name, method), seed, rows_train, rows_val, work / name / str(seed),
             progress, learning_rate=lr, curve=False, greedy=tolerance is not None,
+            checkpoint_dir=run_folder(store, name, seed),
         )  # fmt: skip
         progress.write(
             f"lr sweep {method} {lr:g} seed {seed}: validation accuracy {rec['final']['sampled']:.3f}"

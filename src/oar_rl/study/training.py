@@ -96,6 +96,14 @@ class HeldOutEval(TrainerCallback):
             self.seconds += time.perf_counter() - t0
         return control
 
+    def export_state(self) -> dict[str, Any]:
+        """The curve so far and its seconds (kept by a mid-run checkpoint, `oar_rl.study.checkpoints`)."""
+        return {"curve": {str(k): v for k, v in self.curve.items()}, "seconds": self.seconds}
+
+    def restore_state(self, state: dict[str, Any], step: int) -> None:
+        self.curve = {int(k): float(v) for k, v in state["curve"].items()}
+        self.seconds = float(state["seconds"])
+
 
 class StepProgress(TrainerCallback):
     """Calls `tick()` after every optimizer step (drives the study's outer progress bar)."""
@@ -106,6 +114,13 @@ class StepProgress(TrainerCallback):
     def on_step_end(self, args, state, control, **kwargs):
         self.tick()
         return control
+
+    def export_state(self) -> dict[str, Any]:
+        return {}
+
+    def restore_state(self, state: dict[str, Any], step: int) -> None:
+        for _ in range(step):  # the steps an earlier process made count on the bar
+            self.tick()
 
 
 def passes_per_step(rows: int, micro_batch: int | None) -> int:
@@ -142,6 +157,7 @@ def train_policy(
     verbose: bool = False,
     steps_per_generation: int = 1,
     micro_batch: int | None = None,
+    checkpoints: Any = None,
     **config_overrides: Any,
 ) -> tuple[Any, list[dict[str, Any]], float]:
     """Train one run from the warm start in `model_path`; returns (trained model in eval mode, cleaned
@@ -165,6 +181,10 @@ def train_policy(
     pass (a `top_entropy_quantile` cut-off, the 'bnpo' token mean): refused. The logged `entropy` and
     clip ratios become means of the passes' means, and the scorers' chunks the pass's size (the same
     scores up to rounding).
+
+    `checkpoints` (`oar_rl.study.checkpoints.RunCheckpoints`): TRL checkpoints into its folder instead of
+    `workdir`, and a resume from the newest complete one there; the seconds returned are then those of
+    every process that trained this run (`RunCheckpoints.seconds`).
     """
     import torch
     from transformers import AutoModelForCausalLM, PreTrainedTokenizerFast
@@ -181,8 +201,10 @@ def train_policy(
         )
     rows = batch // steps_per_generation  # one optimizer step's rows
     accumulate = passes_per_step(rows, micro_batch)
+    saving = {"output_dir": str(workdir), "save_strategy": "no"}
+    if checkpoints is not None:
+        saving = checkpoints.trainer_config(steps_per_generation)
     config = OARConfig(
-        output_dir=str(workdir),
         credit=credit,
         per_device_train_batch_size=rows // accumulate,
         steps_per_generation=steps_per_generation * accumulate,
@@ -195,7 +217,7 @@ def train_policy(
         lr_scheduler_type="constant",
         warmup_steps=0,
         logging_steps=1,
-        save_strategy="no",
+        **saving,
         report_to=report_to,
         run_name=run_name,
         seed=seed,
@@ -225,7 +247,7 @@ def train_policy(
         train_dataset=dataset,
         reward_funcs=reward_funcs,
         processing_class=tokenizer,
-        callbacks=list(callbacks),
+        callbacks=[*callbacks, *([checkpoints] if checkpoints is not None else [])],
         **(trainer_kwargs or {}),
     )
     attach(trainer, desc=desc, log_dir=log_dir, verbose=verbose or not show_progress)
@@ -234,9 +256,10 @@ def train_policy(
 
         for cls in (ProgressCallback, PrinterCallback):
             trainer.remove_callback(cls)
+    resume = checkpoints.resume() if checkpoints is not None else None
     t0 = time.perf_counter()
-    trainer.train()
-    seconds = time.perf_counter() - t0
+    trainer.train(resume_from_checkpoint=resume)
+    seconds = checkpoints.seconds() if checkpoints is not None else time.perf_counter() - t0
     model = trainer.model
     model.eval()
     return model, clean_history(trainer.state.log_history), seconds
