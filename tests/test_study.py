@@ -13,7 +13,7 @@ import pytest
 from conftest import register_fake_task
 from oar_rl import tasks
 from oar_rl.study import cli as study_cli
-from oar_rl.study import config, runner
+from oar_rl.study import config, lr_frozen, runner
 from oar_rl.study import report as study_report
 from oar_rl.tasks import WarmStart
 
@@ -409,7 +409,7 @@ def test_a_users_rule_in_the_lr_sweep_records_its_module(tmp_path, fake_study, o
     reload()
     settings = study_cli.settings_from_args(study_cli.build_parser().parse_args(args))
     with pytest.raises(runner.StudyError, match=r"rate of 't-own-study' in lr_tuning\.json was chosen"):
-        runner.method_lrs(settings, tuning)
+        lr_frozen.method_lrs(settings, tuning)
     n = len(calls)
     assert study_cli.main(args) == 2 and len(calls) == n
 

@@ -22,6 +22,7 @@ from oar_rl.machine import machine_info
 from oar_rl.study.args import build_parser, preset_name, settings_from_args
 from oar_rl.study.claims import run_claimed
 from oar_rl.study.config import STUDY_FORMAT, StudySettings, protocol_hash
+from oar_rl.study.lr_frozen import method_lrs, resolve_learning_rate
 from oar_rl.study.runner import (
     Progress,
     RunStore,
@@ -30,9 +31,7 @@ from oar_rl.study.runner import (
     _read_json,
     _write_json,
     curve_separate,
-    method_lrs,
     phase,
-    resolve_learning_rate,
     train_and_evaluate,
     tune_learning_rate,
 )
