@@ -18,6 +18,10 @@ made after its last checkpoint, and made again, are not counted. Two checkpoints
 is removed when the run's record is made.
 
 Not protocol: checkpoints change where a run's state is kept, not what it computes.
+
+On resuming a model whose output head is tied to its input embedding (SmolLM2: `tie_word_embeddings`),
+transformers reports "missing keys in the checkpoint model loaded: ['lm_head.weight']": the checkpoint
+stores the shared tensor once, under the embedding, and loading it restores the head with it.
 """
 
 from __future__ import annotations
