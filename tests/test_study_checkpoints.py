@@ -17,6 +17,20 @@ class Stop(Exception):
     """Stands in for a process stopped between two steps."""
 
 
+def _stop_after(monkeypatch, step: int):
+    """Make every run stop (raise Stop) right after its checkpoint at `step` is complete; returns the
+    real `on_save`, to put back."""
+    save = C.RunCheckpoints.on_save
+
+    def stop(self, args, state, control, **kwargs):
+        save(self, args, state, control, **kwargs)
+        if state.global_step == step:
+            raise Stop
+
+    monkeypatch.setattr(C.RunCheckpoints, "on_save", stop)
+    return save
+
+
 @pytest.fixture
 def tiny(tmp_path):
     from oar_rl.data.arithmetic import load
@@ -77,22 +91,20 @@ def test_a_stopped_run_resumes_onto_the_uninterrupted_run(tiny, tmp_path, monkey
     )
 
     stopped_curve = HeldOutEval(evaluate, 1, 3)
-    save = C.RunCheckpoints.on_save
-
-    def stop_after_step_2(self, args, state, control, **kwargs):
-        save(self, args, state, control, **kwargs)
-        if state.global_step == 2:
-            raise Stop
-
-    monkeypatch.setattr(C.RunCheckpoints, "on_save", stop_after_step_2)
+    save = _stop_after(monkeypatch, 2)
+    run = {"protocol": "p", "seed": 3}
     with pytest.raises(Stop):
-        _train(tiny, tmp_path / "w1", C.RunCheckpoints(tmp_path / "run", 1, [stopped_curve]), stopped_curve)
+        _train(
+            tiny, tmp_path / "w1", C.RunCheckpoints(tmp_path / "run", 1, [stopped_curve], run), stopped_curve
+        )
     monkeypatch.setattr(C.RunCheckpoints, "on_save", save)
     assert sorted(p.name for p in (tmp_path / "run").glob("checkpoint-*")) == ["checkpoint-1", "checkpoint-2"]
     (tmp_path / "run" / "checkpoint-3").mkdir()  # a save cut short: no study_state.json, never resumed from
 
+    with pytest.raises(ValueError, match="another protocol, rate or seed"):  # another run's checkpoint
+        C.RunCheckpoints(tmp_path / "run", 1, [HeldOutEval(evaluate, 1, 3)], {**run, "seed": 4}).resume()
     curve = HeldOutEval(evaluate, 1, 3)
-    resumed = C.RunCheckpoints(tmp_path / "run", 1, [curve])
+    resumed = C.RunCheckpoints(tmp_path / "run", 1, [curve], run)
     made: list[int] = []
     m, h, seconds = _train(tiny, tmp_path / "w2", resumed, curve, made)
     assert resumed.resumed_at == [2] and len(made) == 1  # step 3 only: steps 1-2 came from the checkpoint
@@ -152,14 +164,7 @@ def test_the_study_resumes_a_stopped_run_and_records_where(tmp_path, monkeypatch
     out = tmp_path / "out"
     args = ["--tiny", "--credits", "grpo", "--seeds", "1", "--recall", "0", "--checkpoint-every", "1",
             "--out", str(out), "--cache-dir", str(tmp_path / "cache")]  # fmt: skip
-    save = C.RunCheckpoints.on_save
-
-    def stop_after_step_1(self, args, state, control, **kwargs):
-        save(self, args, state, control, **kwargs)
-        if state.global_step == 1:
-            raise Stop
-
-    monkeypatch.setattr(C.RunCheckpoints, "on_save", stop_after_step_1)
+    save = _stop_after(monkeypatch, 1)
     with pytest.raises(Stop):
         study_cli.main(args)
     assert (out / ".checkpoints" / "runs" / "grpo.seed0" / "checkpoint-1" / C.STATE_FILE).is_file()
@@ -170,3 +175,10 @@ def test_the_study_resumes_a_stopped_run_and_records_where(tmp_path, monkeypatch
     assert rec["resumed_at"] == [1] and rec["final"]["step"] == 2 and len(_losses(rec["history"])) == 2
     assert "checkpoint_every" not in rec["protocol"]
     assert not any((out / ".checkpoints" / "runs").iterdir())  # served, removed
+    _stop_after(monkeypatch, 1)
+    with pytest.raises(Stop):  # --fresh: the stored run and any checkpoint go, the run trains again
+        study_cli.main([*args, "--fresh"])
+    assert (out / ".checkpoints" / "runs" / "grpo.seed0" / "checkpoint-1").is_dir()
+    monkeypatch.setattr(C.RunCheckpoints, "on_save", save)
+    assert study_cli.main([*args, "--fresh"]) == 0  # --fresh again: the stopped run's checkpoint is gone
+    assert "resumed_at" not in json.loads((out / "runs" / "grpo.seed0.json").read_text())

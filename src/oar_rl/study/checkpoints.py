@@ -15,7 +15,8 @@ the steps this run resumed at. The run file records those steps (`resumed_at`); 
 sum the seconds of every process up to the checkpoint each resumed from, so the steps a stopped process
 made after its last checkpoint, and made again, are not counted. Two checkpoints are kept
 (`save_total_limit=2`), so a process stopped while saving leaves the previous one complete. The folder
-is removed when the run's record is made.
+is removed when the run's record is made, and by `--fresh`. Each state names its run (protocol hash,
+variant, learning rate, seed): a checkpoint of another run in the same folder is refused, never resumed.
 
 Not protocol: checkpoints change where a run's state is kept, not what it computes.
 
@@ -82,9 +83,14 @@ class RunCheckpoints(TrainerCallback):
     """TRL checkpoints every `every` optimizer steps into `directory`, with the study's own state beside
     each (see the module docstring); `resume()` restores the newest and says where TRL resumes from."""
 
-    def __init__(self, directory: Path, every: int, stateful: list[Stateful]) -> None:
+    def __init__(
+        self, directory: Path, every: int, stateful: list[Stateful], run: dict[str, Any] | None = None
+    ):
         if every < 1:
             raise ValueError(f"checkpoint every={every} steps must be >= 1")
+        self.run = (
+            run or {}
+        )  # what the run is (protocol hash, rate, seed): a checkpoint of another is refused
         self.directory = Path(directory)
         self.every = every
         self.stateful = list(stateful)
@@ -99,6 +105,11 @@ class RunCheckpoints(TrainerCallback):
         if found is None:
             return None
         path, state = found
+        if state.get("run", {}) != self.run:
+            raise ValueError(
+                f"{path} holds run {state.get('run')!r}, not this run {self.run!r} (another protocol, "
+                f"rate or seed): delete {self.directory} to train this run afresh"
+            )
         self.prior_seconds = float(state["seconds"])
         self.resumed_at = [*state.get("resumed_at", []), int(state["step"])]
         for cb, cb_state in zip(self.stateful, state["callbacks"], strict=True):
@@ -118,6 +129,7 @@ class RunCheckpoints(TrainerCallback):
         step = int(state.global_step)
         record = {
             "step": step,
+            "run": self.run,
             "seconds": self.seconds(),
             "resumed_at": self.resumed_at,
             "callbacks": [cb.export_state() for cb in self.stateful],

@@ -107,7 +107,7 @@ def _resolve(settings: StudySettings) -> tuple[Any, StudySettings]:
 
 def _clear_outputs(out: Path) -> None:
     """--fresh: remove the stored runs, sweeps and records (the report files are rewritten anyway)."""
-    for name in ("runs", "lr"):
+    for name in ("runs", "lr", ".checkpoints"):
         shutil.rmtree(out / name, ignore_errors=True)
     for name in ("lr_tuning.json", "lr_warm_start.json", "warm_start.json", "recall.json", "study.json"):
         (out / name).unlink(missing_ok=True)

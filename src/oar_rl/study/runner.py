@@ -328,7 +328,9 @@ def train_and_evaluate(
     if settings.checkpoint_every is not None:
         if checkpoint_dir is None:
             raise ValueError("checkpoint_every is set, so the run needs a checkpoint_dir that outlives it")
-        checkpoints = RunCheckpoints(checkpoint_dir, settings.checkpoint_every, [heldout, ticks])
+        run = {"protocol": protocol_hash(settings.protocol()), "variant": variant.name,
+               "learning_rate": learning_rate, "seed": seed}  # fmt: skip
+        checkpoints = RunCheckpoints(checkpoint_dir, settings.checkpoint_every, [heldout, ticks], run)
     code = code_version()  # read when the process's first run starts: the code it imported
     t0 = time.perf_counter()
     model, history, seconds, learning_rate = train_variant(
