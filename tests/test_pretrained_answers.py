@@ -10,6 +10,8 @@ import pytest
 
 from experiments.pretrained_regime import answers as A
 
+P20, P30 = A.PLANS["steps20"], A.PLANS["steps30"]
+
 
 def _run(folder, variant, seed, sampled, greedy, seconds=100.0, protocol="p", lr=1e-5, steps=20):
     path = folder / "runs" / f"{variant}.seed{seed}.json"
@@ -35,7 +37,7 @@ def _store(tmp_path, oar_shift=0.03, steps26_shift=0.05):
 
 def test_p1_p2_match_a_hand_computation(tmp_path):
     noise = _store(tmp_path)
-    res = A.answers(tmp_path)
+    res = A.answers(tmp_path, P20)
     p1 = next(
         c for c in res["contrasts"] if c["label"] == "P1" and c["metric"] == "sampled" and not c["subset"]
     )
@@ -57,7 +59,7 @@ def test_p1_p2_match_a_hand_computation(tmp_path):
 
 def test_not_distinguishable_when_the_interval_spans_zero(tmp_path):
     _store(tmp_path, oar_shift=0.0)
-    res = A.answers(tmp_path)
+    res = A.answers(tmp_path, P20)
     p1 = next(
         c for c in res["contrasts"] if c["label"] == "P1" and c["metric"] == "sampled" and not c["subset"]
     )
@@ -68,28 +70,31 @@ def test_mixed_protocols_and_foreign_variants_stop_it(tmp_path):
     _store(tmp_path)
     _run(tmp_path / "confirm", "grpo", 3, 0.5, 0.7, protocol="other")
     with pytest.raises(ValueError, match="protocols"):
-        A.answers(tmp_path)
+        A.answers(tmp_path, P20)
     _run(tmp_path / "confirm", "grpo", 3, 0.5, 0.7)
     _run(tmp_path / "grpo-steps26", "grpo", 3, 0.5, 0.7, protocol="q", lr=3e-5, steps=26)  # another rate
     with pytest.raises(ValueError, match="learning_rate"):
-        A.answers(tmp_path)
+        A.answers(tmp_path, P20)
     _run(tmp_path / "grpo-steps26", "grpo", 3, 0.5, 0.7, protocol="q", steps=26)
     _run(tmp_path / "grpo-steps26", "oar-g", 0, 0.5, 0.7, protocol="q", steps=26)
     with pytest.raises(ValueError, match="no arm"):
-        A.answers(tmp_path)
+        A.answers(tmp_path, P20)
 
 
 def test_main_refuses_a_folder_without_the_grid(tmp_path, capsys):
     with pytest.raises(SystemExit):
-        A.main(["--out", str(tmp_path)])
+        A.main(["--out", str(tmp_path), "--plan", "steps20"])
     assert "confirm/warm_start.json" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        A.main(["--out", str(tmp_path)])  # the default plan: the amended one
+    assert "confirm30/warm_start.json" in capsys.readouterr().err
 
 
 def test_grpo_seed0_is_shown_beside_the_grids_test_run(tmp_path):
     _store(tmp_path)
-    assert "grpo_seed0" not in A.answers(tmp_path)  # no grid run: nothing to show
+    assert "grpo_seed0" not in A.answers(tmp_path, P20)  # no grid run: nothing to show
     _run(tmp_path / "rates", "grpo", 0, 0.61, 0.66)
-    res = A.answers(tmp_path)
+    res = A.answers(tmp_path, P20)
     assert res["grpo_seed0"]["grid"]["sampled"] == 0.61 and res["grpo_seed0"]["confirm"]["sampled"] == 0.5
     assert "61.0 and 50.0 sampled" in A.markdown(res)
 
@@ -97,13 +102,49 @@ def test_grpo_seed0_is_shown_beside_the_grids_test_run(tmp_path):
 def test_an_incomplete_or_missing_arm_decides_nothing(tmp_path):
     _store(tmp_path)
     (tmp_path / "confirm" / "runs" / "oar-g.seed7.json").unlink()  # a lost run
-    res = A.answers(tmp_path)
+    res = A.answers(tmp_path, P20)
     p1 = next(
         c for c in res["contrasts"] if c["label"] == "P1" and c["metric"] == "sampled" and not c["subset"]
     )
     assert p1["n"] == 9 and p1["decision"] == "incomplete (9 of 10)"
     for f in (tmp_path / "grpo-steps26" / "runs").iterdir():
         f.unlink()
-    p2 = next(c for c in A.answers(tmp_path)["contrasts"] if c["label"] == "P2")
+    p2 = next(c for c in A.answers(tmp_path, P20)["contrasts"] if c["label"] == "P2")
     assert p2["n"] == 0 and p2["decision"] == "no run files of grpo-steps26"
-    assert "no run files of grpo-steps26" in A.markdown(A.answers(tmp_path))
+    assert "no run files of grpo-steps26" in A.markdown(A.answers(tmp_path, P20))
+
+
+def test_the_amended_plan_reads_its_own_folders_seeds_and_steps(tmp_path, capsys):
+    """Amendment 1 (steps30): confirm30/ at 30 steps, grpo-steps39/ at 39, seeds 0-5 decide; a run
+    trained for the other plan's steps stops it; main writes answers30.*, not the first plan's files."""
+    conf, comp = tmp_path / "confirm30", tmp_path / "grpo-steps39"
+    conf.mkdir()
+    (conf / "warm_start.json").write_text(json.dumps({"accuracy": {"sampled": 0.4, "greedy": 0.667}}))
+    noise = [0.01, -0.02, 0.0, 0.015, -0.005, 0.02]
+    for s in range(6):
+        _run(conf, "grpo", s, 0.5, 0.7, steps=30)
+        _run(conf, "oar-g", s, 0.53 + noise[s], 0.7, seconds=130.0, steps=30)
+        _run(comp, "grpo", s, 0.55, 0.7, seconds=130.0, protocol="q", steps=39)
+    _run(tmp_path / "steps30", "grpo", 0, 0.52, 0.66, steps=30)  # the bar's test run
+    res = A.answers(tmp_path, P30)
+    p1 = next(c for c in res["contrasts"] if c["label"] == "P1" and c["metric"] == "sampled")
+    diffs = [0.03 + e for e in noise]
+    assert p1["n"] == 6 and p1["mean"] == pytest.approx(sum(diffs) / 6, abs=1e-12)
+    assert p1["decision"] == "supported"
+    sub = next(c for c in res["contrasts"] if c["subset"] and c["metric"] == "sampled")
+    assert sub["subset"] == "seeds 1-5" and sub["n"] == 5
+    p2 = next(c for c in res["contrasts"] if c["label"] == "P2" and c["metric"] == "sampled")
+    assert p2["reference"] == "grpo-steps39" and p2["decision"] == "contradicted"
+    assert res["grpo_seed0"]["grid"]["sampled"] == 0.52
+    assert "30 steps of 8 x 8 (grpo-steps39: 39), seeds 0-5" in A.markdown(res)
+    (conf / "runs" / "oar-g.seed5.json").unlink()
+    assert next(c for c in A.answers(tmp_path, P30)["contrasts"] if c["label"] == "P1")["decision"] == (
+        "incomplete (5 of 6)"
+    )
+    _run(conf, "oar-g", 5, 0.5, 0.7, steps=30)
+    assert A.main(["--out", str(tmp_path)]) == 0
+    assert (tmp_path / "answers30.md").is_file() and not (tmp_path / "answers.md").exists()
+    capsys.readouterr()
+    _run(comp, "grpo", 2, 0.55, 0.7, protocol="q", steps=26)  # the first plan's compute steps
+    with pytest.raises(ValueError, match="26 steps; plan steps30 trains grpo-steps39 for 39"):
+        A.answers(tmp_path, P30)

@@ -1,17 +1,20 @@
 """The pretrained regime's answers (`results/pretrained-regime/PREREGISTRATION.md`), from the run files.
 
-P1 `oar-g − grpo` and P2 `oar-g − grpo-steps26` (GRPO given OAR-G's compute: 26 steps, its own study
-directory), final sampled accuracy, paired by seed, two-sided 95% Student-t interval over the seeds
+P1 `oar-g − grpo` and P2 `oar-g − grpo-stepsN` (GRPO given OAR-G's compute: 1.3x the steps, its own
+study directory), final sampled accuracy, paired by seed, two-sided 95% Student-t interval over the seeds
 (`oar_rl.study.stats.paired_difference`); each decided as supported / contradicted / not distinguishable.
 Reported beside them, with no claim beyond the interval: the same contrasts on greedy accuracy, P1 on
-seeds 1-9 only, `entropy − grpo` and `lowest-prob − grpo` (stage 2), each arm's gain over the warm start
+seeds 1.. only, `entropy − grpo` and `lowest-prob − grpo` (stage 2), each arm's gain over the warm start
 on the same test sample, and training seconds as a ratio to GRPO's (paired medians).
 
-    python -m experiments.pretrained_regime.answers --out results/pretrained-regime
+    python -m experiments.pretrained_regime.answers --out results/pretrained-regime --plan steps30
 
-Reads `<out>/confirm/runs/*.json` (grpo, oar-g, entropy, lowest-prob), `<out>/grpo-steps26/runs/*.json` and
-`<out>/confirm/warm_start.json`; writes `<out>/answers.json` and `<out>/answers.md` (write, then rename).
-A run file whose protocol differs from its arm's other files stops it: results of two protocols never mix.
+Two plans (`PLANS`): `steps20`, the pre-registration as first written (20 steps, seeds 0-9, folders
+`confirm/` and `grpo-steps26/`, answers in `answers.{json,md}`), never run because GRPO missed its bar;
+and `steps30`, its Amendment 1 (30 steps, seeds 0-5, folders `confirm30/` and `grpo-steps39/`, answers in
+`answers30.{json,md}`). Reads the plan's two folders' `runs/*.json` and `<confirm>/warm_start.json`;
+writes the answers (write, then rename). A run file whose protocol differs from its arm's other files, or
+whose steps are not its arm's, stops it: results of two protocols never mix.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ import argparse
 import json
 import statistics
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -27,41 +31,73 @@ from experiments.leaderboard.regimes import load_runs
 from oar_rl.io import write_text_atomic
 from oar_rl.study.stats import paired_difference
 
-STAGE1 = ("grpo", "oar-g", "grpo-steps26")
 STAGE2 = ("entropy", "lowest-prob")
-CONTRASTS = (
-    ("P1", "oar-g", "grpo", "the paper's claim"),
-    ("P2", "oar-g", "grpo-steps26", "at equal compute"),
-    ("S", "entropy", "grpo", "stage 2"),
-    ("S", "lowest-prob", "grpo", "stage 2"),
-)
-SEEDS = tuple(range(10))
 
 
-def load_arms(out: Path) -> dict[str, dict[int, dict[str, Any]]]:
+@dataclass(frozen=True)
+class Plan:
+    """One pre-registered layout: where its runs live, how many steps each arm trains, which seeds decide."""
+
+    name: str
+    confirm: str  # folder under --out of grpo, oar-g (and stage 2), at `steps`
+    steps: int
+    compute_steps: int  # GRPO given OAR-G's compute, in the folder `grpo-steps{compute_steps}`
+    seeds: tuple[int, ...]
+    seed0_reference: str  # GRPO's bar test run under the same protocol, seed 0 (under --out)
+    answers: str  # stem of the answers files under --out
+
+    @property
+    def compute_arm(self) -> str:
+        return f"grpo-steps{self.compute_steps}"
+
+    def contrasts(self) -> tuple[tuple[str, str, str, str], ...]:
+        return (
+            ("P1", "oar-g", "grpo", "the paper's claim"),
+            ("P2", "oar-g", self.compute_arm, "at equal compute"),
+            ("S", "entropy", "grpo", "stage 2"),
+            ("S", "lowest-prob", "grpo", "stage 2"),
+        )
+
+
+PLANS = {
+    "steps20": Plan("steps20", "confirm", 20, 26, tuple(range(10)), "rates/runs/grpo.seed0.json", "answers"),
+    "steps30": Plan(
+        "steps30", "confirm30", 30, 39, tuple(range(6)), "steps30/runs/grpo.seed0.json", "answers30"
+    ),
+}
+
+
+def load_arms(out: Path, plan: Plan) -> dict[str, dict[int, dict[str, Any]]]:
     """{arm: {seed: run record}} from both folders (`load_runs`: one protocol per folder, checked there);
-    `grpo-steps26` is the second folder's grpo."""
-    arms = dict(load_runs(out, "confirm/runs"))
-    other = load_runs(out, "grpo-steps26/runs")
+    the compute arm is the second folder's grpo."""
+    arms = dict(load_runs(out, f"{plan.confirm}/runs"))
+    other = load_runs(out, f"{plan.compute_arm}/runs")
     if set(other) - {"grpo"}:
         raise ValueError(
-            f"grpo-steps26/runs: variants {sorted(set(other) - {'grpo'})} have no arm in this plan"
+            f"{plan.compute_arm}/runs: variants {sorted(set(other) - {'grpo'})} have no arm in this plan"
         )
     if "grpo" in other:
-        arms["grpo-steps26"] = other["grpo"]
-    check_protocols(arms)
+        arms[plan.compute_arm] = other["grpo"]
+    check_protocols(arms, plan)
     return arms
 
 
-def check_protocols(arms: dict[str, dict[int, dict[str, Any]]]) -> None:
-    """The plan's arms differ only where it says: the same protocol but for `grpo-steps26`'s `steps` (one
-    learning rate among them), no per-arm overrides. ValueError names the first run that breaks it."""
+def check_protocols(arms: dict[str, dict[int, dict[str, Any]]], plan: Plan) -> None:
+    """The plan's arms differ only where it says: the same protocol but for the compute arm's `steps` (one
+    learning rate among them), each arm at its plan's steps, no per-arm overrides. ValueError names the
+    first run that breaks it."""
     ref = None
     for arm, runs in sorted(arms.items()):
+        want = plan.compute_steps if arm == plan.compute_arm else plan.steps
         for seed, rec in sorted(runs.items()):
             if rec.get("overrides"):
                 raise ValueError(
                     f"{arm} seed {seed}: overrides {rec['overrides']}; the plan's arms have none"
+                )
+            steps = rec.get("protocol", {}).get("steps")
+            if steps != want:
+                raise ValueError(
+                    f"{arm} seed {seed}: {steps} steps; plan {plan.name} trains {arm} for {want}"
                 )
             proto = {k: v for k, v in rec.get("protocol", {}).items() if k != "steps"}
             if ref is None:
@@ -70,7 +106,7 @@ def check_protocols(arms: dict[str, dict[int, dict[str, Any]]]) -> None:
                 diff = sorted(k for k in {*proto, *ref[2]} if proto.get(k) != ref[2].get(k))
                 raise ValueError(
                     f"{arm} seed {seed} differs from {ref[0]} seed {ref[1]} in {', '.join(diff)}: the plan's "
-                    "arms share every setting but grpo-steps26's steps"
+                    "arms share every setting but the compute arm's steps"
                 )
 
 
@@ -89,10 +125,15 @@ def _metric(runs: dict[int, dict[str, Any]], key: str, seeds: tuple[int, ...]) -
     return {s: float(r["final"][key]) for s, r in runs.items() if s in seeds}
 
 
-def answers(out: Path) -> dict[str, Any]:
-    arms = load_arms(out)
-    warm = json.loads((out / "confirm" / "warm_start.json").read_text())["accuracy"]
-    result: dict[str, Any] = {"warm_start": warm, "arms": {}, "contrasts": []}
+def answers(out: Path, plan: Plan = PLANS["steps30"]) -> dict[str, Any]:
+    arms = load_arms(out, plan)
+    warm = json.loads((out / plan.confirm / "warm_start.json").read_text())["accuracy"]
+    result: dict[str, Any] = {
+        "plan": {"name": plan.name, "steps": plan.steps, "compute_steps": plan.compute_steps,
+                 "seeds": list(plan.seeds)},
+        "warm_start": warm, "arms": {}, "contrasts": [],
+    }  # fmt: skip
+    seeds_all = plan.seeds
     for arm, runs in sorted(arms.items()):
         seeds = sorted(runs)
         sampled = [runs[s]["final"]["sampled"] for s in seeds]
@@ -105,13 +146,13 @@ def answers(out: Path) -> dict[str, Any]:
             "gain_greedy": statistics.fmean(greedy) - warm["greedy"],
             "train_seconds": statistics.median(runs[s]["train_seconds"] for s in seeds),
         }
-    grid = out / "rates" / "runs" / "grpo.seed0.json"  # GRPO's first test run (PLAN.md): the same seed
+    grid = out / plan.seed0_reference  # GRPO's bar test run (PLAN.md): the same seed and protocol
     if grid.is_file() and 0 in arms.get("grpo", {}):
         result["grpo_seed0"] = {
             "grid": json.loads(grid.read_text())["final"],
             "confirm": arms["grpo"][0]["final"],
         }
-    for label, a, b, what in CONTRASTS:
+    for label, a, b, what in plan.contrasts():
         if a not in arms or b not in arms:
             missing = " and ".join(x for x in (a, b) if x not in arms)
             result["contrasts"].append({
@@ -120,9 +161,10 @@ def answers(out: Path) -> dict[str, Any]:
                 "wins": 0, "p": None, "seconds_ratio": None, "decision": f"no run files of {missing}",
             })  # fmt: skip
             continue
-        complete = set(SEEDS) <= set(arms[a]) and set(SEEDS) <= set(arms[b])
+        complete = set(seeds_all) <= set(arms[a]) and set(seeds_all) <= set(arms[b])
+        rest = f"seeds {seeds_all[1]}-{seeds_all[-1]}"
         for key in ("sampled", "greedy"):
-            subsets = [(SEEDS, "")] + ([(SEEDS[1:], "seeds 1-9")] if label == "P1" else [])
+            subsets = [(seeds_all, "")] + ([(seeds_all[1:], rest)] if label == "P1" else [])
             for seeds, note in subsets:
                 d = paired_difference(
                     _metric(arms[a], key, seeds), _metric(arms[b], key, seeds), bounds=(-1, 1)
@@ -137,7 +179,7 @@ def answers(out: Path) -> dict[str, Any]:
                 )
                 decision = "reported"
                 if label in ("P1", "P2") and key == "sampled" and not note:
-                    decision = decide(d) if complete else f"incomplete ({len(shared)} of {len(SEEDS)})"
+                    decision = decide(d) if complete else f"incomplete ({len(shared)} of {len(seeds_all)})"
                 result["contrasts"].append({
                     "label": label, "treatment": a, "reference": b, "what": what, "metric": key,
                     "subset": note, "n": len(shared), "mean": d["mean"], "low": d["low"], "high": d["high"],
@@ -152,14 +194,15 @@ def _pts(x: float | None, signed: bool = True) -> str:
 
 
 def markdown(res: dict[str, Any]) -> str:
-    w = res["warm_start"]
+    w, plan = res["warm_start"], res["plan"]
     lines = [
         "# The pretrained regime: OAR-G against GRPO (answers)",
         "",
-        "`python -m experiments.pretrained_regime.answers --out results/pretrained-regime`, from the run "
-        "files; the plan: `PREREGISTRATION.md`. SmolLM2-135M-Instruct, LoRA SFT warm start, short word "
-        "problems, 20 steps of 8 x 8 (grpo-steps26: 26), final accuracy on 150 test problems x 2 samples "
-        "at T = 1 and greedy; points.",
+        "`python -m experiments.pretrained_regime.answers --out results/pretrained-regime --plan "
+        f"{plan['name']}`, from the run files; the plan: `PREREGISTRATION.md`. SmolLM2-135M-Instruct, LoRA "
+        f"SFT warm start, short word problems, {plan['steps']} steps of 8 x 8 (grpo-steps"
+        f"{plan['compute_steps']}: {plan['compute_steps']}), seeds {plan['seeds'][0]}-{plan['seeds'][-1]}, "
+        "final accuracy on 150 test problems x 2 samples at T = 1 and greedy; points.",
         "",
         f"Warm start: {_pts(w['sampled'], False)} sampled, {_pts(w['greedy'], False)} greedy.",
         "",
@@ -167,7 +210,7 @@ def markdown(res: dict[str, Any]) -> str:
     if "grpo_seed0" in res:
         g, c = res["grpo_seed0"]["grid"], res["grpo_seed0"]["confirm"]
         lines += [
-            f"GRPO's seed 0, the grid's test run against this folder's: {_pts(g['sampled'], False)} and "
+            f"GRPO's seed 0, the bar's test run against this folder's: {_pts(g['sampled'], False)} and "
             f"{_pts(c['sampled'], False)} sampled, {_pts(g['greedy'], False)} and {_pts(c['greedy'], False)} "
             "greedy.",
             "",
@@ -203,15 +246,20 @@ def markdown(res: dict[str, Any]) -> str:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m experiments.pretrained_regime.answers", allow_abbrev=False)
     p.add_argument("--out", default="results/pretrained-regime", help="the regime's results folder")
+    p.add_argument(
+        "--plan", choices=sorted(PLANS), default="steps30",
+        help="steps30: PREREGISTRATION.md's Amendment 1 (the one run); steps20: the plan as first written",
+    )  # fmt: skip
     a = p.parse_args(argv)
-    out = Path(a.out)
-    if not (out / "confirm" / "warm_start.json").is_file():
+    out, plan = Path(a.out), PLANS[a.plan]
+    if not (out / plan.confirm / "warm_start.json").is_file():
         p.error(
-            f"--out {a.out!r}: no confirm/warm_start.json there (PREREGISTRATION.md's first command makes it)"
+            f"--out {a.out!r}: no {plan.confirm}/warm_start.json there (plan {plan.name}'s first command "
+            "makes it; see PREREGISTRATION.md)"
         )
-    res = answers(out)
-    write_text_atomic(out / "answers.json", json.dumps(res, indent=2) + "\n")
-    write_text_atomic(out / "answers.md", markdown(res))
+    res = answers(out, plan)
+    write_text_atomic(out / f"{plan.answers}.json", json.dumps(res, indent=2) + "\n")
+    write_text_atomic(out / f"{plan.answers}.md", markdown(res))
     print(markdown(res))
     return 0
 
