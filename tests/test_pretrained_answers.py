@@ -97,6 +97,7 @@ def test_grpo_seed0_is_shown_beside_the_grids_test_run(tmp_path):
     res = A.answers(tmp_path, P20)
     assert res["grpo_seed0"]["grid"]["sampled"] == 0.61 and res["grpo_seed0"]["confirm"]["sampled"] == 0.5
     assert "61.0 and 50.0 sampled" in A.markdown(res)
+    assert {c["treatment"] for c in res["contrasts"] if c["label"] == "S"} == {"entropy", "lowest-prob"}
 
 
 def test_an_incomplete_or_missing_arm_decides_nothing(tmp_path):
@@ -136,6 +137,7 @@ def test_the_amended_plan_reads_its_own_folders_seeds_and_steps(tmp_path, capsys
     p2 = next(c for c in res["contrasts"] if c["label"] == "P2" and c["metric"] == "sampled")
     assert p2["reference"] == "grpo-steps39" and p2["decision"] == "contradicted"
     assert res["grpo_seed0"]["grid"]["sampled"] == 0.52
+    assert {c["label"] for c in res["contrasts"]} == {"P1", "P2"}  # stage 2 is not in this plan
     assert "30 steps of 8 x 8 (grpo-steps39: 39), seeds 0-5" in A.markdown(res)
     (conf / "runs" / "oar-g.seed5.json").unlink()
     assert next(c for c in A.answers(tmp_path, P30)["contrasts"] if c["label"] == "P1")["decision"] == (

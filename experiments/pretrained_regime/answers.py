@@ -3,9 +3,10 @@
 P1 `oar-g − grpo` and P2 `oar-g − grpo-stepsN` (GRPO given OAR-G's compute: 1.3x the steps, its own
 study directory), final sampled accuracy, paired by seed, two-sided 95% Student-t interval over the seeds
 (`oar_rl.study.stats.paired_difference`); each decided as supported / contradicted / not distinguishable.
-Reported beside them, with no claim beyond the interval: the same contrasts on greedy accuracy, P1 on
-seeds 1.. only, `entropy − grpo` and `lowest-prob − grpo` (stage 2), each arm's gain over the warm start
-on the same test sample, and training seconds as a ratio to GRPO's (paired medians).
+Reported beside them, with no claim beyond the interval: the same contrasts on greedy accuracy, P1
+without seed 0, `entropy − grpo` and `lowest-prob − grpo` (stage 2, where the plan has one), each arm's
+gain over the warm start on the same test sample, and training seconds as a ratio to GRPO's (paired
+medians).
 
     python -m experiments.pretrained_regime.answers --out results/pretrained-regime --plan steps30
 
@@ -45,24 +46,27 @@ class Plan:
     seeds: tuple[int, ...]
     seed0_reference: str  # GRPO's bar test run under the same protocol, seed 0 (under --out)
     answers: str  # stem of the answers files under --out
+    stage2: bool  # whether the plan runs entropy and lowest-prob beside grpo
 
     @property
     def compute_arm(self) -> str:
         return f"grpo-steps{self.compute_steps}"
 
     def contrasts(self) -> tuple[tuple[str, str, str, str], ...]:
+        stage2 = tuple(("S", arm, "grpo", "stage 2") for arm in STAGE2) if self.stage2 else ()
         return (
             ("P1", "oar-g", "grpo", "the paper's claim"),
             ("P2", "oar-g", self.compute_arm, "at equal compute"),
-            ("S", "entropy", "grpo", "stage 2"),
-            ("S", "lowest-prob", "grpo", "stage 2"),
+            *stage2,
         )
 
 
 PLANS = {
-    "steps20": Plan("steps20", "confirm", 20, 26, tuple(range(10)), "rates/runs/grpo.seed0.json", "answers"),
+    "steps20": Plan(
+        "steps20", "confirm", 20, 26, tuple(range(10)), "rates/runs/grpo.seed0.json", "answers", True
+    ),
     "steps30": Plan(
-        "steps30", "confirm30", 30, 39, tuple(range(6)), "steps30/runs/grpo.seed0.json", "answers30"
+        "steps30", "confirm30", 30, 39, tuple(range(6)), "steps30/runs/grpo.seed0.json", "answers30", False
     ),
 }
 
@@ -133,7 +137,6 @@ def answers(out: Path, plan: Plan = PLANS["steps30"]) -> dict[str, Any]:
                  "seeds": list(plan.seeds)},
         "warm_start": warm, "arms": {}, "contrasts": [],
     }  # fmt: skip
-    seeds_all = plan.seeds
     for arm, runs in sorted(arms.items()):
         seeds = sorted(runs)
         sampled = [runs[s]["final"]["sampled"] for s in seeds]
@@ -161,10 +164,10 @@ def answers(out: Path, plan: Plan = PLANS["steps30"]) -> dict[str, Any]:
                 "wins": 0, "p": None, "seconds_ratio": None, "decision": f"no run files of {missing}",
             })  # fmt: skip
             continue
-        complete = set(seeds_all) <= set(arms[a]) and set(seeds_all) <= set(arms[b])
-        rest = f"seeds {seeds_all[1]}-{seeds_all[-1]}"
+        complete = set(plan.seeds) <= set(arms[a]) and set(plan.seeds) <= set(arms[b])
+        rest = f"seeds {plan.seeds[1]}-{plan.seeds[-1]}"
         for key in ("sampled", "greedy"):
-            subsets = [(seeds_all, "")] + ([(seeds_all[1:], rest)] if label == "P1" else [])
+            subsets = [(plan.seeds, "")] + ([(plan.seeds[1:], rest)] if label == "P1" else [])
             for seeds, note in subsets:
                 d = paired_difference(
                     _metric(arms[a], key, seeds), _metric(arms[b], key, seeds), bounds=(-1, 1)
@@ -179,7 +182,7 @@ def answers(out: Path, plan: Plan = PLANS["steps30"]) -> dict[str, Any]:
                 )
                 decision = "reported"
                 if label in ("P1", "P2") and key == "sampled" and not note:
-                    decision = decide(d) if complete else f"incomplete ({len(shared)} of {len(seeds_all)})"
+                    decision = decide(d) if complete else f"incomplete ({len(shared)} of {len(plan.seeds)})"
                 result["contrasts"].append({
                     "label": label, "treatment": a, "reference": b, "what": what, "metric": key,
                     "subset": note, "n": len(shared), "mean": d["mean"], "low": d["low"], "high": d["high"],

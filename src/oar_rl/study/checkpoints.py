@@ -88,9 +88,8 @@ class RunCheckpoints(TrainerCallback):
     ):
         if every < 1:
             raise ValueError(f"checkpoint every={every} steps must be >= 1")
-        self.run = (
-            run or {}
-        )  # what the run is (protocol hash, rate, seed): a checkpoint of another is refused
+        # what the run is (protocol hash, variant, rate, seed): a checkpoint of another is refused
+        self.run = run or {}
         self.directory = Path(directory)
         self.every = every
         self.stateful = list(stateful)
