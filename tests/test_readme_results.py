@@ -34,7 +34,10 @@ SOURCES: dict[str, tuple[str, ...]] = {  # the start of a row's question -> the 
     "Does that hold on long chains": (LONG_CONFIRM, LEADERBOARD, WHY_ANSWERS),
     "Does the verdict hold on long": (LONG_CONFIRM, LEADERBOARD, WHY_ANSWERS),
     "What does it cost": ("results/bench-cpu-256/bench.md",),
-    "Does GRPO learn on a pretrained": ("results/pretrained-regime/rates/bar.md",),
+    "Does GRPO learn on a pretrained": (
+        "results/pretrained-regime/rates/bar.md",
+        "results/pretrained-regime/steps30/bar.md",
+    ),
     "How does every credit rule do": (),
 }
 NUMBER = re.compile(r"(?<![\w.])([+-]?)(\d+\.\d+)(?![\d])")
