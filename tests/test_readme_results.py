@@ -26,8 +26,8 @@ WHY_ANSWERS = "results/credit-why/answers.md"  # issue 48's confirmation, genera
 SOURCES: dict[str, tuple[str, ...]] = {  # the start of a row's question -> the files its figures come from
     "Does OAR beat GRPO": (STUDY, SHORT_CONFIRM, "results/bench-cpu-256/bench.md"),
     "Does OAR's credit land on the pivot": (STUDY,),
-    "Does its ranking find causal": ("results/real-model/recall.md",),
-    "Does its importance ranking find": ("results/real-model/recall.md",),
+    "Does its ranking find causal": ("results/real-model/recall.md", "results/recall-smollm2/recall.md"),
+    "Does its importance ranking find": ("results/real-model/recall.md", "results/recall-smollm2/recall.md"),
     "Where does OAR put the blame": ("results/blame/blame.md",),
     "Where does the credit go": ("results/blame/blame.md",),
     "Why does OAR lose": (SHORT_CONFIRM, LEADERBOARD, "results/credit-screen/screen.md"),
