@@ -284,3 +284,29 @@ def test_leaderboard_reads_a_fixed_arm_confirmation_whole_with_its_rates(tmp_pat
     ]  # fmt: skip
     assert lb.accuracy_cells(tmp_path, regime, "grpo-compute")[:2] == ["+1.0 (+1.0, +1.0)", "10"]
     assert lb.rules(tmp_path, (regime,)) == ["grpo", "grpo-compute", "first-error"]
+
+
+def test_a_confirmation_of_six_seeds_is_read_at_six_and_not_before(tmp_path):
+    """The pretrained regime's confirmation fixes 6 seeds per arm (its Amendment 1), not the 10 of the
+    others: OAR-G's figure is read once both arms hold seeds 0-5, blinded while either lacks one; the
+    committed regime points at that folder with those seeds."""
+    from experiments.leaderboard import leaderboard as lb
+    from experiments.leaderboard.regimes import PRETRAINED_ARMS, REGIMES
+
+    src = lb.Source("p", "confirmation, test split", "x.md", blinded=True, arms=PRETRAINED_ARMS, seeds=6)
+    regime = lb.Regime("smol", "test", confirmed=(src,))
+    for seed in range(6):
+        _run(tmp_path / "p", "oar-g", seed, 0.50 + (0.02 if seed % 2 else 0.01))
+        if seed < 5:
+            _run(tmp_path / "p", "grpo", seed, 0.50)
+    assert lb.accuracy_cells(tmp_path, regime, "oar-g") == [
+        "running", "confirmation running: 5 of 6 seeds", "confirmation, test split", "n/a"
+    ]  # fmt: skip
+    _run(tmp_path / "p", "grpo", 5, 0.50)
+    cells = lb.accuracy_cells(tmp_path, regime, "oar-g")
+    assert cells[0].startswith("+1.5 (") and cells[1:3] == ["6", "confirmation, test split"]
+    smol = next(r for r in REGIMES if r.name == "wordproblems-smollm2")
+    assert [(s.runs, s.seeds, s.arms) for s in smol.confirmed] == [
+        ("results/pretrained-regime/confirm30/runs", 6, ("grpo", "oar-g"))
+    ]  # fmt: skip
+    assert smol.recall == "results/recall-smollm2/recall.json"

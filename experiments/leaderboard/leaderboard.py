@@ -46,7 +46,6 @@ from pathlib import Path
 from typing import Any
 
 from experiments.leaderboard.regimes import (
-    CONFIRM_SEEDS,
     NA,
     REGIMES,
     SCREEN_SEEDS,
@@ -78,9 +77,9 @@ def _arms_running(root: Path, source: Source, runs: Mapping[str, Mapping[int, An
     if not source.blinded:
         return False
     if source.arms:
-        return any(len(runs.get(a, {})) < CONFIRM_SEEDS for a in source.arms)
+        return any(len(runs.get(a, {})) < source.seeds for a in source.arms)
     if source.plan is None:
-        return any(len(got) < CONFIRM_SEEDS for got in runs.values())
+        return any(len(got) < source.seeds for got in runs.values())
     import importlib
 
     from oar_rl.study.screen import blinded, confirm_arms
@@ -126,9 +125,9 @@ def accuracy_cells(root: Path, regime: Regime, rule: str) -> list[str]:
         runs = load_runs(root, source.runs)
         mine = default_variant(runs, rule, source.overrides)
         grpo = default_variant(runs, "grpo", source.overrides)
-        if confirmed and (min(len(mine), len(grpo)) < CONFIRM_SEEDS or _arms_running(root, source, runs)):
+        if confirmed and (min(len(mine), len(grpo)) < source.seeds or _arms_running(root, source, runs)):
             if mine and source.blinded and not running:
-                running = f" (confirmation running: {len(set(mine) & set(grpo))} of {CONFIRM_SEEDS} seeds)"
+                running = f" (confirmation running: {len(set(mine) & set(grpo))} of {source.seeds} seeds)"
                 running_label = source.label
             continue
         if not mine or not grpo:

@@ -15,6 +15,12 @@ from typing import Any
 
 from experiments.credit_why.plan import CONFIRM_ARMS
 
+SCREEN_SEEDS = 5
+"""Seeds per arm of a complete screen (both pre-registered screens); fewer: the screen is still running."""
+CONFIRM_SEEDS = 10
+"""Seeds per arm of a complete confirmation; fewer: it is still running, blinded (its numbers are not
+read), and the rule's row comes from its screen."""
+
 
 @dataclass(frozen=True)
 class Source:
@@ -36,11 +42,14 @@ class Source:
     answer). The leaderboard marks a figure of another scored set."""
     arms: tuple[str, ...] = ()
     """With `blinded`: the confirmation's arms when its plan fixes them in advance (no screen's winners to
-    read): every one must have all `CONFIRM_SEEDS` seeds before any figure is read."""
+    read): every one must have all its `seeds` before any figure is read."""
     overrides: frozenset[str] = frozenset()
     """The overrides its arms carry by design (issue 48's confirmation: each arm's learning rate chosen on
     the grid, GRPO-at-first-error's-compute's prompts per step); a run with any other override is a
     variant, not the rule's row (`default_variant`)."""
+    seeds: int = CONFIRM_SEEDS
+    """With `blinded` and no `plan`: the seeds per arm of the complete confirmation (the pretrained regime's
+    Amendment 1: 6); fewer in any arm: still running, not read."""
     study: str | None = None
     """A user's `oar-rl study` folder (`--source NAME=DIR`, DIR as given; `runs` is its runs/ folder):
     read whole, whatever its seeds, each cell labelled with its seed count (`sources.study_seeds_label`)."""
@@ -72,8 +81,8 @@ folder, are not rules of the leaderboard: a rule at another rate, GRPO on other 
 PRETRAINED_ARMS = ("grpo", "oar-g")
 """The pretrained regime's stage-1 arms in its confirmation's folder, blinded until both have every seed
 (its pre-registration: stage 2, entropy and lowest-prob, runs as the budget allows and must not keep
-OAR-G's figure hidden; GRPO given OAR-G's compute trains in a folder of its own, `grpo-steps26`, and is
-not a rule of the leaderboard)."""
+OAR-G's figure hidden; its Amendment 1 runs no stage 2): GRPO given OAR-G's compute trains in a folder of
+its own, `grpo-steps39`, and is not a rule of the leaderboard."""
 LONG_4E4 = "wordproblems-long at 4e-4"
 """The long regime's first column group: its screen and confirmation ran every arm at learning rate 4e-4."""
 LONG_RUNS = "results/credit-long/confirm/runs"
@@ -173,31 +182,26 @@ REGIMES: tuple[Regime, ...] = (
     Regime(
         "wordproblems-smollm2",
         "the pretrained regime: SmolLM2-135M-Instruct from its LoRA SFT warm start on the short word "
-        "problems, 20 steps of 8 prompts × 8, every arm at GRPO's rate chosen on validation "
-        "(results/pretrained-regime/PREREGISTRATION.md)",
+        "problems, 30 steps of 8 prompts × 8 at learning rate 1e-5, scored on 150 test problems × 2 samples "
+        "(results/pretrained-regime/PREREGISTRATION.md, Amendment 1)",
         confirmed=(
             Source(
-                "results/pretrained-regime/confirm/runs",
+                "results/pretrained-regime/confirm30/runs",
                 "confirmation, test split",
                 "pretrained-regime.md",
                 blinded=True,
                 arms=PRETRAINED_ARMS,
+                seeds=6,
             ),
         ),
         blame="results/blame-smollm2/blame.json",
+        recall="results/recall-smollm2/recall.json",
         bench="results/pretrained-regime/bench/bench.json",
     ),
 )
 
 
 NA = "n/a"
-
-
-SCREEN_SEEDS = 5
-"""Seeds per arm of a complete screen (both pre-registered screens); fewer: the screen is still running."""
-CONFIRM_SEEDS = 10
-"""Seeds per arm of a complete confirmation; fewer: it is still running, blinded (its numbers are not
-read), and the rule's row comes from its screen."""
 
 
 def load_runs(root: Path, folder: str) -> dict[str, dict[int, dict[str, Any]]]:
