@@ -145,8 +145,9 @@ def test_the_leaderboard_fits_marks_its_scored_sets_and_prints_minus_signs():
 
     text = (ROOT / leaderboard.PAGE).read_text()
     summary = text[text.index("<table>") : text.index("</table>")]
-    assert summary.count("<th colspan='2'>") == 3 and "## wordproblems-long at 4e-4: details" in text
+    assert summary.count("<th colspan='2'>") == 4 and "## wordproblems-long at 4e-4: details" in text
     assert "## wordproblems-long at chosen rates: details" in text  # issue 48's confirmation
+    assert "## wordproblems-smollm2: details" in text  # the pretrained regime's, blinded while it runs
     assert "<td>+1.0 (+0.2, +1.8)†</td><td>v2 study, 10 seeds</td>" in summary  # entropy, before-answer
     assert "<td>−3.5 (−4.8, −2.1)</td><td>confirmed, 10 seeds</td>" in summary  # oar-g, reasoning tokens
     assert "**†**: scored set `before-answer`" in text
