@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from experiments.credit_why.plan import CONFIRM_ARMS
+from experiments.pretrained_regime.plan import PLANS
 
 SCREEN_SEEDS = 5
 """Seeds per arm of a complete screen (both pre-registered screens); fewer: the screen is still running."""
@@ -82,7 +83,9 @@ PRETRAINED_ARMS = ("grpo", "oar-g")
 """The pretrained regime's stage-1 arms in its confirmation's folder, blinded until both have every seed
 (its pre-registration: stage 2, entropy and lowest-prob, runs as the budget allows and must not keep
 OAR-G's figure hidden; its Amendment 1 runs no stage 2): GRPO given OAR-G's compute trains in a folder of
-its own, `grpo-steps39`, and is not a rule of the leaderboard."""
+its own (`Plan.compute_arm`) and is not a rule of the leaderboard."""
+PRETRAINED_PLAN = PLANS["steps30"]
+"""The pretrained regime's plan in force (Amendment 1): its confirmation's folder, steps and seeds."""
 LONG_4E4 = "wordproblems-long at 4e-4"
 """The long regime's first column group: its screen and confirmation ran every arm at learning rate 4e-4."""
 LONG_RUNS = "results/credit-long/confirm/runs"
@@ -182,16 +185,16 @@ REGIMES: tuple[Regime, ...] = (
     Regime(
         "wordproblems-smollm2",
         "the pretrained regime: SmolLM2-135M-Instruct from its LoRA SFT warm start on the short word "
-        "problems, 30 steps of 8 prompts × 8 at learning rate 1e-5, scored on 150 test problems × 2 samples "
-        "(results/pretrained-regime/PREREGISTRATION.md, Amendment 1)",
+        f"problems, {PRETRAINED_PLAN.steps} steps of 8 prompts × 8 at learning rate 1e-5, scored on 150 test "
+        "problems × 2 samples (results/pretrained-regime/PREREGISTRATION.md, Amendment 1)",
         confirmed=(
             Source(
-                "results/pretrained-regime/confirm30/runs",
+                f"results/pretrained-regime/{PRETRAINED_PLAN.confirm}/runs",
                 "confirmation, test split",
                 "pretrained-regime.md",
                 blinded=True,
                 arms=PRETRAINED_ARMS,
-                seeds=6,
+                seeds=len(PRETRAINED_PLAN.seeds),
             ),
         ),
         blame="results/blame-smollm2/blame.json",

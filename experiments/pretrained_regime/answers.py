@@ -24,51 +24,13 @@ import argparse
 import json
 import statistics
 import sys
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from experiments.leaderboard.regimes import load_runs
+from experiments.pretrained_regime.plan import PLANS, STAGE2, Plan  # noqa: F401  (A.PLANS in tests)
 from oar_rl.io import write_text_atomic
 from oar_rl.study.stats import paired_difference
-
-STAGE2 = ("entropy", "lowest-prob")
-
-
-@dataclass(frozen=True)
-class Plan:
-    """One pre-registered layout: where its runs live, how many steps each arm trains, which seeds decide."""
-
-    name: str
-    confirm: str  # folder under --out of grpo, oar-g (and stage 2), at `steps`
-    steps: int
-    compute_steps: int  # GRPO given OAR-G's compute, in the folder `grpo-steps{compute_steps}`
-    seeds: tuple[int, ...]
-    seed0_reference: str  # GRPO's bar test run under the same protocol, seed 0 (under --out)
-    answers: str  # stem of the answers files under --out
-    stage2: bool  # whether the plan runs entropy and lowest-prob beside grpo
-
-    @property
-    def compute_arm(self) -> str:
-        return f"grpo-steps{self.compute_steps}"
-
-    def contrasts(self) -> tuple[tuple[str, str, str, str], ...]:
-        stage2 = tuple(("S", arm, "grpo", "stage 2") for arm in STAGE2) if self.stage2 else ()
-        return (
-            ("P1", "oar-g", "grpo", "the paper's claim"),
-            ("P2", "oar-g", self.compute_arm, "at equal compute"),
-            *stage2,
-        )
-
-
-PLANS = {
-    "steps20": Plan(
-        "steps20", "confirm", 20, 26, tuple(range(10)), "rates/runs/grpo.seed0.json", "answers", True
-    ),
-    "steps30": Plan(
-        "steps30", "confirm30", 30, 39, tuple(range(6)), "steps30/runs/grpo.seed0.json", "answers30", False
-    ),
-}
 
 
 def load_arms(out: Path, plan: Plan) -> dict[str, dict[int, dict[str, Any]]]:
