@@ -9,8 +9,9 @@ import math
 import pytest
 
 from experiments.pretrained_regime import answers as A
+from experiments.pretrained_regime.plan import PLANS
 
-P20, P30 = A.PLANS["steps20"], A.PLANS["steps30"]
+P20, P30 = PLANS["steps20"], PLANS["steps30"]
 
 
 def _run(folder, variant, seed, sampled, greedy, seconds=100.0, protocol="p", lr=1e-5, steps=20):

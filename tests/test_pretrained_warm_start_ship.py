@@ -19,18 +19,7 @@ import torch
 
 from experiments.pretrained_regime import warm_start as wsmod
 from oar_rl import lora_sft
-from test_lora_warm_start import SPEC, q_proj, save_base
-
-
-@pytest.fixture(scope="module")
-def base(tmp_path_factory) -> Path:
-    return save_base(tmp_path_factory.mktemp("base"))
-
-
-@pytest.fixture(scope="module")
-def built(base, tmp_path_factory):
-    cache = tmp_path_factory.mktemp("cache")
-    return lora_sft.load(SPEC, "tiny-regime", cache_dir=cache, base_dir=base, progress=False)
+from test_lora_warm_start import SPEC, base, built, q_proj  # noqa: F401  (fixtures: the tiny base, its build)
 
 
 def test_differences_name_every_figure_not_bit_identical():
@@ -49,43 +38,47 @@ def _record(adapter: Path, match: bool) -> dict:
             "adapter": wsmod.adapter_identity(adapter)}  # fmt: skip
 
 
-def test_ship_copies_only_the_adapter_that_was_checked_and_matched(built, tmp_path):
+def test_ship_copies_only_the_adapter_that_was_checked_and_matched(built, tmp_path):  # noqa: F811
+    _, ws = built
     with pytest.raises(ValueError, match=r"did not reproduce x.json \(1 figures differ\).*nothing shipped"):
-        wsmod.ship(_record(built.adapter, match=False), built.adapter, tmp_path / "pkg")
+        wsmod.ship(_record(ws.adapter, match=False), ws.adapter, tmp_path / "pkg")
     other = tmp_path / "other"
-    shutil.copytree(built.adapter, other)
+    shutil.copytree(ws.adapter, other)
     manifest = json.loads((other / lora_sft.MANIFEST_FILE).read_text())
     manifest["build"]["seconds"] += 1  # another build of the same recipe: same files, another manifest
     (other / lora_sft.MANIFEST_FILE).write_text(json.dumps(manifest))
     with pytest.raises(ValueError, match="is not the one checked"):
-        wsmod.ship(_record(built.adapter, match=True), other, tmp_path / "pkg")
+        wsmod.ship(_record(ws.adapter, match=True), other, tmp_path / "pkg")
     assert not (tmp_path / "pkg").exists()
-    dest = wsmod.ship(_record(built.adapter, match=True), built.adapter, tmp_path / "pkg")
-    assert lora_sft.adapter_problem(dest, built.recipe) is None
-    assert sorted(p.name for p in dest.iterdir()) == sorted(p.name for p in built.adapter.iterdir())
+    dest = wsmod.ship(_record(ws.adapter, match=True), ws.adapter, tmp_path / "pkg")
+    assert lora_sft.adapter_problem(dest, ws.recipe) is None
+    assert sorted(p.name for p in dest.iterdir()) == sorted(p.name for p in ws.adapter.iterdir())
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # no temporary left
 
 
-def test_a_restored_adapter_is_loaded_without_a_build(built, base, tmp_path):
-    entry = tmp_path / "cache" / built.adapter.name
-    assert wsmod.copy_adapter(built.adapter, entry, built.recipe) == entry
+def test_a_restored_adapter_is_loaded_without_a_build(built, base, tmp_path):  # noqa: F811
+    _, ws = built
+    entry = tmp_path / "cache" / ws.adapter.name
+    assert wsmod.copy_adapter(ws.adapter, entry, ws.recipe) == entry
     loaded = lora_sft.load(SPEC, "tiny-regime", cache_dir=tmp_path / "cache", base_dir=base, build=False)
-    assert loaded.adapter == entry and torch.equal(q_proj(loaded.model), q_proj(built.model))
-    assert wsmod.copy_adapter(built.adapter, entry, built.recipe) == entry  # the same adapter: kept
+    assert loaded.adapter == entry and torch.equal(q_proj(loaded.model), q_proj(ws.model))
+    assert entry.stat().st_mode & 0o777 == 0o777 & ~lora_sft._umask()  # a build's, not mkdtemp's 0700
+    assert wsmod.copy_adapter(ws.adapter, entry, ws.recipe) == entry  # the same adapter: kept
     (entry / "adapter_config.json").write_text("{}")
     with pytest.raises(ValueError, match="exists and is not the adapter"):
-        wsmod.copy_adapter(built.adapter, entry, built.recipe)
+        wsmod.copy_adapter(ws.adapter, entry, ws.recipe)
     assert (entry / "adapter_config.json").read_text() == "{}"  # left as it was
     with pytest.raises(ValueError, match="there is no adapter at"):
-        wsmod.copy_adapter(tmp_path / "nowhere", tmp_path / "x", built.recipe)
+        wsmod.copy_adapter(tmp_path / "nowhere", tmp_path / "x", ws.recipe)
 
 
-def test_a_damaged_source_is_not_copied(built, tmp_path):
+def test_a_damaged_source_is_not_copied(built, tmp_path):  # noqa: F811
+    _, ws = built
     src = tmp_path / "src"
-    shutil.copytree(built.adapter, src)
+    shutil.copytree(ws.adapter, src)
     (src / "adapter_model.safetensors").write_bytes(b"0")
     with pytest.raises(lora_sft.WarmStartError, match="do not match the sha256"):
-        wsmod.copy_adapter(src, tmp_path / "dest", built.recipe)
+        wsmod.copy_adapter(src, tmp_path / "dest", ws.recipe)
     assert not (tmp_path / "dest").exists()
 
 

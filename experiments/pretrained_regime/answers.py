@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from experiments.leaderboard.regimes import load_runs
-from experiments.pretrained_regime.plan import PLANS, STAGE2, Plan  # noqa: F401  (A.PLANS in tests)
+from experiments.pretrained_regime.plan import PLANS, Plan
 from oar_rl.io import write_text_atomic
 from oar_rl.study.stats import paired_difference
 

@@ -6,11 +6,11 @@ another process, 2689 s on an AMD EPYC with AVX2 only at two (`experiments/pretr
 run log). The
 weights of a build depend in the last bits on the CPU and thread count that make it (issue 8;
 `results/fingerprints/`), so a build may stand in for the one the regime's records describe only when it
-is that one. The check: the warm start's own samples on the test sample, labelled and scored as the
-study does (`oar_rl.roles.role_statistics`, the `task_figures` of `confirm30/warm_start.json`, made on
-the Intel Xeon), must come out bit for bit. That compares the adapter, its merge and the CPU's inference
-together: a match says all three are the records' (one differing bit in 16-digit entropies over ~10,000
-tokens would show); a mismatch cannot say which part differs.
+is that one. The check: the warm start's own samples on the test sample, labelled and scored by the
+study's own code (`oar_rl.study.cli.role_figures`; the `task_figures` of `confirm30/warm_start.json`,
+made on the Intel Xeon) must come out bit for bit. That tests the adapter, its merge and the CPU's
+inference together: a match over the mean entropies of ~10,000 sampled tokens, to 16 digits, is strong
+evidence (not proof) that all three are the records'; a mismatch cannot say which part differs.
 
     python -m experiments.pretrained_regime.warm_start check --json FILE   # build (if missing) and check
     python -m experiments.pretrained_regime.warm_start ship --check FILE   # into the package, if it matched
@@ -75,7 +75,7 @@ def check(against: Path, cache_dir: str | None) -> dict[str, Any]:
     import torch
 
     from oar_rl.machine import machine_info
-    from oar_rl.roles import role_statistics
+    from oar_rl.study.cli import role_figures
     from oar_rl.tasks import get_task
     from oar_rl.tasks.pretrained import NAME, WARM_START_SPECS, shipped_adapter
 
@@ -92,10 +92,9 @@ def check(against: Path, cache_dir: str | None) -> dict[str, Any]:
         )
     t1 = time.perf_counter()
     rows = task.prompts("test", protocol["test_problems"])
-    figures = role_statistics(
-        ws.model, ws.tokenizer, [r["prompt"] for r in rows], task.trainer_kwargs()["token_roles"],
-        temperature=protocol["temperature"], max_new_tokens=protocol["max_completion_length"],
-        seed=protocol["eval_seed"],
+    figures = role_figures(
+        task, ws.model, ws.tokenizer, rows, temperature=protocol["temperature"],
+        max_new_tokens=protocol["max_completion_length"], seed=protocol["eval_seed"],
     )  # fmt: skip
     diff = differences(figures, committed["task_figures"])
     return {
@@ -124,11 +123,15 @@ def copy_adapter(src: Path, dest: Path, rec: dict[str, Any]) -> Path:
     if not src.is_dir():
         raise ValueError(f"there is no adapter at {src} to copy")
     lora_sft.verify_adapter(src, rec, "build it again")
+    manifest = sha256_file(src / lora_sft.MANIFEST_FILE)
+
+    def same(p: Path) -> bool:
+        return (
+            lora_sft.adapter_problem(p, rec) is None and sha256_file(p / lora_sft.MANIFEST_FILE) == manifest
+        )
+
     if dest.exists():
-        same = lora_sft.adapter_problem(dest, rec) is None and sha256_file(
-            dest / lora_sft.MANIFEST_FILE
-        ) == sha256_file(src / lora_sft.MANIFEST_FILE)
-        if same:
+        if same(dest):
             return dest
         raise ValueError(f"{dest} exists and is not the adapter at {src}; move it away first")
     dest.parent.mkdir(parents=True, exist_ok=True)
@@ -137,7 +140,7 @@ def copy_adapter(src: Path, dest: Path, rec: dict[str, Any]) -> Path:
         for name in (*lora_sft.ADAPTER_FILES, lora_sft.MANIFEST_FILE, lora_sft.COMPLETE_MARKER):
             shutil.copyfile(src / name, tmp / name)
         lora_sft.verify_adapter(tmp, rec, "the copy is damaged")
-        tmp.rename(dest)
+        lora_sft._publish(tmp, dest, same)  # a build's permissions; one made meanwhile kept if the same
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
@@ -163,14 +166,12 @@ def ship(record: dict[str, Any], adapter: Path, dest: Path) -> Path:
 
 def _cache_entry(cache_dir: str | None) -> tuple[Path, dict[str, Any]]:
     """The cache entry of the default warm start, and its recipe."""
-    from oar_rl.cache_check import default_cache_dir
     from oar_rl.fetch import fetch_model
     from oar_rl.tasks.pretrained import NAME, WARM_START_SPECS
 
     spec = WARM_START_SPECS["default"]
     rec = lora_sft.recipe(spec, fetch_model(spec.base, cache_dir))
-    root = Path(cache_dir).expanduser() if cache_dir else default_cache_dir()
-    return root / f"{NAME}-{lora_sft.recipe_hash(rec)}", rec
+    return lora_sft.cache_entry(NAME, rec, cache_dir), rec
 
 
 def main(argv: list[str] | None = None) -> int:

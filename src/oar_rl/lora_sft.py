@@ -399,6 +399,13 @@ def merge(adapter: Path, base_dir: Path, out: Path, *, progress: bool = True) ->
     return out
 
 
+def cache_entry(name: str, rec: dict[str, Any], cache_dir: str | os.PathLike | None = None) -> Path:
+    """The cache directory of the adapter of recipe `rec` named `name` (`<name>-<recipe hash>`; its merge
+    sits beside it, with `.merged` added)."""
+    root = Path(cache_dir).expanduser() if cache_dir is not None else default_cache_dir()
+    return root / f"{name}-{recipe_hash(rec)}"
+
+
 @dataclass
 class LoadedWarmStart:
     """A loaded LoRA SFT warm start: the merged model (eval mode), its tokenizer, the merged directory
@@ -436,11 +443,10 @@ def load(
     from oar_rl.console import no_load_bars
     from oar_rl.fetch import fetch_model
 
-    root = Path(cache_dir).expanduser() if cache_dir is not None else default_cache_dir()
     base_dir = Path(base_dir) if base_dir is not None else fetch_model(spec.base, cache_dir)
     rec = recipe(spec, base_dir)
     digest = recipe_hash(rec)
-    entry = root / f"{name}-{digest}"
+    entry = cache_entry(name, rec, cache_dir)
     how = f" with `{command}`" if command else ""
     if shipped is not None and shipped.exists():
         adapter = verify_adapter(shipped, rec, "the package's adapter is not the code's recipe: rebuild it")
@@ -452,7 +458,7 @@ def load(
         adapter = build_adapter(spec, base_dir, entry, progress=progress)
     else:
         raise WarmStartError(f"the warm start {entry} is not built; build it{how}")
-    merged = merge(adapter, base_dir, root / f"{name}-{digest}.merged", progress=progress)
+    merged = merge(adapter, base_dir, entry.with_name(f"{entry.name}.merged"), progress=progress)
     with no_load_bars():
         model = AutoModelForCausalLM.from_pretrained(merged, dtype="float32")
     tok = AutoTokenizer.from_pretrained(merged)

@@ -39,7 +39,7 @@ from oar_rl.study.screen_report import signed_text
 from oar_rl.study.stats import wins_text
 from oar_rl.tasks import get_task
 
-__all__ = ["build_parser", "main", "run_study", "settings_from_args"]
+__all__ = ["build_parser", "main", "role_figures", "run_study", "settings_from_args"]
 
 
 def run_study(
@@ -178,18 +178,32 @@ def _measure_warm_start(
                                      greedy=False, samples=k)  # fmt: skip
         ws_rec = {"protocol": protocol, "recipe_hash": ws.recipe_hash, "recipe": ws.recipe, "accuracy": acc}
         _write_json(out / "warm_start.json", ws_rec)
-    labeller = (task.trainer_kwargs() if task.trainer_kwargs else {}).get("token_roles")
-    if labeller is not None and "task_figures" not in ws_rec:
-        from oar_rl.roles import role_statistics
-
-        phase("measuring token roles and policy entropy on the warm start's own samples")
-        ws_rec["task_figures"] = role_statistics(
-            ws.model, ws.tokenizer, [r["prompt"] for r in test_rows], labeller,
-            temperature=settings.temperature, max_new_tokens=settings.max_completion_length,
-            seed=settings.eval_seed,
+    if "task_figures" not in ws_rec:
+        figures = role_figures(
+            task, ws.model, ws.tokenizer, test_rows, temperature=settings.temperature,
+            max_new_tokens=settings.max_completion_length, seed=settings.eval_seed,
         )  # fmt: skip
-        _write_json(out / "warm_start.json", ws_rec)
+        if figures is not None:
+            ws_rec["task_figures"] = figures
+            _write_json(out / "warm_start.json", ws_rec)
     return ws_rec
+
+
+def role_figures(
+    task: Any, model: Any, tokenizer: Any, rows: list, *, temperature: float, max_new_tokens: int, seed: int
+) -> dict[str, Any] | None:
+    """warm_start.json's `task_figures`: token roles and policy entropy on the model's own samples of the
+    prompts of `rows` (`oar_rl.roles.role_statistics`); None for a task without a role labeller."""
+    labeller = (task.trainer_kwargs() if task.trainer_kwargs else {}).get("token_roles")
+    if labeller is None:
+        return None
+    from oar_rl.roles import role_statistics
+
+    phase("measuring token roles and policy entropy on the warm start's own samples")
+    return role_statistics(
+        model, tokenizer, [r["prompt"] for r in rows], labeller,
+        temperature=temperature, max_new_tokens=max_new_tokens, seed=seed,
+    )  # fmt: skip
 
 
 def _train_runs(
