@@ -140,7 +140,7 @@ def copy_adapter(src: Path, dest: Path, rec: dict[str, Any]) -> Path:
         for name in (*lora_sft.ADAPTER_FILES, lora_sft.MANIFEST_FILE, lora_sft.COMPLETE_MARKER):
             shutil.copyfile(src / name, tmp / name)
         lora_sft.verify_adapter(tmp, rec, "the copy is damaged")
-        lora_sft._publish(tmp, dest, same)  # a build's permissions; one made meanwhile kept if the same
+        lora_sft.publish(tmp, dest, same)  # a build's permissions; one made meanwhile kept if the same
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise

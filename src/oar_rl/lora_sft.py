@@ -280,7 +280,7 @@ def _umask() -> int:
     return mask
 
 
-def _publish(tmp: Path, out: Path, good) -> None:
+def publish(tmp: Path, out: Path, good) -> None:
     """Rename the finished `tmp` to `out`; if another process got there first, keep its entry when
     `good(out)` and drop ours."""
     tmp.chmod(0o777 & ~_umask())
@@ -331,7 +331,7 @@ def build_adapter(spec: LoraSFTSpec, base_dir: Path, out: Path, *, progress: boo
         }
         (tmp / MANIFEST_FILE).write_text(json.dumps(manifest, indent=1, sort_keys=True) + "\n")
         (tmp / COMPLETE_MARKER).write_text("ok\n")  # last: the entry is whole from here on
-        _publish(tmp, out, lambda p: adapter_problem(p, rec) is None)
+        publish(tmp, out, lambda p: adapter_problem(p, rec) is None)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
@@ -392,7 +392,7 @@ def merge(adapter: Path, base_dir: Path, out: Path, *, progress: bool = True) ->
         }
         (tmp / MERGED_FILE).write_text(json.dumps(record, indent=1, sort_keys=True) + "\n")
         (tmp / COMPLETE_MARKER).write_text("ok\n")
-        _publish(tmp, out, lambda p: merged_problem(p, adapter) is None)
+        publish(tmp, out, lambda p: merged_problem(p, adapter) is None)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
