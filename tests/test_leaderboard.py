@@ -302,3 +302,25 @@ def test_the_long_columns_are_named_by_their_rates_with_grpos_greedy_loss_from_t
         _run(folder, name, 400, 0.5)
     why = regimes.REGIMES[2]
     assert lb.rules(tmp_path, [why]) == ["grpo", "first-error"]
+
+
+def test_train_time_is_compared_only_between_runs_of_one_machine():
+    """The pretrained regime's runs come from two CPUs (its pre-registration's Amendment 2): the
+    train-time cell pairs seeds whose two runs share a machine and thread count; runs made before run
+    files recorded their machine are read as before, all of them."""
+    from experiments.leaderboard.regimes import train_ratio
+
+    xeon = {
+        "cpu": "Intel(R) Xeon(R) Processor",
+        "cpu_capability": "AVX512",
+        "cpu_count": 2,
+        "torch_threads": 1,
+    }
+    epyc = {"cpu": "AMD EPYC", "cpu_capability": "AVX2", "cpu_count": 2, "torch_threads": 2}
+    grpo = {0: {"train_seconds": 100.0, "machine": xeon}, 1: {"train_seconds": 230.0, "machine": epyc}}
+    oar = {0: {"train_seconds": 299.0, "machine": epyc}, 1: {"train_seconds": 299.0, "machine": epyc}}
+    assert train_ratio(oar, grpo) == "1.30×"  # seed 1 only: seed 0's runs are of two CPUs
+    grpo[1]["machine"] = xeon
+    assert train_ratio(oar, grpo) == "n/a"
+    unrecorded = {s: {"train_seconds": r["train_seconds"]} for s, r in grpo.items()}
+    assert train_ratio(oar, unrecorded) == "1.81×"  # 299 / 165: as before machines were recorded

@@ -14,13 +14,21 @@ from experiments.pretrained_regime.plan import PLANS
 P20, P30 = PLANS["steps20"], PLANS["steps30"]
 
 
-def _run(folder, variant, seed, sampled, greedy, seconds=100.0, protocol="p", lr=1e-5, steps=20):
+def _run(
+    folder, variant, seed, sampled, greedy, seconds=100.0, protocol="p", lr=1e-5, steps=20, machine=None
+):
     path = folder / "runs" / f"{variant}.seed{seed}.json"
     path.parent.mkdir(parents=True, exist_ok=True)
     rec = {"variant": variant, "seed": seed, "protocol_hash": protocol, "train_seconds": seconds,
            "protocol": {"learning_rate": lr, "steps": steps, "task": "wordproblems-smollm2"},
            "final": {"sampled": sampled, "greedy": greedy, "samples": 300, "step": 20}}  # fmt: skip
+    if machine is not None:
+        rec["machine"] = machine
     path.write_text(json.dumps(rec))
+
+
+XEON = {"cpu": "Intel(R) Xeon(R) Processor", "cpu_capability": "AVX512", "cpu_count": 2, "torch_threads": 1}
+EPYC = {"cpu": "AMD EPYC", "cpu_capability": "AVX2", "cpu_count": 2, "torch_threads": 2}
 
 
 def _store(tmp_path, oar_shift=0.03, steps26_shift=0.05):
@@ -151,3 +159,36 @@ def test_the_amended_plan_reads_its_own_folders_seeds_and_steps(tmp_path, capsys
     _run(comp, "grpo", 2, 0.55, 0.7, protocol="q", steps=26)  # the first plan's compute steps
     with pytest.raises(ValueError, match="26 steps; plan steps30 trains grpo-steps39 for 39"):
         A.answers(tmp_path, P30)
+
+
+def test_seconds_are_compared_within_a_machine(tmp_path):
+    """Amendment 2: seed 0's GRPO runs were made on the Xeon at one thread, the rest on the AMD EPYC at
+    two. The seconds ratio pairs only runs of one machine and thread count; each arm's median is given
+    per machine; P2 is also reported on seeds 1-5."""
+    conf, comp = tmp_path / "confirm30", tmp_path / "grpo-steps39"
+    conf.mkdir()
+    (conf / "warm_start.json").write_text(json.dumps({"accuracy": {"sampled": 0.4, "greedy": 0.667}}))
+    for s in range(6):
+        m = XEON if s == 0 else EPYC
+        fast = 1.0 if s == 0 else 2.3  # the AMD EPYC's steps take longer
+        _run(conf, "grpo", s, 0.5, 0.7, seconds=100.0 * fast, steps=30, machine=m)
+        _run(conf, "oar-g", s, 0.52 + 0.01 * s, 0.7, seconds=100.0 * 2.3 * (1.2 + 0.02 * s), steps=30,
+             machine=EPYC)  # fmt: skip
+        _run(comp, "grpo", s, 0.55, 0.7, seconds=130.0 * fast, protocol="q", steps=39, machine=m)
+    res = A.answers(tmp_path, P30)
+    p1 = next(c for c in res["contrasts"] if c["label"] == "P1" and c["metric"] == "sampled")
+    assert p1["n"] == 6 and p1["seconds_seeds"] == 5
+    assert p1["seconds_ratio"] == pytest.approx(1.2 + 0.02 * 3)  # the median of seeds 1-5's ratios
+    subsets = {(c["label"], c["subset"]) for c in res["contrasts"] if c["metric"] == "sampled"}
+    assert subsets == {("P1", ""), ("P1", "seeds 1-5"), ("P2", ""), ("P2", "seeds 1-5")}
+    grpo = res["arms"]["grpo"]
+    assert grpo["train_seconds"] == {A.machine({"machine": EPYC}): pytest.approx(230.0),
+                                     A.machine({"machine": XEON}): pytest.approx(100.0)}  # fmt: skip
+    assert A.machine({"machine": XEON}).startswith(
+        "Intel(R) Xeon(R) Processor (AVX512), 2 cores, 1 torch thread,"
+    )
+    assert A.machine({}).startswith("not recorded")
+    md = A.markdown(res)
+    assert "230 (AMD EPYC (AVX2), 2 cores, 2 torch threads, torch ?: 1, 2, 3, 4, 5); 100 (Intel(R)" in md
+    assert "| 1.26x (5) |" in md
+    json.dumps(res)  # the answers file holds it

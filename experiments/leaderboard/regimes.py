@@ -247,7 +247,18 @@ def pp_cell(ci: Mapping[str, Any]) -> str:
 
 
 def train_ratio(mine: Mapping[int, dict[str, Any]], grpo: Mapping[int, dict[str, Any]]) -> str:
-    """The train-time cell: the mean training seconds per run of `mine` as × GRPO's (n/a without either)."""
+    """The train-time cell: the mean training seconds per run of `mine` as × GRPO's, n/a without either.
+    Where both arms record the machines of their runs (`machine`), only the seeds whose two runs share
+    a machine and thread count are compared (`oar_rl.machine.machine_line`): seconds of two CPUs are not
+    put side by side. Runs made before run files recorded their machine are read as before, all of them."""
+    from oar_rl.machine import machine_line
+
+    def line(r: dict[str, Any]) -> str | None:
+        return machine_line(r["machine"]) if r.get("machine") else None
+
+    if all(line(r) for r in (*mine.values(), *grpo.values())):
+        same = [s for s in mine if s in grpo and line(mine[s]) == line(grpo[s])]
+        mine, grpo = {s: mine[s] for s in same}, {s: grpo[s] for s in same}
     a = [r["train_seconds"] for r in mine.values()]
     b = [r["train_seconds"] for r in grpo.values()]
     return f"{statistics.fmean(a) / statistics.fmean(b):.2f}×" if a and b else NA

@@ -4,9 +4,10 @@ P1 `oar-g − grpo` and P2 `oar-g − grpo-stepsN` (GRPO given OAR-G's compute: 
 study directory), final sampled accuracy, paired by seed, two-sided 95% Student-t interval over the seeds
 (`oar_rl.study.stats.paired_difference`); each decided as supported / contradicted / not distinguishable.
 Reported beside them, with no claim beyond the interval: the same contrasts on greedy accuracy, P1
-without seed 0, `entropy − grpo` and `lowest-prob − grpo` (stage 2, where the plan has one), each arm's
-gain over the warm start on the same test sample, and training seconds as a ratio to GRPO's (paired
-medians).
+and P2 without seed 0, `entropy − grpo` and `lowest-prob − grpo` (stage 2, where the plan has one), each
+arm's gain over the warm start on the same test sample, each run's machine, and training seconds as a
+ratio to GRPO's (the median over the seeds whose two runs share a machine and thread count; each arm's
+median per machine: Amendment 2 lets runs be made on more than one).
 
     python -m experiments.pretrained_regime.answers --out results/pretrained-regime --plan steps30
 
@@ -30,6 +31,7 @@ from typing import Any
 from experiments.leaderboard.regimes import load_runs
 from experiments.pretrained_regime.plan import PLANS, Plan
 from oar_rl.io import write_text_atomic
+from oar_rl.machine import machine_line
 from oar_rl.study.stats import paired_difference
 
 
@@ -91,6 +93,21 @@ def _metric(runs: dict[int, dict[str, Any]], key: str, seeds: tuple[int, ...]) -
     return {s: float(r["final"][key]) for s, r in runs.items() if s in seeds}
 
 
+def machine(rec: dict[str, Any]) -> str:
+    """What a run's seconds depend on, as its run file records it (`oar_rl.machine.machine_line`: CPU,
+    kernel capability, cores, torch threads, torch and BLAS)."""
+    return machine_line(rec.get("machine"))
+
+
+def seconds_ratio(a: dict[int, dict[str, Any]], b: dict[int, dict[str, Any]], seeds: list[int]):
+    """(median of a's training seconds over b's, over the seeds whose two runs share a machine; how
+    many seeds that is); (None, 0) if none do."""
+    same = [s for s in seeds if machine(a[s]) == machine(b[s])]
+    if not same:
+        return None, 0
+    return statistics.median(a[s]["train_seconds"] / b[s]["train_seconds"] for s in same), len(same)
+
+
 def answers(out: Path, plan: Plan = PLANS["steps30"]) -> dict[str, Any]:
     arms = load_arms(out, plan)
     warm = json.loads((out / plan.confirm / "warm_start.json").read_text())["accuracy"]
@@ -109,7 +126,11 @@ def answers(out: Path, plan: Plan = PLANS["steps30"]) -> dict[str, Any]:
             "greedy": statistics.fmean(greedy),
             "gain_sampled": statistics.fmean(sampled) - warm["sampled"],
             "gain_greedy": statistics.fmean(greedy) - warm["greedy"],
-            "train_seconds": statistics.median(runs[s]["train_seconds"] for s in seeds),
+            "train_seconds": {
+                m: statistics.median(runs[s]["train_seconds"] for s in seeds if machine(runs[s]) == m)
+                for m in sorted({machine(runs[s]) for s in seeds})
+            },
+            "machines": {s: machine(runs[s]) for s in seeds},
         }
     grid = out / plan.seed0_reference  # GRPO's bar test run (PLAN.md): the same seed and protocol
     if grid.is_file() and 0 in arms.get("grpo", {}):
@@ -123,25 +144,20 @@ def answers(out: Path, plan: Plan = PLANS["steps30"]) -> dict[str, Any]:
             result["contrasts"].append({
                 "label": label, "treatment": a, "reference": b, "what": what, "metric": "sampled",
                 "subset": "", "n": 0, "mean": None, "low": None, "high": None, "sd": None, "mde80": None,
-                "wins": 0, "p": None, "seconds_ratio": None, "decision": f"no run files of {missing}",
+                "wins": 0, "p": None, "seconds_ratio": None, "seconds_seeds": 0,
+                "decision": f"no run files of {missing}",
             })  # fmt: skip
             continue
         complete = set(plan.seeds) <= set(arms[a]) and set(plan.seeds) <= set(arms[b])
         rest = f"seeds {plan.seeds[1]}-{plan.seeds[-1]}"
         for key in ("sampled", "greedy"):
-            subsets = [(plan.seeds, "")] + ([(plan.seeds[1:], rest)] if label == "P1" else [])
+            subsets = [(plan.seeds, "")] + ([(plan.seeds[1:], rest)] if label in ("P1", "P2") else [])
             for seeds, note in subsets:
                 d = paired_difference(
                     _metric(arms[a], key, seeds), _metric(arms[b], key, seeds), bounds=(-1, 1)
                 )
                 shared = d["seeds"]
-                ratio = (
-                    statistics.median(
-                        arms[a][s]["train_seconds"] / arms[b][s]["train_seconds"] for s in shared
-                    )
-                    if shared
-                    else None
-                )
+                ratio, same = seconds_ratio(arms[a], arms[b], shared)
                 decision = "reported"
                 if label in ("P1", "P2") and key == "sampled" and not note:
                     decision = decide(d) if complete else f"incomplete ({len(shared)} of {len(plan.seeds)})"
@@ -149,7 +165,7 @@ def answers(out: Path, plan: Plan = PLANS["steps30"]) -> dict[str, Any]:
                     "label": label, "treatment": a, "reference": b, "what": what, "metric": key,
                     "subset": note, "n": len(shared), "mean": d["mean"], "low": d["low"], "high": d["high"],
                     "sd": d["sd"], "mde80": d["mde80"], "wins": d["wins"], "p": d["p"],
-                    "seconds_ratio": ratio, "decision": decision,
+                    "seconds_ratio": ratio, "seconds_seeds": same, "decision": decision,
                 })  # fmt: skip
     return result
 
@@ -183,15 +199,22 @@ def markdown(res: dict[str, Any]) -> str:
     lines += [
         "Each arm over its own seeds (the contrasts below pair them by seed).",
         "",
-        "| arm | seeds | sampled | greedy | gain sampled | gain greedy | median train s |",
-        "|---|---:|---:|---:|---:|---:|---:|",
+        "| arm | seeds | sampled | greedy | gain sampled | gain greedy | median train s (machine: seeds) |",
+        "|---|---:|---:|---:|---:|---:|---|",
     ]
     for arm, a in res["arms"].items():
+        secs = "; ".join(
+            f"{t:.0f} ({m}: {', '.join(str(s) for s, x in a['machines'].items() if x == m)})"
+            for m, t in a["train_seconds"].items()
+        )
         lines.append(
             f"| {arm} | {len(a['seeds'])} | {_pts(a['sampled'], False)} | {_pts(a['greedy'], False)} | "
-            f"{_pts(a['gain_sampled'])} | {_pts(a['gain_greedy'])} | {a['train_seconds']:.0f} |"
+            f"{_pts(a['gain_sampled'])} | {_pts(a['gain_greedy'])} | {secs} |"
         )
     lines += [
+        "",
+        "Seconds ratio: the median over the seeds (in brackets, how many) whose two runs share a machine "
+        "and thread count.",
         "",
         "| | contrast | metric | seeds | difference (95% CI) | detectable (80%) | ahead | seconds ratio | "
         "reading |",
@@ -200,7 +223,7 @@ def markdown(res: dict[str, Any]) -> str:
     for c in res["contrasts"]:
         ci = f"{_pts(c['mean'])} ({_pts(c['low'])}, {_pts(c['high'])})"
         sub = f" ({c['subset']})" if c["subset"] else ""
-        ratio = "–" if c["seconds_ratio"] is None else f"{c['seconds_ratio']:.2f}x"
+        ratio = "–" if c["seconds_ratio"] is None else f"{c['seconds_ratio']:.2f}x ({c['seconds_seeds']})"
         lines.append(
             f"| {c['label']} | {c['treatment']} − {c['reference']}{sub} | {c['metric']} | {c['n']} | {ci} | "
             f"{_pts(c['mde80'], False)} | {c['wins']}/{c['n']} | {ratio} | {c['decision']} |"
