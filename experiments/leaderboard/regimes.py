@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import statistics
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -246,18 +246,29 @@ def pp_cell(ci: Mapping[str, Any]) -> str:
     return fmt_ci(dict(ci), signed=True)
 
 
-def train_ratio(mine: Mapping[int, dict[str, Any]], grpo: Mapping[int, dict[str, Any]]) -> str:
-    """The train-time cell: the mean training seconds per run of `mine` as × GRPO's, n/a without either.
-    Where both arms record the machines of their runs (`machine`), only the seeds whose two runs share
-    a machine and thread count are compared (`oar_rl.machine.machine_line`): seconds of two CPUs are not
-    put side by side. Runs made before run files recorded their machine are read as before, all of them."""
+def comparable_seeds(
+    mine: Mapping[int, dict[str, Any]],
+    other: Mapping[int, dict[str, Any]],
+    seeds: Iterable[int] | None = None,
+) -> list[int]:
+    """The seeds (of `seeds`, by default all of `mine`'s) both arms have whose training seconds may be
+    put side by side: where every one of those runs records its machine (`machine`), only the seeds whose
+    two runs share a machine and thread count (`oar_rl.machine.machine_line`); runs made before run files
+    recorded their machine are all read, as before."""
     from oar_rl.machine import machine_line
 
-    def line(r: dict[str, Any]) -> str | None:
-        return machine_line(r["machine"]) if r.get("machine") else None
+    shared = [s for s in (mine if seeds is None else seeds) if s in mine and s in other]
+    if not all(mine[s].get("machine") and other[s].get("machine") for s in shared):
+        return shared
+    return [s for s in shared if machine_line(mine[s]["machine"]) == machine_line(other[s]["machine"])]
 
-    if all(line(r) for r in (*mine.values(), *grpo.values())):
-        same = [s for s in mine if s in grpo and line(mine[s]) == line(grpo[s])]
+
+def train_ratio(mine: Mapping[int, dict[str, Any]], grpo: Mapping[int, dict[str, Any]]) -> str:
+    """The train-time cell: the mean training seconds per run of `mine` as × GRPO's, n/a without either.
+    Where every run of both records its machine, only `comparable_seeds` are read: seconds of two CPUs
+    are not put side by side. Runs made before run files recorded their machine are all read, as before."""
+    if all(r.get("machine") for r in (*mine.values(), *grpo.values())):
+        same = comparable_seeds(mine, grpo)
         mine, grpo = {s: mine[s] for s in same}, {s: grpo[s] for s in same}
     a = [r["train_seconds"] for r in mine.values()]
     b = [r["train_seconds"] for r in grpo.values()]

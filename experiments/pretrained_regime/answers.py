@@ -28,7 +28,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from experiments.leaderboard.regimes import load_runs
+from experiments.leaderboard.regimes import comparable_seeds, load_runs
 from experiments.pretrained_regime.plan import PLANS, Plan
 from oar_rl.io import write_text_atomic
 from oar_rl.machine import machine_line
@@ -100,9 +100,9 @@ def machine(rec: dict[str, Any]) -> str:
 
 
 def seconds_ratio(a: dict[int, dict[str, Any]], b: dict[int, dict[str, Any]], seeds: list[int]):
-    """(median of a's training seconds over b's, over the seeds whose two runs share a machine; how
-    many seeds that is); (None, 0) if none do."""
-    same = [s for s in seeds if machine(a[s]) == machine(b[s])]
+    """(median of a's training seconds over b's, over the seeds whose two runs may be compared
+    (`comparable_seeds`: one machine and thread count); how many seeds that is); (None, 0) if none."""
+    same = comparable_seeds(a, b, seeds)
     if not same:
         return None, 0
     return statistics.median(a[s]["train_seconds"] / b[s]["train_seconds"] for s in same), len(same)

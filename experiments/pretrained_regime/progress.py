@@ -12,7 +12,6 @@ said as such. Estimates, not measurements: the runs' own files hold those.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -39,15 +38,12 @@ def queue(plan: Plan) -> list[Run]:
 
 
 def checkpoint(out: Path, run: Run) -> tuple[int, float] | None:
-    """(step, training seconds) of the run's newest complete checkpoint (`study_state.json` beside
-    TRL's files), or None."""
-    directory = out / run.folder / ".checkpoints" / "runs" / f"{run.variant}.seed{run.seed}"
-    best = None
-    for state_file in directory.glob("checkpoint-*/study_state.json"):
-        state = json.loads(state_file.read_text())
-        if best is None or state["step"] > best[0]:
-            best = (int(state["step"]), float(state["seconds"]))
-    return best
+    """(step, training seconds) of the run's newest complete checkpoint, where the study keeps it
+    (`<folder>/.checkpoints/runs/<run>`, `oar_rl.study.checkpoints.latest_checkpoint`), or None."""
+    from oar_rl.study.checkpoints import latest_checkpoint
+
+    found = latest_checkpoint(out / run.folder / ".checkpoints" / "runs" / f"{run.variant}.seed{run.seed}")
+    return None if found is None else (int(found[1]["step"]), float(found[1]["seconds"]))
 
 
 def progress(out: Path, plan: Plan, grpo_step: float, oar_g_ratio: float, eval_s: float) -> dict:
