@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from experiments.pretrained_regime.plan import PLANS, Plan
+from oar_rl.study.runner import RunStore
 
 
 @dataclass(frozen=True)
@@ -40,16 +41,16 @@ def queue(plan: Plan) -> list[Run]:
 def checkpoint(out: Path, run: Run) -> tuple[int, float] | None:
     """(step, training seconds) of the run's newest complete checkpoint, where the study keeps it
     (`<folder>/.checkpoints/runs/<run>`, `oar_rl.study.checkpoints.latest_checkpoint`), or None."""
-    from oar_rl.study.checkpoints import latest_checkpoint
+    from oar_rl.study.checkpoints import latest_checkpoint, run_folder
 
-    found = latest_checkpoint(out / run.folder / ".checkpoints" / "runs" / f"{run.variant}.seed{run.seed}")
+    found = latest_checkpoint(run_folder(out / run.folder / "runs", RunStore.filename(run.variant, run.seed)))
     return None if found is None else (int(found[1]["step"]), float(found[1]["seconds"]))
 
 
 def progress(out: Path, plan: Plan, grpo_step: float, oar_g_ratio: float, eval_s: float) -> dict:
     rows, left = [], 0.0
     for run in queue(plan):
-        if (out / run.folder / "runs" / f"{run.variant}.seed{run.seed}.json").is_file():
+        if (out / run.folder / "runs" / RunStore.filename(run.variant, run.seed)).is_file():
             rows.append((run, "in", None))
             continue
         step = grpo_step * (oar_g_ratio if run.variant == "oar-g" else 1.0)

@@ -48,15 +48,11 @@ class Stateful(Protocol):
     def restore_state(self, state: dict[str, Any], step: int) -> None: ...
 
 
-def run_folder(store: Any, name: str, seed: int) -> Path:
-    """Where run (name, seed) of a run store (`oar_rl.study.runner.RunStore`) keeps its checkpoints:
-    beside the store, outliving the process, as its claims do (`<out>/.checkpoints/<store folder>/<run>`)."""
-    return (
-        store.root.parent
-        / ".checkpoints"
-        / store.root.name
-        / store.filename(name, seed).removesuffix(".json")
-    )
+def run_folder(root: Path, run_file: str) -> Path:
+    """Where the run whose file is `root / run_file` (a run store's folder and its
+    `oar_rl.study.runner.RunStore.filename`) keeps its checkpoints: beside the store, outliving the
+    process, as its claims do (`<out>/.checkpoints/<store folder>/<run>`)."""
+    return root.parent / ".checkpoints" / root.name / run_file.removesuffix(".json")
 
 
 def latest_checkpoint(directory: Path) -> tuple[Path, dict[str, Any]] | None:

@@ -230,7 +230,7 @@ def _train_runs(
             task, ws, settings, variant, seed, train_rows, test_rows,
             work / f"run{i}", progress,
             learning_rate=dict(variant.overrides).get("learning_rate", settings.learning_rate),
-            checkpoint_dir=run_folder(store, variant.name, seed),
+            checkpoint_dir=run_folder(store.root, store.filename(variant.name, seed)),
         )  # fmt: skip
         rec["curve"] = {"0": step0, **rec["curve"]}
         progress.write(

@@ -416,7 +416,7 @@ def tune_learning_rate(
         rec = train_and_evaluate(
             task, ws, settings, Variant(name, method), seed, rows_train, rows_val, work / name / str(seed),
             progress, learning_rate=lr, curve=False, greedy=tolerance is not None,
-            checkpoint_dir=run_folder(store, name, seed),
+            checkpoint_dir=run_folder(store.root, store.filename(name, seed)),
         )  # fmt: skip
         progress.write(
             f"lr sweep {method} {lr:g} seed {seed}: validation accuracy {rec['final']['sampled']:.3f}"
