@@ -2,9 +2,9 @@
 
 Every method trains its own copy of the same policy (same weights, prompts and seed) through
 `OARTrainer`, in a process of its own, as a real training run does (one trainer per process). The
-methods' steps are *interleaved*: A B C A B C …, one optimizer step each in turn (the parent process
-hands the turn to one worker at a time; the others wait idle), so a load change on a shared machine
-hits every method alike. Per step it records
+methods' steps are *interleaved* in rounds whose order rotates: A B C, B C A, C A B, …, one optimizer
+step each in turn (the parent process hands the turn to one worker at a time; the others wait idle), so
+a load change on a shared machine, or a drift within rounds, hits every method alike. Per step it records
 
 - the whole step's seconds per completion token (generation, rewards, importance, loss, update),
 - generation alone (TRL's ``_generate``) per completion token,

@@ -369,14 +369,29 @@ class _Worker:
         self.conn.close()
 
 
+def rotated_order(methods: list[str], round_index: int) -> list[str]:
+    """The order of round `round_index`: `methods` rotated left by the round's index (A B C, B C A, C A B, …).
+
+    Counterbalancing: a fixed order puts the same method at the same place in every round, so a drift
+    within rounds lands on it alone. In gpu-check's H200 run of 2026-11-30 (fixed order, GRPO first)
+    generation per token fell through each round (7.8, 7.5, 6.5, 6.2 s, then 7.4, 6.4, 6.2, 6.1 s) and
+    GRPO's median came out 13-17% above every other mode's, failing the generation-parity check.
+    Rotating gives each method each place in turn; with rounds a multiple of the methods, each place
+    falls on every method equally often.
+    """
+    k = round_index % len(methods)
+    return [*methods[k:], *methods[:k]]
+
+
 def run_interleaved(
     shape_kwargs: dict[str, Any],
     args: argparse.Namespace,
     bar,
     worker: Callable = method_worker,
 ) -> tuple[list[dict], dict[str, dict]]:
-    """Train every method for warmup + repeats steps, one process each, interleaved.
+    """Train every method for warmup + repeats steps, one process each, interleaved in rounds.
 
+    Each round runs every method's next step once, in :func:`rotated_order`.
     Returns one record per step (in the order they ran) and, per method, its worker's info (pid, torch
     threads). `shape_kwargs` are :func:`oar_rl.bench.shapes.build_shape`'s arguments: each
     worker builds the shape itself. `worker` is the process entry point (tests swap it).
@@ -392,8 +407,9 @@ def run_interleaved(
         for m, w in workers.items():
             bar.set_description(f"building {m}")
             info[m] = w.expect("ready")
-        for _ in range(steps):
-            for m, w in workers.items():
+        for step in range(steps):
+            for m in rotated_order(args.methods, step):
+                w = workers[m]
                 w.go()
                 r = w.expect("record")
                 records.append(r)
