@@ -373,11 +373,10 @@ def rotated_order(methods: list[str], round_index: int) -> list[str]:
     """The order of round `round_index`: `methods` rotated left by the round's index (A B C, B C A, C A B, …).
 
     Counterbalancing: a fixed order puts the same method at the same place in every round, so a drift
-    within rounds lands on it alone. In gpu-check's H200 run of 2026-11-30 (fixed order, GRPO first)
-    generation per token fell through each round (7.8, 7.5, 6.5, 6.2 s, then 7.4, 6.4, 6.2, 6.1 s) and
-    GRPO's median came out 13-17% above every other mode's, failing the generation-parity check.
-    Rotating gives each method each place in turn; with rounds a multiple of the methods, each place
-    falls on every method equally often.
+    within rounds lands on it alone; rotating gives each method each place in turn (each place falls
+    on every method equally often when the rounds are a multiple of the methods). It does not make
+    the generation-parity check pass on a GPU: there the gaps went with the worker process, not its
+    place (``results/gpu-check-h200-2026-11-30/README.md``).
     """
     k = round_index % len(methods)
     return [*methods[k:], *methods[:k]]
