@@ -171,7 +171,7 @@ def _runner(name: str, args: argparse.Namespace, sizes, out: Path, progress: Cal
 def time_estimate(sizes, checks: list[str]) -> str:
     """The expected wall time of `checks` at `sizes` (the last measured run's per-check seconds)."""
     total = sum(sizes.expected_seconds.get(c, 0.0) for c in checks)
-    where = "an H100 (2026-11-26)" if sizes.device == "cuda" else "this project's shared 2-core CPU"
+    where = "an H200 (2026-11-30)" if sizes.device == "cuda" else "this project's shared 2-core CPU"
     return f"expected about {total / 60:.1f} min on {where}"
 
 

@@ -142,16 +142,17 @@ GPU = Sizes(
         "repeats": 3,
         "no-scorers": True,
     },
-    # seconds per check on the H100 (2026-11-26 run; the cost parts from its per-call timings above)
+    # seconds per check on an H200 (2026-11-30 run, 14 credit modes; the H100 run of 2026-11-26, with
+    # 11 modes, took 6.1 min)
     expected_seconds={
-        "environment": 3,
-        "train-qwen2": 41,
-        "train-llama": 33,
-        "scorer-precision": 7,
-        "scorer-parity": 5,
-        "oar-p-max-length": 14,
-        "cost-scorers": 85,
-        "cost-steps": 185,
+        "environment": 4.5,
+        "train-qwen2": 97.6,
+        "train-llama": 85.4,
+        "scorer-precision": 6.6,
+        "scorer-parity": 5.9,
+        "oar-p-max-length": 25.2,
+        "cost-scorers": 92.9,
+        "cost-steps": 220.5,
     },
 )
 CPU = Sizes(
