@@ -374,9 +374,9 @@ def rotated_order(methods: list[str], round_index: int) -> list[str]:
 
     Counterbalancing: a fixed order puts the same method at the same place in every round, so a drift
     within rounds lands on it alone; rotating gives each method each place in turn (each place falls
-    on every method equally often when the rounds are a multiple of the methods). It does not make
-    the generation-parity check pass on a GPU: there the gaps went with the worker process, not its
-    place (``results/gpu-check-h200-2026-11-30/README.md``).
+    on every method equally often when the rounds are a multiple of the methods). It did not make
+    the generation-parity check pass on an H200: in one run the gaps followed each worker across
+    places, and their cause is open (``results/gpu-check-h200-2026-11-30/README.md``).
     """
     k = round_index % len(methods)
     return [*methods[k:], *methods[:k]]
@@ -406,8 +406,8 @@ def run_interleaved(
         for m, w in workers.items():
             bar.set_description(f"building {m}")
             info[m] = w.expect("ready")
-        for step in range(steps):
-            for m in rotated_order(args.methods, step):
+        for round_index in range(steps):
+            for m in rotated_order(args.methods, round_index):
                 w = workers[m]
                 w.go()
                 r = w.expect("record")
