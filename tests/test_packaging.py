@@ -56,7 +56,15 @@ def test_wheel_carries_the_package_and_the_shipped_warm_start(wheel):
     names = set(zipfile.ZipFile(wheel).namelist())
     sources = {f"oar_rl/{p.relative_to(SRC).as_posix()}" for p in SRC.rglob("*.py")}
     assert sources - names == set()
-    shipped = {f"oar_rl/{p.relative_to(SRC).as_posix()}" for p in (SRC / "models").glob("*/*") if p.is_file()}
+    # Every file of every shipped directory, dotfiles included: a glob's "*" skips them, and an adapter
+    # without its completion marker is refused on load (oar_rl.lora_sft.adapter_problem).
+    shipped = {
+        f"oar_rl/{p.relative_to(SRC).as_posix()}"
+        for d in (SRC / "models").iterdir()
+        if d.is_dir()
+        for p in d.iterdir()
+        if p.is_file()
+    }
     assert "oar_rl/models/wordproblems/model.safetensors" in shipped
     assert "oar_rl/models/wordproblems/oar_rl_manifest.json" in shipped
     assert shipped - names == set()
@@ -120,3 +128,13 @@ def test_wheel_installs_in_a_fresh_venv_and_runs(wheel, tmp_path):
         check=True,
     ).stdout.split()
     assert all(line.startswith(purelib) for line in check), check
+    adapter = SRC / "models" / "wordproblems-smollm2"
+    if adapter.is_dir():  # the pretrained regime's shipped adapter: whole in the wheel's copy too
+        code = (
+            "import json, oar_rl.lora_sft as L; from oar_rl.tasks.pretrained import shipped_adapter as s; "
+            "p = s(); print(p); print(L.adapter_problem(p, json.loads((p / L.RECIPE_FILE).read_text())))"
+        )
+        where, problem = subprocess.run(
+            [str(py), "-c", code], capture_output=True, text=True, env=env, cwd=tmp_path, check=True
+        ).stdout.splitlines()
+        assert where.startswith(purelib) and problem == "None", (where, problem)
