@@ -95,3 +95,15 @@ def test_grpo_on_the_regime_starts_from_its_warm_start(model_dir, tmp_path, monk
     )  # ...not the pretrained ones
     run = json.loads((out / "runs" / "grpo.seed0.json").read_text())
     assert run["final"]["step"] == 1 and len(run["history"]) >= 1
+
+
+def test_the_shipped_adapter_is_the_default_recipes_warm_start(model_dir):
+    """The package ships the regime's warm start (the build its records were made from, checked in
+    results/pretrained-regime/warm-start/): it must be the code's default recipe on the real base, whole
+    (every file's sha256, the completion marker); a recipe edited without shipping again fails here."""
+    from oar_rl import lora_sft
+    from oar_rl.tasks.pretrained import WARM_START_SPECS, shipped_adapter
+
+    rec = lora_sft.recipe(WARM_START_SPECS["default"], model_dir)
+    assert lora_sft.recipe_hash(rec) == "364de6914e16e593"
+    assert lora_sft.adapter_problem(shipped_adapter(), rec) is None

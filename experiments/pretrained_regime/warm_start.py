@@ -1,9 +1,10 @@
 """The pretrained regime's warm start: check a build against the regime's records, ship it, restore it.
 
-A machine that starts with an empty cache builds the warm start (`oar_rl.lora_sft`, recipe
-`364de6914e16e593`) before its first run: 1928 s on the project's Intel Xeon at one thread beside
-another process, 2689 s on an AMD EPYC with AVX2 only at two (`experiments/pretrained_regime/README.md`,
-run log). The
+Code without a shipped adapter builds the warm start (`oar_rl.lora_sft`, recipe `364de6914e16e593`)
+into an empty cache before its first run: 1928 s on the project's Intel Xeon at one thread beside
+another process, 2242 s there alone (`results/pretrained-regime/warm-start/`), 2689 s on an AMD EPYC
+with AVX2 only at two (`experiments/pretrained_regime/README.md`, run log). The Xeon's build matched the
+records and ships as `oar_rl/models/wordproblems-smollm2/`. The
 weights of a build depend in the last bits on the CPU and thread count that make it (issue 8;
 `results/fingerprints/`), so a build may stand in for the one the regime's records describe only when it
 is that one. The check: the warm start's own samples on the test sample, labelled and scored by the
