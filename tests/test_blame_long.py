@@ -161,9 +161,12 @@ def test_locate_maps_a_restate_error_to_its_tokens():
     assert counts["wrong, unparseable"] == 1
 
 
-def test_the_blame_page_calls_a_warm_start_shipped_only_when_the_package_holds_it(tmp_path, monkeypatch):
-    """The regime's model line: the committed records' own markdown, and a built warm start (SmolLM2's,
-    cached by `oar-rl warm-start`) is not called shipped until its files are in the package."""
+def test_the_blame_page_calls_a_warm_start_shipped_only_when_the_package_holds_its_recipe(
+    tmp_path, monkeypatch
+):
+    """The regime's model line: the committed records' own markdown; a warm start is called shipped only
+    when the package holds that very recipe (SmolLM2's adapter ships; a built one of another recipe, or
+    none, is not called shipped)."""
     import json
     from pathlib import Path
 
@@ -171,11 +174,16 @@ def test_the_blame_page_calls_a_warm_start_shipped_only_when_the_package_holds_i
     from oar_rl.analysis import blame_report
 
     root = Path(__file__).resolve().parents[1] / "results"
-    for folder, task in (("blame", "word-problem"), ("blame-long", "`wordproblems-long`")):
+    for folder, task in (
+        ("blame", "word-problem"),
+        ("blame-long", "`wordproblems-long`"),
+        ("blame-smollm2", "`wordproblems-smollm2`"),
+    ):
         rec = json.loads((root / folder / "blame.json").read_text())
         assert f"Model: the shipped {task} warm start" in blame_report.markdown(rec)
-    rec = json.loads((root / "blame-smollm2" / "blame.json").read_text())
+        assert blame_report.markdown(rec) == (root / folder / "blame.md").read_text()  # the committed page
+    monkeypatch.setattr(shipped, "SHIPPED_DIR", tmp_path)  # a package without it
     assert "Model: the `wordproblems-smollm2` warm start" in blame_report.markdown(rec)
-    (tmp_path / "wordproblems-smollm2").mkdir()  # once shipped in the package, it says so
-    monkeypatch.setattr(shipped, "SHIPPED_DIR", tmp_path)
-    assert "Model: the shipped `wordproblems-smollm2` warm start" in blame_report.markdown(rec)
+    (tmp_path / "wordproblems-smollm2").mkdir()  # one of another recipe
+    (tmp_path / "wordproblems-smollm2" / "oar_rl_manifest.json").write_text('{"recipe_hash": "0123"}')
+    assert "Model: the `wordproblems-smollm2` warm start" in blame_report.markdown(rec)
