@@ -192,3 +192,32 @@ def test_seconds_are_compared_within_a_machine(tmp_path):
     assert "230 (AMD EPYC (AVX2), 2 cores, 2 torch threads, torch ?: 1, 2, 3, 4, 5); 100 (Intel(R)" in md
     assert "| 1.26x (5) |" in md
     json.dumps(res)  # the answers file holds it
+
+
+def test_pairs_across_machines_are_also_left_out_in_a_report_of_their_own(tmp_path):
+    """Amendment 3: GRPO seed 2 of grpo-steps39 made on the Xeon at two threads, its OAR-G pair on the
+    AMD EPYC: P2 is also reported on seeds 1, 3, 4, 5 (one machine and thread count), deciding nothing;
+    P1, whose pairs all share a machine past seed 0, gets no such report."""
+    xeon2 = {**XEON, "torch_threads": 2}
+    conf, comp = tmp_path / "confirm30", tmp_path / "grpo-steps39"
+    conf.mkdir()
+    (conf / "warm_start.json").write_text(json.dumps({"accuracy": {"sampled": 0.4, "greedy": 0.667}}))
+    gaps = [0.0, 0.01, -0.03, 0.02, 0.04, -0.01]
+    for s in range(6):
+        m = XEON if s == 0 else EPYC
+        _run(conf, "grpo", s, 0.5, 0.7, steps=30, machine=m)
+        _run(conf, "oar-g", s, 0.5, 0.7, steps=30, machine=EPYC)
+        _run(comp, "grpo", s, 0.5 - gaps[s], 0.7, protocol="q", steps=39, machine=xeon2 if s == 2 else m)
+    res = A.answers(tmp_path, P30)
+    sampled = [c for c in res["contrasts"] if c["metric"] == "sampled"]
+    assert {(c["label"], c["subset"]) for c in sampled} == {
+        ("P1", ""),
+        ("P1", "seeds 1-5"),
+        ("P2", ""),
+        ("P2", "seeds 1-5"),
+        ("P2", "one machine: seeds 1, 3, 4, 5"),
+    }
+    one = next(c for c in sampled if c["subset"].startswith("one machine"))
+    assert one["n"] == 4 and one["mean"] == pytest.approx((0.01 + 0.02 + 0.04 - 0.01) / 4, abs=1e-12)
+    assert one["decision"] == "reported" and one["seconds_seeds"] == 4
+    assert "oar-g − grpo-steps39 (one machine: seeds 1, 3, 4, 5) | sampled | 4 |" in A.markdown(res)

@@ -3,11 +3,12 @@
 P1 `oar-g − grpo` and P2 `oar-g − grpo-stepsN` (GRPO given OAR-G's compute: 1.3x the steps, its own
 study directory), final sampled accuracy, paired by seed, two-sided 95% Student-t interval over the seeds
 (`oar_rl.study.stats.paired_difference`); each decided as supported / contradicted / not distinguishable.
-Reported beside them, with no claim beyond the interval: the same contrasts on greedy accuracy, P1
-and P2 without seed 0, `entropy − grpo` and `lowest-prob − grpo` (stage 2, where the plan has one), each
-arm's gain over the warm start on the same test sample, each run's machine, and training seconds as a
-ratio to GRPO's (the median over the seeds whose two runs share a machine and thread count; each arm's
-median per machine: Amendment 2 lets runs be made on more than one).
+Reported beside them, with no claim beyond the interval: the same contrasts on greedy accuracy, P1 and
+P2 without seed 0 and on the seeds whose two runs share one machine and thread count (Amendment 3),
+`entropy − grpo` and `lowest-prob − grpo` (stage 2, where the plan has one), each arm's gain over the
+warm start on the same test sample, each run's machine, and training seconds as a ratio to GRPO's (the
+median over the seeds whose two runs share a machine and thread count; each arm's median per machine:
+Amendment 2 lets runs be made on more than one).
 
     python -m experiments.pretrained_regime.answers --out results/pretrained-regime --plan steps30
 
@@ -150,8 +151,11 @@ def answers(out: Path, plan: Plan = PLANS["steps30"]) -> dict[str, Any]:
             continue
         complete = set(plan.seeds) <= set(arms[a]) and set(plan.seeds) <= set(arms[b])
         rest = f"seeds {plan.seeds[1]}-{plan.seeds[-1]}"
+        subsets = [(plan.seeds, "")] + ([(plan.seeds[1:], rest)] if label in ("P1", "P2") else [])
+        one = tuple(comparable_seeds(arms[a], arms[b], plan.seeds))  # Amendment 3: one machine and threads
+        if label in ("P1", "P2") and len(one) >= 2 and all(set(one) != set(s) for s, _ in subsets):
+            subsets.append((one, "one machine: seeds " + ", ".join(map(str, one))))
         for key in ("sampled", "greedy"):
-            subsets = [(plan.seeds, "")] + ([(plan.seeds[1:], rest)] if label in ("P1", "P2") else [])
             for seeds, note in subsets:
                 d = paired_difference(
                     _metric(arms[a], key, seeds), _metric(arms[b], key, seeds), bounds=(-1, 1)
