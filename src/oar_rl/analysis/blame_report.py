@@ -16,6 +16,7 @@ from typing import Any
 import torch
 
 from oar_rl.analysis.recall_stats import bootstrap_interval, per_row_recall
+from oar_rl.lora_sft import MANIFEST_FILE
 from oar_rl.shipped import shipped_path
 
 METRICS = ("w_error", "w_last", "error_minus_last", "outweighs", "recall@10", "recall@20")
@@ -122,7 +123,7 @@ def kinds_table(result: Mapping[str, Any]) -> list[str]:
 
 def shipped_recipe(task: str) -> str | None:
     """The recipe hash of the warm start the package ships for `task` (None when it ships none)."""
-    manifest = shipped_path(task) / "oar_rl_manifest.json"
+    manifest = shipped_path(task) / MANIFEST_FILE  # every shipped directory's manifest, LoRA or full
     if not manifest.is_file():
         return None
     return json.loads(manifest.read_text()).get("recipe_hash")
