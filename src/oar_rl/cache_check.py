@@ -19,6 +19,7 @@ from typing import Any
 CACHE_ENV = "OAR_RL_CACHE"
 COMPLETE_MARKER = "OAR_RL_COMPLETE"
 RECIPE_FILE = "oar_rl_recipe.json"
+MANIFEST_FILE = "oar_rl_manifest.json"  # every shipped directory's and LoRA adapter's file digests
 WEIGHTS_FILE = "model.safetensors"
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json")
 

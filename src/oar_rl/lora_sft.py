@@ -49,12 +49,11 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from oar_rl.cache_check import default_cache_dir
+from oar_rl.cache_check import MANIFEST_FILE, default_cache_dir
 
 FORMAT_VERSION = 1
 """Bump when the build procedure or a recipe field's meaning changes: it changes every recipe hash."""
 RECIPE_FILE = "oar_rl_recipe.json"
-MANIFEST_FILE = "oar_rl_manifest.json"
 MERGED_FILE = "oar_rl_merged.json"
 COMPLETE_MARKER = ".oar-rl-complete"
 ADAPTER_FILES = ("adapter_config.json", "adapter_model.safetensors", RECIPE_FILE)

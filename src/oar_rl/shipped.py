@@ -20,6 +20,7 @@ from pathlib import Path
 
 from transformers import PreTrainedTokenizerFast, Qwen2ForCausalLM
 
+from oar_rl.cache_check import MANIFEST_FILE
 from oar_rl.data.wordproblems import LONG_CONFIG, WordProblemConfig, build_tokenizer
 from oar_rl.tiny import (
     _RECIPE_FILE,
@@ -100,11 +101,20 @@ TASK_RECIPES: dict[str, Recipe] = {
     "wordproblems-long": LONG_WORDPROBLEMS_RECIPE,
 }
 SHIPPED_DIR = Path(__file__).parent / "models"
-_MANIFEST = "oar_rl_manifest.json"
+_MANIFEST = MANIFEST_FILE
 
 
 def shipped_path(task: str) -> Path:
     return SHIPPED_DIR / task
+
+
+def shipped_recipe_hash(task: str) -> str | None:
+    """The recipe hash in the manifest of the warm start the package ships for `task` (a full model or a
+    LoRA adapter); None when it ships none. A look, not a check: `verify_shipped` checks the files."""
+    manifest = shipped_path(task) / _MANIFEST
+    if not manifest.is_file():
+        return None
+    return json.loads(manifest.read_text()).get("recipe_hash")
 
 
 def _file_digests(path: Path) -> dict[str, str]:

@@ -8,7 +8,6 @@ cancels.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -16,8 +15,7 @@ from typing import Any
 import torch
 
 from oar_rl.analysis.recall_stats import bootstrap_interval, per_row_recall
-from oar_rl.lora_sft import MANIFEST_FILE
-from oar_rl.shipped import shipped_path
+from oar_rl.shipped import shipped_recipe_hash
 
 METRICS = ("w_error", "w_last", "error_minus_last", "outweighs", "recall@10", "recall@20")
 PAIRED = ("w_error", "error_minus_last", "outweighs", "recall@10", "recall@20")
@@ -121,21 +119,13 @@ def kinds_table(result: Mapping[str, Any]) -> list[str]:
     return ["First errors by kind (count, share):", "", *_table(head, rows), ""]
 
 
-def shipped_recipe(task: str) -> str | None:
-    """The recipe hash of the warm start the package ships for `task` (None when it ships none)."""
-    manifest = shipped_path(task) / MANIFEST_FILE  # every shipped directory's manifest, LoRA or full
-    if not manifest.is_file():
-        return None
-    return json.loads(manifest.read_text()).get("recipe_hash")
-
-
 def markdown(result: Mapping[str, Any]) -> str:
     """blame.md: the counts, the errors by kind, the main table, the paired differences to each control,
     own reshaping."""
     s, c = result["settings"], result["counts"]
     task = s.get("task", "wordproblems")
     model = "word-problem" if task == "wordproblems" else f"`{task}`"
-    shipped = "shipped " if shipped_recipe(task) == result["recipe"] else ""  # a built one is not
+    shipped = "shipped " if shipped_recipe_hash(task) == result["recipe"] else ""  # a built one is not
     lines = [  # no title: the docs page includes this file under its own heading
         f"Command: `{result['command']}`  ",
         f"Machine: {result['machine']}; {s['threads']} torch thread(s); "
