@@ -36,6 +36,15 @@ def test_the_queue_is_confirm30_shs_order():
     ]  # fmt: skip
 
 
+def test_fit_puts_the_confirmation_folders_grpo_runs_first():
+    q = P.queue(P30, fit=True)
+    assert sorted(q, key=repr) == sorted(P.queue(P30), key=repr)
+    assert [(r.folder, r.variant, r.seed) for r in q[:7]] == [("confirm30", "grpo", s) for s in range(6)] + [
+        ("confirm30", "oar-g", 0)
+    ]
+    assert [(r.folder, r.seed) for r in q[7:9]] == [("grpo-steps39", 0), ("confirm30", 1)]
+
+
 def test_hours_left_from_checkpoints_and_the_given_pace(tmp_path, capsys):
     _folders(tmp_path)
     _checkpoint(tmp_path, "confirm30", "oar-g.seed0", 4, 1600.0)

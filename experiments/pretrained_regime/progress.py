@@ -1,8 +1,9 @@
 """Where the pretrained regime's confirmation stands (`PREREGISTRATION.md`, Amendment 2), without reading
 a single accuracy: which run files are in, how far each unfinished run's newest checkpoint got, and the
-machine-hours left in `confirm30.sh`'s order.
+machine-hours left in `confirm30.sh`'s order (`--fit`: Amendment 4's, the confirmation folder's GRPO
+runs first).
 
-    python -m experiments.pretrained_regime.progress --out results/pretrained-regime
+    python -m experiments.pretrained_regime.progress --out results/pretrained-regime [--fit]
 
 A run's pace is its own checkpoint's (training seconds over its steps, held-out curve included) when it
 has one; otherwise the amendment's figures for the AMD EPYC (`--grpo-step`, `--oar-g-ratio`, `--eval`),
@@ -28,13 +29,17 @@ class Run:
     steps: int
 
 
-def queue(plan: Plan) -> list[Run]:
+def queue(plan: Plan, fit: bool = False) -> list[Run]:
     """Every run of the plan in `confirm30.sh`'s order: seed by seed, the confirmation folder's arms
-    (grpo, then oar-g), then the compute arm."""
+    (grpo, then oar-g), then the compute arm. `fit` (`confirm30.sh --fit`, Amendment 4): the
+    confirmation folder's GRPO runs of every seed first, then the rest in that order."""
     out = []
     for seed in plan.seeds:
         out += [Run(plan.confirm, v, seed, plan.steps) for v in ("grpo", "oar-g")]
         out.append(Run(plan.compute_arm, "grpo", seed, plan.compute_steps))
+    if fit:
+        first = [r for r in out if r.folder == plan.confirm and r.variant == "grpo"]
+        out = first + [r for r in out if r not in first]
     return out
 
 
@@ -47,9 +52,11 @@ def checkpoint(out: Path, run: Run) -> tuple[int, float] | None:
     return None if found is None else (int(found[1]["step"]), float(found[1]["seconds"]))
 
 
-def progress(out: Path, plan: Plan, grpo_step: float, oar_g_ratio: float, eval_s: float) -> dict:
+def progress(
+    out: Path, plan: Plan, grpo_step: float, oar_g_ratio: float, eval_s: float, fit: bool = False
+) -> dict:
     rows, left = [], 0.0
-    for run in queue(plan):
+    for run in queue(plan, fit):
         if (out / run.folder / "runs" / RunStore.filename(run.variant, run.seed)).is_file():
             rows.append((run, "in", None))
             continue
@@ -77,6 +84,7 @@ def main(argv: list[str] | None = None) -> int:
     )  # fmt: skip
     p.add_argument("--oar-g-ratio", type=float, default=1.30, help="OAR-G's step as a multiple of GRPO's")
     p.add_argument("--eval", type=float, default=1110.0, help="seconds of a run's final evaluation")
+    p.add_argument("--fit", action="store_true", help="confirm30.sh --fit's order (Amendment 4)")
     a = p.parse_args(argv)
     for name in ("grpo_step", "oar_g_ratio", "eval"):
         if getattr(a, name) <= 0:
@@ -84,7 +92,7 @@ def main(argv: list[str] | None = None) -> int:
     out, plan = Path(a.out), PLANS[a.plan]
     if not (out / plan.confirm).is_dir():
         p.error(f"--out {a.out!r}: no {plan.confirm}/ there (the regime's results folder holds it)")
-    res = progress(out, plan, a.grpo_step, a.oar_g_ratio, a.eval)
+    res = progress(out, plan, a.grpo_step, a.oar_g_ratio, a.eval, a.fit)
     done = sum(1 for _, what, _ in res["rows"] if what == "in")
     waiting = [run for run, what, _ in res["rows"] if what == "no checkpoint"]
     for run, what, _ in res["rows"]:
